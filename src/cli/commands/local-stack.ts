@@ -1,0 +1,35 @@
+import type { Command } from "commander";
+import { startLocalStack } from "../../local-stack/stack.ts";
+import { parseIntegerOption } from "../options.ts";
+import { untilSignal } from "../signals.ts";
+
+export function registerLocalStack(program: Command): void {
+  program
+    .command("local-stack")
+    .description(
+      "run DynamoDB Local, the SQS emulator and optional redis-server nodes in the foreground; " +
+        "the first stdout line is the JSON environment for any AWS SDK tool",
+    )
+    .option(
+      "--redis <count>",
+      "redis-server nodes to start (first primary, rest replicas)",
+      parseIntegerOption(0, 16),
+      0,
+    )
+    .option("--json", "print only the JSON line on stdout (progress still goes to stderr)")
+    .action(async (options: { redis: number; json?: boolean }) => {
+      const progress = (line: string) => process.stderr.write(`local-stack: ${line}\n`);
+      const stack = await startLocalStack({ redis: options.redis, onProgress: progress });
+      const line = { ...stack.env, redis: stack.redis.map((node) => node.address) };
+      process.stdout.write(`${JSON.stringify(line)}\n`);
+      if (!options.json) {
+        progress(
+          "ready; export the variables above to use it, e.g. eval \"$(… | jq -r 'to_entries[] | ...')\"",
+        );
+        progress("press Ctrl-C to stop");
+      }
+      const signal = await untilSignal();
+      progress(`${signal} received, stopping`);
+      await stack.stop();
+    });
+}

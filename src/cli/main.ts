@@ -1,0 +1,25 @@
+import { Command } from "commander";
+import { errorMessage } from "../core/errors.ts";
+import { registerLocalStack } from "./commands/local-stack.ts";
+
+export function buildProgram(): Command {
+  const program = new Command()
+    .name("shardguard")
+    .description("Automatic failover for Redis-protocol primary/replica shards, coordinated on AWS")
+    .showHelpAfterError("(run with --help for usage)");
+  registerLocalStack(program);
+  return program;
+}
+
+export async function main(argv: readonly string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync([...argv]);
+  } catch (error) {
+    process.stderr.write(`shardguard: ${errorMessage(error)}\n`);
+    process.exitCode = 1;
+  }
+}
+
+if (import.meta.main) {
+  await main(process.argv);
+}

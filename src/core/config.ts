@@ -1,0 +1,72 @@
+import { z } from "zod";
+import { ConfigurationError } from "./errors.ts";
+
+export const QUORUM_MODES = ["none", "majority", "all"] as const;
+export type QuorumMode = (typeof QUORUM_MODES)[number];
+
+/**
+ * Failover timing and policy. Every duration is in milliseconds; the defaults are the starting
+ * values of docs/ARCHITECTURE.md and are tuned by `npm run bench:failover`.
+ */
+export const failoverConfigSchema = z
+  .object({
+    /** How often each agent writes its heartbeat. */
+    heartbeatIntervalMs: z.number().int().min(100).default(1000),
+    /** A primary whose heartbeat is older than this is stale. */
+    failureTimeoutMs: z.number().int().min(200).default(3000),
+    /** A primary that cannot write its heartbeat for this long fences itself (policy `fence`). */
+    fenceTimeoutMs: z.number().int().min(100).default(2000),
+    /** Pause between two controller passes over all shards. */
+    tickIntervalMs: z.number().int().min(100).default(1000),
+    /** Lease of the failover lock; a crashed orchestrator's lock is taken over after it. */
+    lockLeaseMs: z.number().int().min(1000).default(60_000),
+    /** A replica further behind the old primary than this (replication offset bytes) is not promoted. */
+    maxLagOnFailover: z
+      .number()
+      .int()
+      .min(0)
+      .default(1024 * 1024),
+    /** How many fresh replicas must report their link to the primary down before a failover. */
+    quorum: z.enum(QUORUM_MODES).default("majority"),
+    /** No automatic failover for this long after one completed. */
+    cooldownMs: z
+      .number()
+      .int()
+      .min(0)
+      .default(5 * 60_000),
+  })
+  .superRefine((config, ctx) => {
+    if (config.failureTimeoutMs <= config.heartbeatIntervalMs) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["failureTimeoutMs"],
+        message: `must be greater than heartbeatIntervalMs (${config.heartbeatIntervalMs})`,
+      });
+    }
+    if (config.fenceTimeoutMs >= config.failureTimeoutMs) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["fenceTimeoutMs"],
+        message: `must be less than failureTimeoutMs (${config.failureTimeoutMs}) so a cut-off primary fences before it is replaced`,
+      });
+    }
+  });
+
+export type FailoverConfig = z.output<typeof failoverConfigSchema>;
+export type FailoverConfigInput = z.input<typeof failoverConfigSchema>;
+
+/** Formats zod issues as "field: reason; field: reason". */
+export function describeIssues(error: z.ZodError, prefix = ""): string {
+  return error.issues
+    .map((issue) => `${prefix}${issue.path.length > 0 ? issue.path.join(".") : "(root)"}: ${issue.message}`)
+    .join("; ");
+}
+
+/** Validates a configuration, reporting every bad field at once. */
+export function parseFailoverConfig(input: FailoverConfigInput = {}): FailoverConfig {
+  const result = failoverConfigSchema.safeParse(input);
+  if (!result.success) throw new ConfigurationError(`invalid configuration: ${describeIssues(result.error)}`);
+  return result.data;
+}
+
+export const DEFAULT_CONFIG: FailoverConfig = parseFailoverConfig();

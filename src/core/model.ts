@@ -1,0 +1,156 @@
+import { z } from "zod";
+
+/**
+ * The data model, one zod schema per stored item and per command. Field names follow the
+ * SableDB seed (`node_id`, `node_address`, `role`, `last_updated` in µs, `last_txn_id`,
+ * `primary_node_id`). Everything read from DynamoDB or SQS is parsed with these schemas.
+ */
+
+/** Shard and node ids: short enough that `<prefix>-<shard>-<node>-dlq` fits SQS's 80 characters. */
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$/;
+export const idSchema = z
+  .string()
+  .regex(ID_PATTERN, "must be 1-24 letters, digits, '-' or '_', starting with a letter or digit");
+
+/** host:port as other nodes reach it. */
+export const addressSchema = z.string().regex(/^[^\s:]+:\d{1,5}$/, "must be host:port");
+
+export const ROLES = ["primary", "replica"] as const;
+export type Role = (typeof ROLES)[number];
+
+export const heartbeatSchema = z.object({
+  shard: idSchema,
+  node_id: idSchema,
+  node_address: addressSchema,
+  role: z.enum(ROLES),
+  /**
+   * µs since 1970 on the AWS-aligned clock of the last heartbeat in which the database answered.
+   * An agent whose database is down keeps writing (`db_status: "down"`) without advancing it,
+   * so a live agent never makes a dead database look healthy.
+   */
+  last_updated: z.number().int().nonnegative(),
+  /** µs of this write, whatever the database's state: tells "agent alive" from "database alive". */
+  agent_updated: z.number().int().nonnegative().optional(),
+  db_status: z.enum(["up", "down"]).default("up"),
+  /** Redis: the replication offset. Higher is more up to date. */
+  last_txn_id: z.number().int().nonnegative(),
+  /** Replication lineage (Redis `master_replid`): only nodes of the old primary's lineage may be promoted. */
+  repl_id: z.string().default(""),
+  primary_node_id: idSchema.optional(),
+  /** The replica's own view of its link to the primary. */
+  primary_link: z.enum(["up", "down"]).optional(),
+  /** Highest command epoch this agent applied. */
+  epoch: z.number().int().nonnegative().default(0),
+  /** 0 = never promote; otherwise lower values are preferred. */
+  priority: z.number().int().nonnegative().default(100),
+  ttl: z.number().int().optional(),
+});
+export type Heartbeat = z.output<typeof heartbeatSchema>;
+export type HeartbeatInput = z.input<typeof heartbeatSchema>;
+
+export const SHARD_STATUSES = ["online", "failing_over", "offline", "paused"] as const;
+export type ShardStatus = (typeof SHARD_STATUSES)[number];
+
+/**
+ * The phases of one failover, in order. `promote` is the point of no return: abort is allowed
+ * only before the PROMOTE command is sent.
+ */
+export const FAILOVER_PHASES = [
+  "locked",
+  "epoch_bumped",
+  "promote",
+  "confirm",
+  "repoint",
+  "cleanup",
+] as const;
+export type FailoverPhase = (typeof FAILOVER_PHASES)[number];
+
+export const candidateSchema = z.object({
+  node_id: idSchema,
+  node_address: addressSchema,
+  last_txn_id: z.number().int().nonnegative(),
+  priority: z.number().int().nonnegative(),
+  eligible: z.boolean(),
+  /** Why the node is not eligible (or "eligible"). */
+  reason: z.string(),
+});
+export type Candidate = z.output<typeof candidateSchema>;
+
+/** The in-progress change stored in the topology, so that another controller can resume it. */
+export const failoverStateSchema = z.object({
+  kind: z.enum(["failover", "switchover", "bring_online"]),
+  old_primary_node_id: idSchema.optional(),
+  new_primary_node_id: idSchema,
+  new_primary_address: addressSchema,
+  reason: z.string(),
+  started_at: z.number().int(),
+  candidates: z.array(candidateSchema).default([]),
+  /** ms at which each phase began. */
+  phase_started: z.record(z.string(), z.number().int()).default({}),
+});
+export type FailoverState = z.output<typeof failoverStateSchema>;
+
+export const topologySchema = z.object({
+  shard: idSchema,
+  /** Fencing token: bumped by compare-and-set on every change of primary. */
+  epoch: z.number().int().nonnegative(),
+  primary_node_id: idSchema.optional(),
+  primary_address: addressSchema.optional(),
+  status: z.enum(SHARD_STATUSES),
+  phase: z.enum(FAILOVER_PHASES).optional(),
+  failover: failoverStateSchema.optional(),
+  /** ms */
+  updated_at: z.number().int(),
+  /** ms; no automatic failover before it. */
+  cooldown_until: z.number().int().optional(),
+  paused_reason: z.string().optional(),
+});
+export type Topology = z.output<typeof topologySchema>;
+
+export const lockSchema = z.object({
+  owner: z.string().min(1),
+  /** ms on the AWS-aligned clock; expiry is enforced in the condition, never by TTL. */
+  expires_at: z.number().int(),
+  for_primary: z.string().optional(),
+  ttl: z.number().int().optional(),
+});
+export type Lock = z.output<typeof lockSchema>;
+
+export const historyRecordSchema = z.object({
+  shard: idSchema,
+  epoch: z.number().int().nonnegative(),
+  kind: z.enum(["failover", "switchover", "bring_online", "offline"]),
+  at: z.number().int(),
+  old_primary_node_id: z.string().optional(),
+  new_primary_node_id: z.string().optional(),
+  reason: z.string(),
+  candidates: z.array(candidateSchema).default([]),
+  /** Duration of each phase in ms. */
+  phase_timings: z.record(z.string(), z.number()).default({}),
+});
+export type HistoryRecord = z.output<typeof historyRecordSchema>;
+
+export const COMMAND_TYPES = ["PROMOTE", "REPLICAOF", "PAUSE_WRITES"] as const;
+export type CommandType = (typeof COMMAND_TYPES)[number];
+
+export const commandSchema = z
+  .object({
+    type: z.enum(COMMAND_TYPES),
+    shard: idSchema,
+    epoch: z.number().int().nonnegative(),
+    command_id: z.string().min(1).max(128),
+    /** ms */
+    issued_at: z.number().int(),
+    primary: z.object({ node_id: idSchema, address: addressSchema }).optional(),
+    /** PAUSE_WRITES: how long the database holds writes. */
+    timeout_ms: z.number().int().positive().optional(),
+  })
+  .superRefine((command, ctx) => {
+    if (command.type === "REPLICAOF" && !command.primary) {
+      ctx.addIssue({ code: "custom", path: ["primary"], message: "REPLICAOF needs the new primary" });
+    }
+    if (command.type === "PAUSE_WRITES" && !command.timeout_ms) {
+      ctx.addIssue({ code: "custom", path: ["timeout_ms"], message: "PAUSE_WRITES needs timeout_ms" });
+    }
+  });
+export type Command = z.output<typeof commandSchema>;

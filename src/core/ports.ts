@@ -1,0 +1,107 @@
+import type { Command, Heartbeat, HeartbeatInput, HistoryRecord, Lock, Topology } from "./model.ts";
+
+/**
+ * Ports: what the core needs from the outside world. Adapters (DynamoDB, SQS) implement them;
+ * only entry points wire adapters to the core.
+ *
+ * Contract for every store method: a lost race returns `false`; an unreachable or failing store
+ * throws `CoordinationUnavailable`. The two are never confused.
+ */
+
+/** Milliseconds since 1970 on a clock aligned with AWS (see adapters/clock.ts). */
+export interface Clock {
+  now(): number;
+}
+
+/** A heartbeat, replica set or record that failed its schema, reported instead of crashing the reader. */
+export interface MalformedItem {
+  readonly sk: string;
+  readonly field: string;
+  readonly reason: string;
+}
+
+/** One shard's whole state from ONE strongly consistent query. Immutable for a cycle. */
+export interface ShardSnapshot {
+  readonly shard: string;
+  readonly nodes: readonly Heartbeat[];
+  /** primary node id -> node ids of its replicas that completed a full sync. */
+  readonly replicaSets: Readonly<Record<string, readonly string[]>>;
+  readonly topology: Topology | undefined;
+  readonly lock: Lock | undefined;
+  readonly malformed: readonly MalformedItem[];
+}
+
+export interface HeartbeatStore {
+  put(heartbeat: HeartbeatInput): Promise<void>;
+  snapshot(shard: string): Promise<ShardSnapshot>;
+  /** Deletes the node's heartbeat and its replica set. */
+  deleteNode(shard: string, nodeId: string): Promise<void>;
+}
+
+export interface ReplicaSetStore {
+  add(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void>;
+  remove(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void>;
+}
+
+export interface LockStore {
+  /** Conditional on the lock being absent or expired; false when another owner holds it. */
+  acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<boolean>;
+  /** Extends the lease; false when `owner` no longer holds it. */
+  renew(shard: string, owner: string, leaseMs: number): Promise<boolean>;
+  /** Deletes the lock; false (and the lock untouched) when `owner` does not hold it. */
+  release(shard: string, owner: string): Promise<boolean>;
+}
+
+export interface TopologyStore {
+  read(shard: string): Promise<Topology | undefined>;
+  /**
+   * Writes `next` only if the stored epoch equals `expectedEpoch` (`undefined`: no topology
+   * yet). Used both to bump the epoch and to record phases within an epoch.
+   */
+  compareAndSet(shard: string, expectedEpoch: number | undefined, next: Topology): Promise<boolean>;
+}
+
+export interface HistoryStore {
+  /** One record per epoch; a second append for the same epoch is a no-op (idempotent resume). */
+  append(record: HistoryRecord): Promise<void>;
+  /** Newest first. */
+  list(shard: string, limit?: number): Promise<HistoryRecord[]>;
+}
+
+export interface ShardIndex {
+  register(shard: string): Promise<void>;
+  /** One page of shard ids, with the token for the next page. */
+  list(pageToken?: string, pageSize?: number): Promise<{ shards: string[]; nextPageToken?: string }>;
+}
+
+export interface ReceivedCommand {
+  /** The parsed command, or undefined with `error` when the body failed validation. */
+  readonly command: Command | undefined;
+  readonly error: string | undefined;
+  readonly receiptHandle: string;
+  readonly receiveCount: number;
+  readonly body: string;
+}
+
+export interface CommandBus {
+  /** Creates the node's queue and its dead-letter queue if missing; returns the queue URL. */
+  ensureQueue(shard: string, nodeId: string): Promise<string>;
+  send(shard: string, nodeId: string, command: Command): Promise<void>;
+  /** Long poll (WaitTimeSeconds 20 by default); resolves with [] promptly when `signal` aborts. */
+  receive(
+    shard: string,
+    nodeId: string,
+    options?: { signal?: AbortSignal; waitSeconds?: number; maxMessages?: number },
+  ): Promise<ReceivedCommand[]>;
+  delete(shard: string, nodeId: string, message: ReceivedCommand): Promise<void>;
+  /** Keeps a command invisible to other receivers while it is being applied. */
+  extendVisibility(shard: string, nodeId: string, message: ReceivedCommand, seconds: number): Promise<void>;
+}
+
+/** Failover lifecycle events (EventBridge in AWS). */
+export interface EventPublisher {
+  publish(
+    detailType: "FailoverStarted" | "FailoverCompleted" | "FailoverAborted" | "ShardOffline" | "ShardOnline",
+    detail: Record<string, unknown>,
+  ): Promise<void>;
+}

@@ -1,0 +1,40 @@
+/**
+ * The coordination table's shape: the one definition that the CDK app deploys and the
+ * local stack creates, so keys and the TTL attribute cannot drift apart.
+ */
+export const TABLE_KEYS = { partitionKey: "pk", sortKey: "sk" } as const;
+
+/** Attribute DynamoDB TTL reads. It only garbage-collects; no decision depends on it. */
+export const TTL_ATTRIBUTE = "ttl";
+
+export const DEFAULT_TABLE_NAME = "shardguard";
+export const DEFAULT_QUEUE_PREFIX = "shardguard";
+
+/** The table as a `CreateTable` input (on-demand billing, string keys). */
+export function tableDefinition(tableName: string) {
+  return {
+    TableName: tableName,
+    BillingMode: "PAY_PER_REQUEST" as const,
+    AttributeDefinitions: [
+      { AttributeName: TABLE_KEYS.partitionKey, AttributeType: "S" as const },
+      { AttributeName: TABLE_KEYS.sortKey, AttributeType: "S" as const },
+    ],
+    KeySchema: [
+      { AttributeName: TABLE_KEYS.partitionKey, KeyType: "HASH" as const },
+      { AttributeName: TABLE_KEYS.sortKey, KeyType: "RANGE" as const },
+    ],
+  };
+}
+
+/** Key builders: the data model of docs/ARCHITECTURE.md in one place. */
+export const keys = {
+  shardPk: (shard: string) => `SHARD#${shard}`,
+  node: (node: string) => `NODE#${node}`,
+  replicas: (primary: string) => `REPLICAS#${primary}`,
+  lock: "LOCK",
+  topology: "TOPOLOGY",
+  /** Zero-padded so that sort-key order is epoch order. */
+  history: (epoch: number) => `HISTORY#${String(epoch).padStart(12, "0")}`,
+  shardIndexPk: "SHARDS",
+  shardIndexSk: (shard: string) => `SHARD#${shard}`,
+} as const;
