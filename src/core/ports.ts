@@ -74,6 +74,16 @@ export interface ShardIndex {
   list(pageToken?: string, pageSize?: number): Promise<{ shards: string[]; nextPageToken?: string }>;
 }
 
+/** Every store port over the one coordination table, as the adapters' factory returns them. */
+export interface CoordinationStore {
+  readonly heartbeats: HeartbeatStore;
+  readonly replicaSets: ReplicaSetStore;
+  readonly locks: LockStore;
+  readonly topology: TopologyStore;
+  readonly history: HistoryStore;
+  readonly shards: ShardIndex;
+}
+
 export interface ReceivedCommand {
   /** The parsed command, or undefined with `error` when the body failed validation. */
   readonly command: Command | undefined;

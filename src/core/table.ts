@@ -33,6 +33,11 @@ export const keys = {
   replicas: (primary: string) => `REPLICAS#${primary}`,
   lock: "LOCK",
   topology: "TOPOLOGY",
+  /**
+   * History has its own partition so that a shard's snapshot query never reads it: the snapshot
+   * stays one small Query however many failovers the shard has had.
+   */
+  historyPk: (shard: string) => `HISTORY#${shard}`,
   /** Zero-padded so that sort-key order is epoch order. */
   history: (epoch: number) => `HISTORY#${String(epoch).padStart(12, "0")}`,
   shardIndexPk: "SHARDS",

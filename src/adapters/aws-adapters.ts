@@ -1,0 +1,72 @@
+import { queuePrefixFromEnv, tableNameFromEnv } from "../config/env.ts";
+import type { CommandBus, CoordinationStore } from "../core/ports.ts";
+import type { AdapterLogger } from "./adapter-logger.ts";
+import { ApiCallCounter } from "./api-call-counter.ts";
+import { type AwsClientOptions, type AwsClients, createAwsClients } from "./aws-clients.ts";
+import { AwsClock } from "./clock.ts";
+import { createDynamoCoordinationStore } from "./dynamo-coordination-store.ts";
+import { SqsCommandBus } from "./sqs-command-bus.ts";
+
+export interface AwsAdaptersOptions extends AwsClientOptions {
+  /** Standard SDK variables (endpoints, region, keys) and SHARDGUARD_* are read from it. @default process.env */
+  readonly env?: NodeJS.ProcessEnv;
+  /** @default SHARDGUARD_TABLE, else "shardguard" */
+  readonly tableName?: string;
+  /** @default SHARDGUARD_QUEUE_PREFIX, else "shardguard" */
+  readonly queuePrefix?: string;
+  /** Receives of an unparseable command before it moves to the dead-letter queue. @default 3 */
+  readonly maxReceiveCount?: number;
+  /** Visibility timeout of a node's queue in seconds. @default 30 */
+  readonly visibilityTimeoutSeconds?: number;
+  /** SQS-managed server-side encryption on the queues. @default true */
+  readonly managedSse?: boolean;
+  /** Where malformed items and commands are reported. @default one JSON line on stderr */
+  readonly logger?: AdapterLogger;
+}
+
+export interface AwsAdapters {
+  /** Heartbeats, replica sets, lock, topology, history and shard index on the table. */
+  readonly store: CoordinationStore;
+  readonly bus: CommandBus;
+  /** AWS-aligned clock: stamp heartbeats and measure their age with it. */
+  readonly clock: AwsClock;
+  /** AWS API calls made through these adapters, per operation. */
+  readonly counter: ApiCallCounter;
+  /** The underlying SDK clients, for tools that need a call the ports do not offer. */
+  readonly clients: AwsClients;
+  /** Closes the SDK clients' sockets. */
+  destroy(): void;
+}
+
+/**
+ * The one place that builds the AWS adapters, for the controller, the agent and the CLI:
+ *
+ * ```ts
+ * const aws = createAwsAdapters({ env: process.env, logger });
+ * const snapshot = await aws.store.heartbeats.snapshot("shard-1");
+ * aws.destroy();
+ * ```
+ */
+export function createAwsAdapters(options: AwsAdaptersOptions = {}): AwsAdapters {
+  const env = options.env ?? process.env;
+  const counter = new ApiCallCounter();
+  let clients: AwsClients | undefined;
+  const clock = new AwsClock({ sdkOffset: () => clients?.sdkClockOffset() ?? 0 });
+  clients = createAwsClients(env, counter, clock, options);
+  const store = createDynamoCoordinationStore({
+    documents: clients.documents,
+    tableName: options.tableName ?? tableNameFromEnv(env),
+    clock,
+    logger: options.logger,
+  });
+  const bus = new SqsCommandBus({
+    sqs: clients.sqs,
+    queuePrefix: options.queuePrefix ?? queuePrefixFromEnv(env),
+    maxReceiveCount: options.maxReceiveCount,
+    visibilityTimeoutSeconds: options.visibilityTimeoutSeconds,
+    managedSse: options.managedSse,
+    logger: options.logger,
+  });
+  const built = clients;
+  return { store, bus, clock, counter, clients: built, destroy: () => built.destroy() };
+}

@@ -1,0 +1,553 @@
+import { randomUUID } from "node:crypto";
+import {
+  DeleteCommand,
+  type DynamoDBDocumentClient,
+  GetCommand,
+  PutCommand,
+  QueryCommand,
+  type QueryCommandOutput,
+  TransactWriteCommand,
+  UpdateCommand,
+} from "@aws-sdk/lib-dynamodb";
+import { z } from "zod";
+import { describeIssues } from "../core/config.ts";
+import { ConfigurationError, MalformedRecord } from "../core/errors.ts";
+import {
+  type Heartbeat,
+  type HeartbeatInput,
+  type HistoryRecord,
+  heartbeatSchema,
+  historyRecordSchema,
+  idSchema,
+  type Lock,
+  lockSchema,
+  type Topology,
+  topologySchema,
+} from "../core/model.ts";
+import type {
+  Clock,
+  CoordinationStore,
+  HeartbeatStore,
+  HistoryStore,
+  LockStore,
+  MalformedItem,
+  ReplicaSetStore,
+  ShardIndex,
+  ShardSnapshot,
+  TopologyStore,
+} from "../core/ports.ts";
+import { keys, TTL_ATTRIBUTE } from "../core/table.ts";
+import { type AdapterLogger, jsonLineLogger } from "./adapter-logger.ts";
+import { classifyAwsError, toCoordinationError } from "./aws-errors.ts";
+
+/** What every DynamoDB adapter shares. */
+export interface DynamoTableContext {
+  readonly documents: DynamoDBDocumentClient;
+  readonly tableName: string;
+  /** AWS-aligned clock: lock expiry and TTLs are computed on it. */
+  readonly clock: Clock;
+  readonly logger?: AdapterLogger;
+  /** Heartbeats and replica sets of nodes that stopped writing are garbage-collected after this. @default 7 days */
+  readonly heartbeatTtlSeconds?: number;
+  /** History records are garbage-collected after this. @default 365 days */
+  readonly historyTtlSeconds?: number;
+}
+
+const DAY_SECONDS = 86_400;
+
+/** Replica set item: the seed's `<primary_id>_replicas` SET. DynamoDB drops an emptied set attribute. */
+const replicaSetItemSchema = z.object({
+  replicas: z.set(idSchema).optional(),
+});
+
+const shardIndexItemSchema = z.object({ shard: idSchema });
+
+/** The opaque page token of `ShardIndex.list`: the LastEvaluatedKey of the index query. */
+const pageTokenSchema = z.object({ pk: z.literal(keys.shardIndexPk), sk: z.string().startsWith("SHARD#") });
+
+/** Base of the DynamoDB adapters: one place for error mapping, validation and TTLs. */
+class DynamoTable {
+  protected readonly documents: DynamoDBDocumentClient;
+  protected readonly tableName: string;
+  protected readonly clock: Clock;
+  protected readonly logger: AdapterLogger;
+  protected readonly heartbeatTtlSeconds: number;
+  protected readonly historyTtlSeconds: number;
+
+  constructor(context: DynamoTableContext) {
+    this.documents = context.documents;
+    this.tableName = context.tableName;
+    this.clock = context.clock;
+    this.logger = context.logger ?? jsonLineLogger;
+    this.heartbeatTtlSeconds = context.heartbeatTtlSeconds ?? 7 * DAY_SECONDS;
+    this.historyTtlSeconds = context.historyTtlSeconds ?? 365 * DAY_SECONDS;
+  }
+
+  /** Runs one SDK call; unreachable, refusing or missing table -> CoordinationUnavailable. */
+  protected async call<T>(operation: string, send: () => Promise<T>): Promise<T> {
+    try {
+      return await send();
+    } catch (error) {
+      throw toCoordinationError(error, {
+        operation: `DynamoDB ${operation} on table "${this.tableName}"`,
+        missingHint:
+          "deploy Shardguard (cdk deploy) or start `shardguard local-stack` and export the environment it prints (SHARDGUARD_TABLE, AWS_ENDPOINT_URL_DYNAMODB)",
+      });
+    }
+  }
+
+  /** Like `call`, but a failed condition returns false instead of throwing. */
+  protected async conditional(operation: string, send: () => Promise<unknown>): Promise<boolean> {
+    try {
+      await this.call(operation, send);
+      return true;
+    } catch (error) {
+      if (classifyAwsError(error) === "conditional") return false;
+      throw error;
+    }
+  }
+
+  /** TTL attribute value (epoch seconds) `seconds` from now. */
+  protected ttlIn(seconds: number): number {
+    return Math.ceil(this.clock.now() / 1000) + seconds;
+  }
+
+  protected requireId(what: string, value: string): void {
+    const result = idSchema.safeParse(value);
+    if (!result.success)
+      throw new ConfigurationError(`invalid ${what} "${value}": ${result.error.issues[0]?.message}`);
+  }
+}
+
+/** First failing field and every reason, for MalformedItem and MalformedRecord. */
+function malformedFrom(sk: string, error: z.ZodError): MalformedItem {
+  const first = error.issues[0];
+  return {
+    sk,
+    field: first && first.path.length > 0 ? first.path.join(".") : "(item)",
+    reason: describeIssues(error),
+  };
+}
+
+export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore {
+  async put(heartbeat: HeartbeatInput): Promise<void> {
+    const parsed = heartbeatSchema.safeParse(heartbeat);
+    if (!parsed.success) {
+      const bad = malformedFrom(keys.node(String(heartbeat.node_id)), parsed.error);
+      throw new MalformedRecord(
+        `refusing to write an invalid heartbeat: ${bad.reason}`,
+        bad.field,
+        bad.reason,
+      );
+    }
+    const item = parsed.data;
+    await this.call(`PutItem (heartbeat ${item.shard}/${item.node_id})`, () =>
+      this.documents.send(
+        new PutCommand({
+          TableName: this.tableName,
+          Item: {
+            ...item,
+            pk: keys.shardPk(item.shard),
+            sk: keys.node(item.node_id),
+            [TTL_ATTRIBUTE]: item.ttl ?? this.ttlIn(this.heartbeatTtlSeconds),
+          },
+        }),
+      ),
+    );
+  }
+
+  /**
+   * ONE strongly consistent Query on the shard's partition (more pages only past 1 MB). History
+   * lives in its own partition (`HISTORY#<shard>`), so the snapshot's cost does not grow with
+   * the number of failovers.
+   */
+  async snapshot(shard: string): Promise<ShardSnapshot> {
+    this.requireId("shard id", shard);
+    const items: Record<string, unknown>[] = [];
+    let startKey: Record<string, unknown> | undefined;
+    do {
+      const page: QueryCommandOutput = await this.call(`Query (snapshot of shard ${shard})`, () =>
+        this.documents.send(
+          new QueryCommand({
+            TableName: this.tableName,
+            KeyConditionExpression: "pk = :pk",
+            ExpressionAttributeValues: { ":pk": keys.shardPk(shard) },
+            ConsistentRead: true,
+            ExclusiveStartKey: startKey,
+          }),
+        ),
+      );
+      items.push(...(page.Items ?? []));
+      startKey = page.LastEvaluatedKey;
+    } while (startKey);
+    return this.#classify(shard, items);
+  }
+
+  async deleteNode(shard: string, nodeId: string): Promise<void> {
+    this.requireId("shard id", shard);
+    this.requireId("node id", nodeId);
+    const pk = keys.shardPk(shard);
+    await this.call(`TransactWriteItems (delete node ${shard}/${nodeId})`, () =>
+      this.documents.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            { Delete: { TableName: this.tableName, Key: { pk, sk: keys.node(nodeId) } } },
+            { Delete: { TableName: this.tableName, Key: { pk, sk: keys.replicas(nodeId) } } },
+          ],
+        }),
+      ),
+    );
+  }
+
+  #classify(shard: string, items: Record<string, unknown>[]): ShardSnapshot {
+    const nodes: Heartbeat[] = [];
+    const replicaSets: Record<string, readonly string[]> = {};
+    const malformed: MalformedItem[] = [];
+    let topology: Topology | undefined;
+    let lock: Lock | undefined;
+    const reject = (bad: MalformedItem) => {
+      malformed.push(bad);
+      this.logger.warn("malformed item left out of the shard snapshot", { shard, ...bad });
+    };
+    for (const item of items) {
+      const sk = String(item.sk);
+      if (sk.startsWith("NODE#")) {
+        const parsed = heartbeatSchema.safeParse(item);
+        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
+        else if (keys.node(parsed.data.node_id) !== sk || parsed.data.shard !== shard) {
+          reject({
+            sk,
+            field: "node_id",
+            reason: `node_id/shard (${parsed.data.node_id}/${parsed.data.shard}) do not match the key`,
+          });
+        } else nodes.push(parsed.data);
+      } else if (sk.startsWith("REPLICAS#")) {
+        const primary = sk.slice("REPLICAS#".length);
+        const parsed = replicaSetItemSchema.safeParse(item);
+        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
+        else replicaSets[primary] = [...(parsed.data.replicas ?? [])].sort();
+      } else if (sk === keys.lock) {
+        const parsed = lockSchema.safeParse(item);
+        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
+        else lock = parsed.data;
+      } else if (sk === keys.topology) {
+        const parsed = topologySchema.safeParse(item);
+        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
+        else topology = parsed.data;
+      } else {
+        reject({ sk, field: "sk", reason: "unknown item type in a shard partition" });
+      }
+    }
+    nodes.sort((a, b) => a.node_id.localeCompare(b.node_id));
+    return { shard, nodes, replicaSets, topology, lock, malformed };
+  }
+}
+
+export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStore {
+  add(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
+    return this.#update("ADD", shard, primaryId, nodeIds);
+  }
+
+  remove(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
+    return this.#update("DELETE", shard, primaryId, nodeIds);
+  }
+
+  /** ADD/DELETE on a string set: atomic per id, no read-modify-write race between writers. */
+  async #update(action: "ADD" | "DELETE", shard: string, primaryId: string, nodeIds: readonly string[]) {
+    this.requireId("shard id", shard);
+    this.requireId("primary id", primaryId);
+    for (const id of nodeIds) this.requireId("node id", id);
+    // DynamoDB rejects empty sets; adding or removing nothing is a no-op.
+    if (nodeIds.length === 0) return;
+    await this.call(`UpdateItem (${action} replicas of ${shard}/${primaryId})`, () =>
+      this.documents.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: keys.shardPk(shard), sk: keys.replicas(primaryId) },
+          UpdateExpression: `${action} replicas :ids SET #ttl = :ttl`,
+          ExpressionAttributeNames: { "#ttl": TTL_ATTRIBUTE },
+          ExpressionAttributeValues: {
+            ":ids": new Set(nodeIds),
+            ":ttl": this.ttlIn(this.heartbeatTtlSeconds),
+          },
+        }),
+      ),
+    );
+  }
+}
+
+export class DynamoLockStore extends DynamoTable implements LockStore {
+  /**
+   * Conditional put: absent, expired (on the AWS-aligned clock), or already ours. "Already ours"
+   * makes an SDK retry of a put that did land return true instead of a false "lost".
+   */
+  acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<boolean> {
+    this.requireId("shard id", shard);
+    this.#requireLease(leaseMs);
+    const now = this.clock.now();
+    const expiresAt = now + leaseMs;
+    return this.conditional(`PutItem (lock acquire, shard ${shard})`, () =>
+      this.documents.send(
+        new PutCommand({
+          TableName: this.tableName,
+          Item: {
+            pk: keys.shardPk(shard),
+            sk: keys.lock,
+            owner,
+            expires_at: expiresAt,
+            for_primary: forPrimary,
+            // Garbage collection only: expiry is decided by the condition below.
+            [TTL_ATTRIBUTE]: Math.ceil(expiresAt / 1000) + DAY_SECONDS,
+          },
+          ConditionExpression: "attribute_not_exists(pk) OR expires_at < :now OR #owner = :owner",
+          ExpressionAttributeNames: { "#owner": "owner" },
+          ExpressionAttributeValues: { ":now": now, ":owner": owner },
+        }),
+      ),
+    );
+  }
+
+  /** Extends a lease that `owner` still holds and that has not expired. */
+  renew(shard: string, owner: string, leaseMs: number): Promise<boolean> {
+    this.requireId("shard id", shard);
+    this.#requireLease(leaseMs);
+    const now = this.clock.now();
+    const expiresAt = now + leaseMs;
+    return this.conditional(`UpdateItem (lock renew, shard ${shard})`, () =>
+      this.documents.send(
+        new UpdateCommand({
+          TableName: this.tableName,
+          Key: { pk: keys.shardPk(shard), sk: keys.lock },
+          UpdateExpression: "SET expires_at = :expires, #ttl = :ttl",
+          ConditionExpression: "#owner = :owner AND expires_at >= :now",
+          ExpressionAttributeNames: { "#owner": "owner", "#ttl": TTL_ATTRIBUTE },
+          ExpressionAttributeValues: {
+            ":owner": owner,
+            ":now": now,
+            ":expires": expiresAt,
+            ":ttl": Math.ceil(expiresAt / 1000) + DAY_SECONDS,
+          },
+        }),
+      ),
+    );
+  }
+
+  /**
+   * Deletes the lock if `owner` holds it. An absent lock counts as released (idempotent, so a
+   * retried release does not report a lost lock); another owner's lock is left untouched -> false.
+   */
+  release(shard: string, owner: string): Promise<boolean> {
+    this.requireId("shard id", shard);
+    return this.conditional(`DeleteItem (lock release, shard ${shard})`, () =>
+      this.documents.send(
+        new DeleteCommand({
+          TableName: this.tableName,
+          Key: { pk: keys.shardPk(shard), sk: keys.lock },
+          ConditionExpression: "attribute_not_exists(pk) OR #owner = :owner",
+          ExpressionAttributeNames: { "#owner": "owner" },
+          ExpressionAttributeValues: { ":owner": owner },
+        }),
+      ),
+    );
+  }
+
+  #requireLease(leaseMs: number): void {
+    if (!Number.isInteger(leaseMs) || leaseMs <= 0) {
+      throw new ConfigurationError(`lock lease must be a positive integer of ms, got ${leaseMs}`);
+    }
+  }
+}
+
+export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
+  /** Strongly consistent read; a stored topology that fails its schema throws MalformedRecord. */
+  async read(shard: string): Promise<Topology | undefined> {
+    this.requireId("shard id", shard);
+    const out = await this.call(`GetItem (topology of shard ${shard})`, () =>
+      this.documents.send(
+        new GetCommand({
+          TableName: this.tableName,
+          Key: { pk: keys.shardPk(shard), sk: keys.topology },
+          ConsistentRead: true,
+        }),
+      ),
+    );
+    if (!out.Item) return undefined;
+    const parsed = topologySchema.safeParse(out.Item);
+    if (!parsed.success) {
+      const bad = malformedFrom(keys.topology, parsed.error);
+      this.logger.warn("malformed topology", { shard, ...bad });
+      throw new MalformedRecord(
+        `topology of shard ${shard} is malformed: ${bad.reason}`,
+        bad.field,
+        bad.reason,
+      );
+    }
+    return parsed.data;
+  }
+
+  /**
+   * Writes the whole topology if the stored epoch is `expectedEpoch` (or none exists when it is
+   * undefined). Each write carries a fresh `write_id`; the condition also accepts our own
+   * `write_id`, so an SDK retry of a write that did land is not misread as a lost race.
+   */
+  compareAndSet(shard: string, expectedEpoch: number | undefined, next: Topology): Promise<boolean> {
+    this.requireId("shard id", shard);
+    const parsed = topologySchema.safeParse(next);
+    if (!parsed.success) {
+      const bad = malformedFrom(keys.topology, parsed.error);
+      throw new MalformedRecord(
+        `refusing to write an invalid topology: ${bad.reason}`,
+        bad.field,
+        bad.reason,
+      );
+    }
+    if (parsed.data.shard !== shard) {
+      throw new ConfigurationError(`topology for shard ${parsed.data.shard} written under shard ${shard}`);
+    }
+    const writeId = randomUUID();
+    const expected =
+      expectedEpoch === undefined
+        ? { condition: "attribute_not_exists(pk) OR write_id = :writeId", values: {} }
+        : { condition: "epoch = :expected OR write_id = :writeId", values: { ":expected": expectedEpoch } };
+    return this.conditional(`PutItem (topology compare-and-set, shard ${shard})`, () =>
+      this.documents.send(
+        new PutCommand({
+          TableName: this.tableName,
+          Item: { ...parsed.data, pk: keys.shardPk(shard), sk: keys.topology, write_id: writeId },
+          ConditionExpression: expected.condition,
+          ExpressionAttributeValues: { ...expected.values, ":writeId": writeId },
+        }),
+      ),
+    );
+  }
+}
+
+export class DynamoHistoryStore extends DynamoTable implements HistoryStore {
+  /** Idempotent per epoch: the first record of an epoch wins, a resumed orchestration's append is a no-op. */
+  async append(record: HistoryRecord): Promise<void> {
+    const parsed = historyRecordSchema.safeParse(record);
+    if (!parsed.success) {
+      const bad = malformedFrom(keys.history(record.epoch), parsed.error);
+      throw new MalformedRecord(
+        `refusing to write an invalid history record: ${bad.reason}`,
+        bad.field,
+        bad.reason,
+      );
+    }
+    const item = parsed.data;
+    await this.conditional(`PutItem (history of shard ${item.shard}, epoch ${item.epoch})`, () =>
+      this.documents.send(
+        new PutCommand({
+          TableName: this.tableName,
+          Item: {
+            ...item,
+            pk: keys.historyPk(item.shard),
+            sk: keys.history(item.epoch),
+            [TTL_ATTRIBUTE]: this.ttlIn(this.historyTtlSeconds),
+          },
+          ConditionExpression: "attribute_not_exists(pk)",
+        }),
+      ),
+    );
+  }
+
+  /** Newest first; malformed records are left out and logged. */
+  async list(shard: string, limit = 20): Promise<HistoryRecord[]> {
+    this.requireId("shard id", shard);
+    const out = await this.call(`Query (history of shard ${shard})`, () =>
+      this.documents.send(
+        new QueryCommand({
+          TableName: this.tableName,
+          KeyConditionExpression: "pk = :pk",
+          ExpressionAttributeValues: { ":pk": keys.historyPk(shard) },
+          ScanIndexForward: false,
+          Limit: limit,
+        }),
+      ),
+    );
+    const records: HistoryRecord[] = [];
+    for (const item of out.Items ?? []) {
+      const parsed = historyRecordSchema.safeParse(item);
+      if (parsed.success) records.push(parsed.data);
+      else
+        this.logger.warn("malformed history record left out", {
+          shard,
+          ...malformedFrom(String(item.sk), parsed.error),
+        });
+    }
+    return records;
+  }
+}
+
+export class DynamoShardIndex extends DynamoTable implements ShardIndex {
+  async register(shard: string): Promise<void> {
+    this.requireId("shard id", shard);
+    await this.call(`PutItem (register shard ${shard})`, () =>
+      this.documents.send(
+        new PutCommand({
+          TableName: this.tableName,
+          Item: { pk: keys.shardIndexPk, sk: keys.shardIndexSk(shard), shard },
+        }),
+      ),
+    );
+  }
+
+  /**
+   * One page of the index partition (a Query, never a table Scan). Eventually consistent: it costs
+   * half, and a shard registered a moment ago is picked up on the next tick.
+   */
+  async list(pageToken?: string, pageSize = 100): Promise<{ shards: string[]; nextPageToken?: string }> {
+    const out = await this.call("Query (shard index)", () =>
+      this.documents.send(
+        new QueryCommand({
+          TableName: this.tableName,
+          KeyConditionExpression: "pk = :pk",
+          ExpressionAttributeValues: { ":pk": keys.shardIndexPk },
+          Limit: pageSize,
+          ExclusiveStartKey: pageToken === undefined ? undefined : decodePageToken(pageToken),
+        }),
+      ),
+    );
+    const shards: string[] = [];
+    for (const item of out.Items ?? []) {
+      const parsed = shardIndexItemSchema.safeParse(item);
+      if (parsed.success) shards.push(parsed.data.shard);
+      else
+        this.logger.warn("malformed shard index item left out", {
+          ...malformedFrom(String(item.sk), parsed.error),
+        });
+    }
+    return out.LastEvaluatedKey
+      ? { shards, nextPageToken: encodePageToken(out.LastEvaluatedKey) }
+      : { shards };
+  }
+}
+
+export function encodePageToken(lastEvaluatedKey: Record<string, unknown>): string {
+  return Buffer.from(JSON.stringify(lastEvaluatedKey)).toString("base64url");
+}
+
+export function decodePageToken(token: string): Record<string, unknown> {
+  let decoded: unknown;
+  try {
+    decoded = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
+  } catch {
+    throw new ConfigurationError("invalid shard list page token: not a token returned by list()");
+  }
+  const parsed = pageTokenSchema.safeParse(decoded);
+  if (!parsed.success)
+    throw new ConfigurationError("invalid shard list page token: not a token returned by list()");
+  return parsed.data;
+}
+
+/** All DynamoDB adapters over one table. */
+export function createDynamoCoordinationStore(context: DynamoTableContext): CoordinationStore {
+  return {
+    heartbeats: new DynamoHeartbeatStore(context),
+    replicaSets: new DynamoReplicaSetStore(context),
+    locks: new DynamoLockStore(context),
+    topology: new DynamoTopologyStore(context),
+    history: new DynamoHistoryStore(context),
+    shards: new DynamoShardIndex(context),
+  };
+}
