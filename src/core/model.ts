@@ -39,6 +39,8 @@ export const heartbeatSchema = z.object({
   primary_node_id: idSchema.optional(),
   /** The replica's own view of its link to the primary. */
   primary_link: z.enum(["up", "down"]).optional(),
+  /** Replica: seconds since it last heard from its primary (Redis `master_last_io_seconds_ago`). */
+  lag_s: z.number().int().nonnegative().optional(),
   /** Highest command epoch this agent applied. */
   epoch: z.number().int().nonnegative().default(0),
   /** 0 = never promote; otherwise lower values are preferred. */
