@@ -1,0 +1,116 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
+import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+import { WriteWorkload } from "../../src/workload/writer.ts";
+
+let primary: RedisNode;
+let replica: RedisNode;
+let primaryClient: Redis;
+let replicaClient: Redis;
+
+beforeAll(async () => {
+  [primary, replica] = (await startRedisNodes(2)) as [RedisNode, RedisNode];
+  primaryClient = primary.client();
+  replicaClient = replica.client();
+});
+
+afterAll(async () => {
+  primaryClient?.disconnect();
+  replicaClient?.disconnect();
+  await Promise.all([primary?.destroy(), replica?.destroy()]);
+});
+
+/** Runs the writer against whatever `target()` names until `until` holds (bounded). */
+async function writeUntil(workload: WriteWorkload, until: () => boolean, maxMs = 5000): Promise<void> {
+  workload.start();
+  const deadline = performance.now() + maxMs;
+  while (!until() && performance.now() < deadline) await sleep(10);
+  await workload.stop();
+}
+
+describe("the failover writer against a real primary and replica", () => {
+  it("counts writes the primary answered OK as acknowledged and finds them all on the primary", async () => {
+    // Prepare
+    const workload = new WriteWorkload({ resolvePrimary: async () => primary.address });
+
+    // Act
+    await writeUntil(workload, () => workload.stats().acked >= 50);
+    const result = await workload.verify(primaryClient);
+
+    // Assess
+    const stats = workload.stats();
+    expect(stats.acked).toBeGreaterThanOrEqual(50);
+    expect(stats.failedWrites).toBe(0);
+    expect(workload.acks().every((ack) => ack.address === primary.address)).toBe(true);
+    expect(result).toEqual({ checked: stats.acked, lost: [], lostByAddress: {} });
+  });
+
+  it("does not count a write to a replica as acknowledged and follows the primary once it is advertised", async () => {
+    // Prepare: the system advertises the replica, which the writer refuses at connect (ROLE is slave).
+    let advertised = replica.address;
+    const workload = new WriteWorkload({ resolvePrimary: async () => advertised });
+    workload.start();
+    await sleep(200);
+    const refusedBeforeSwitch = workload.stats();
+    const switchedAt = performance.now();
+
+    // Act
+    advertised = primary.address;
+    const firstOnPrimary = await workload.waitForAckAfter(switchedAt, replica.address, 2000);
+    await workload.stop();
+
+    // Assess
+    expect(refusedBeforeSwitch.acked).toBe(0);
+    expect(refusedBeforeSwitch.failures["not-primary"]).toBeGreaterThan(0);
+    expect(firstOnPrimary?.address).toBe(primary.address);
+    expect(workload.acks().some((ack) => ack.address === replica.address)).toBe(false);
+  });
+
+  it("counts a READONLY reply as a failed write when a primary is demoted under the writer", async () => {
+    // Prepare: a third node that starts as a primary, then becomes a replica while the writer holds a connection.
+    const demoted = (await startRedisNodes(1))[0] as RedisNode;
+    const demotedClient = demoted.client();
+    const workload = new WriteWorkload({ resolvePrimary: async () => demoted.address });
+    try {
+      workload.start();
+      while (workload.stats().acked < 10) await sleep(5);
+
+      // Act
+      await demotedClient.replicaof("127.0.0.1", String(primary.port));
+      const demotedAt = performance.now();
+      await sleep(200);
+      await workload.stop();
+
+      // Assess
+      const stats = workload.stats();
+      expect(stats.failures.readonly).toBeGreaterThan(0);
+      expect(workload.firstAckAfter(demotedAt)).toBeUndefined();
+      expect(stats.acked + stats.failedWrites).toBe(stats.attempts);
+    } finally {
+      await workload.stop();
+      demotedClient.disconnect();
+      await demoted.destroy();
+    }
+  });
+
+  it("reports a deliberately deleted acknowledged key as a lost write on the replica too", async () => {
+    // Prepare
+    const workload = new WriteWorkload({ resolvePrimary: async () => primary.address });
+    await writeUntil(workload, () => workload.stats().acked >= 30);
+    const victim = workload.acks()[10];
+    if (!victim) throw new Error("expected at least 11 acknowledged writes");
+    await primaryClient.del(workload.keyOf(victim.seq));
+    await waitForReplicasInSync(primaryClient, primary.address, [replicaClient], { timeoutMs: 5000 });
+
+    // Act
+    const onPrimary = await workload.verify(primaryClient);
+    const onReplica = await workload.verify(replicaClient);
+
+    // Assess
+    expect(onPrimary.lost).toEqual([victim.seq]);
+    expect(onPrimary.lostByAddress).toEqual({ [primary.address]: 1 });
+    expect(onReplica.lost).toEqual([victim.seq]);
+  });
+});
