@@ -55,11 +55,13 @@ export type ShardStatus = (typeof SHARD_STATUSES)[number];
 
 /**
  * The phases of one failover, in order. `promote` is the point of no return: abort is allowed
- * only before the PROMOTE command is sent.
+ * only before the PROMOTE command is sent. `catch_up` is used by planned switchovers only (writes
+ * paused on the old primary, waiting for the target to reach its offset).
  */
 export const FAILOVER_PHASES = [
   "locked",
   "epoch_bumped",
+  "catch_up",
   "promote",
   "confirm",
   "repoint",
@@ -78,6 +80,18 @@ export const candidateSchema = z.object({
 });
 export type Candidate = z.output<typeof candidateSchema>;
 
+/**
+ * The replication lineage a failover must stay within: the old primary's `repl_id` and the
+ * last offset it reported. Kept in the topology so it survives the deletion of the old
+ * primary's heartbeat (offline shards, resumed failovers).
+ */
+export const lineageSchema = z.object({
+  node_id: idSchema.optional(),
+  repl_id: z.string(),
+  last_txn_id: z.number().int().nonnegative(),
+});
+export type Lineage = z.output<typeof lineageSchema>;
+
 /** The in-progress change stored in the topology, so that another controller can resume it. */
 export const failoverStateSchema = z.object({
   kind: z.enum(["failover", "switchover", "bring_online"]),
@@ -89,6 +103,7 @@ export const failoverStateSchema = z.object({
   candidates: z.array(candidateSchema).default([]),
   /** ms at which each phase began. */
   phase_started: z.record(z.string(), z.number().int()).default({}),
+  lineage: lineageSchema.optional(),
 });
 export type FailoverState = z.output<typeof failoverStateSchema>;
 
@@ -106,6 +121,8 @@ export const topologySchema = z.object({
   /** ms; no automatic failover before it. */
   cooldown_until: z.number().int().optional(),
   paused_reason: z.string().optional(),
+  /** The lineage of the last primary while the shard is offline (a returning node must match it). */
+  lineage: lineageSchema.optional(),
 });
 export type Topology = z.output<typeof topologySchema>;
 

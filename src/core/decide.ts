@@ -1,0 +1,512 @@
+import type { FailoverConfig } from "./config.ts";
+import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "./model.ts";
+import { FAILOVER_PHASES } from "./model.ts";
+import type { ShardSnapshot } from "./ports.ts";
+
+/**
+ * The failover decision core: pure functions of (snapshot, config, now). No SDK, no clock, no
+ * environment, so that every rule is a table row in a unit test.
+ */
+
+/** A node as the orchestrator addresses it. */
+export interface NodeRef {
+  readonly node_id: string;
+  readonly node_address: string;
+}
+
+/** Why a cycle did nothing; lets the loop count stale detections and offline shards. */
+export type NoActionCode =
+  | "no_topology"
+  | "ambiguous_primary"
+  | "paused"
+  | "cooldown"
+  | "locked"
+  | "healthy"
+  | "quorum_not_met"
+  | "offline_no_candidate"
+  | "inconsistent_topology";
+
+export type Decision =
+  | {
+      readonly kind: "none";
+      readonly code: NoActionCode;
+      /** True when the primary's heartbeat is stale, whatever stopped the action. */
+      readonly primaryStale: boolean;
+      readonly reason: string;
+    }
+  | {
+      /** No topology yet: adopt the one node that reports itself primary. */
+      readonly kind: "initialize";
+      readonly primary: NodeRef;
+      readonly epoch: number;
+      readonly lineage: Lineage;
+      readonly reason: string;
+    }
+  | {
+      readonly kind: "failover";
+      readonly epoch: number;
+      readonly oldPrimary: string;
+      readonly target: NodeRef;
+      readonly candidates: readonly Candidate[];
+      readonly lineage: Lineage;
+      readonly reason: string;
+    }
+  | {
+      readonly kind: "mark_offline";
+      readonly epoch: number;
+      readonly oldPrimary: string | undefined;
+      readonly candidates: readonly Candidate[];
+      readonly lineage: Lineage | undefined;
+      readonly reason: string;
+    }
+  | {
+      readonly kind: "bring_online";
+      readonly epoch: number;
+      readonly target: NodeRef;
+      readonly candidates: readonly Candidate[];
+      readonly lineage: Lineage;
+      readonly reason: string;
+    }
+  | {
+      /** A failover left in `failing_over` by a controller that stopped; resume from its phase. */
+      readonly kind: "resume";
+      readonly epoch: number;
+      readonly phase: FailoverPhase | undefined;
+      readonly failover: FailoverState;
+      readonly reason: string;
+    };
+
+export type DecisionKind = Decision["kind"];
+
+export interface DecideOptions {
+  /** The caller's own lock token: a lock held by it does not block the decision. */
+  readonly lockOwner?: string;
+}
+
+/** Index of a phase in the ordered union; -1 for none. */
+export function phaseIndex(phase: FailoverPhase | undefined): number {
+  return phase === undefined ? -1 : FAILOVER_PHASES.indexOf(phase);
+}
+
+/** True once PROMOTE may have been sent: from then on a failover can no longer be aborted. */
+export function isPastPointOfNoReturn(phase: FailoverPhase | undefined): boolean {
+  return phaseIndex(phase) >= phaseIndex("promote");
+}
+
+/** Age of a heartbeat's database-alive timestamp, in ms. */
+export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
+  return now - heartbeat.last_updated / 1000;
+}
+
+/** Fresh: the database answered within `failureTimeoutMs`. A heartbeat from the future is fresh. */
+export function isFresh(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
+  return heartbeatAgeMs(heartbeat, now) <= config.failureTimeoutMs;
+}
+
+/** How many `down` reports the quorum mode needs out of `voters` fresh replicas. */
+export function quorumNeeded(mode: FailoverConfig["quorum"], voters: number): number {
+  switch (mode) {
+    case "none":
+      return 0;
+    case "majority":
+      return Math.floor(voters / 2) + 1;
+    case "all":
+      return voters;
+  }
+}
+
+/**
+ * Judges each node (except `exclude`) for promotion and returns them in promotion order:
+ * eligible first, then priority ascending, last_txn_id descending, node_id ascending.
+ * The lag reference is the highest offset known in the lineage: the old primary's last report
+ * or a same-lineage fresh node that received more after it.
+ */
+export function rankCandidates(
+  nodes: readonly Heartbeat[],
+  lineage: Lineage | undefined,
+  config: FailoverConfig,
+  now: number,
+  exclude?: string,
+): Candidate[] {
+  const considered = nodes.filter((node) => node.node_id !== exclude);
+  const knownLineage = lineage !== undefined && lineage.repl_id !== "";
+  let reference = lineage?.last_txn_id ?? 0;
+  for (const node of considered) {
+    if (knownLineage && node.repl_id === lineage.repl_id && isFresh(node, config, now)) {
+      reference = Math.max(reference, node.last_txn_id);
+    }
+  }
+  const judged = considered.map((node): Candidate => {
+    const base = {
+      node_id: node.node_id,
+      node_address: node.node_address,
+      last_txn_id: node.last_txn_id,
+      priority: node.priority,
+    };
+    const ineligible = (reason: string): Candidate => ({ ...base, eligible: false, reason });
+    if (!isFresh(node, config, now)) {
+      return ineligible(`heartbeat stale (${Math.round(heartbeatAgeMs(node, now))} ms old)`);
+    }
+    if (node.db_status === "down") return ineligible("database reported down");
+    if (!knownLineage) return ineligible("the old primary's replication lineage is unknown");
+    if (node.repl_id !== lineage.repl_id) {
+      return ineligible(
+        `foreign replication lineage ${node.repl_id || "(none)"}, expected ${lineage.repl_id}`,
+      );
+    }
+    if (node.priority === 0) return ineligible("priority 0 (never promote)");
+    const lag = reference - node.last_txn_id;
+    if (lag > config.maxLagOnFailover) {
+      return ineligible(`lag ${lag} exceeds maxLagOnFailover ${config.maxLagOnFailover}`);
+    }
+    return { ...base, eligible: true, reason: "eligible" };
+  });
+  return judged.sort(compareCandidates);
+}
+
+function compareCandidates(a: Candidate, b: Candidate): number {
+  if (a.eligible !== b.eligible) return a.eligible ? -1 : 1;
+  if (a.priority !== b.priority) return a.priority - b.priority;
+  if (a.last_txn_id !== b.last_txn_id) return b.last_txn_id - a.last_txn_id;
+  return a.node_id < b.node_id ? -1 : a.node_id > b.node_id ? 1 : 0;
+}
+
+function lineageOf(node: Heartbeat): Lineage {
+  return { node_id: node.node_id, repl_id: node.repl_id, last_txn_id: node.last_txn_id };
+}
+
+/**
+ * The lineage of a primary whose heartbeat item is gone: the one `repl_id` that all the nodes
+ * still naming it as their primary agree on; unknown when they disagree or none exists.
+ */
+function inferLineage(nodes: readonly Heartbeat[], primaryId: string | undefined): Lineage | undefined {
+  const followers = nodes.filter((node) => primaryId !== undefined && node.primary_node_id === primaryId);
+  const replIds = new Set(followers.map((node) => node.repl_id));
+  const [replId] = replIds;
+  if (replIds.size !== 1 || !replId) return undefined;
+  return {
+    node_id: primaryId,
+    repl_id: replId,
+    last_txn_id: Math.max(...followers.map((node) => node.last_txn_id)),
+  };
+}
+
+function refOf(candidate: Candidate): NodeRef {
+  return { node_id: candidate.node_id, node_address: candidate.node_address };
+}
+
+function describeCandidates(candidates: readonly Candidate[]): string {
+  if (candidates.length === 0) return "no other node reports a heartbeat";
+  return candidates.map((c) => `${c.node_id}: ${c.reason}`).join("; ");
+}
+
+function lockBlocks(snapshot: ShardSnapshot, now: number, options: DecideOptions): boolean {
+  const lock = snapshot.lock;
+  return lock !== undefined && lock.expires_at > now && lock.owner !== options.lockOwner;
+}
+
+function none(code: NoActionCode, reason: string, primaryStale = false): Decision {
+  return { kind: "none", code, primaryStale, reason };
+}
+
+/**
+ * Decides what the controller should do with one shard, from one snapshot. Always returns a
+ * reason sentence that the loop logs.
+ */
+export function decide(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  options: DecideOptions = {},
+): Decision {
+  const topology = snapshot.topology;
+  if (topology === undefined) return decideWithoutTopology(snapshot, config, now, options);
+
+  if (topology.status === "paused") {
+    return none("paused", `shard paused${topology.paused_reason ? `: ${topology.paused_reason}` : ""}`);
+  }
+  if (topology.status === "failing_over") return decideResume(snapshot, topology, now, options);
+  if (topology.cooldown_until !== undefined && now < topology.cooldown_until) {
+    const stale = topology.status === "online" && primaryStale(snapshot, topology, config, now);
+    return none(
+      "cooldown",
+      `in cool-down for ${topology.cooldown_until - now} ms more after the last change of primary` +
+        (stale ? "; the primary's heartbeat is stale but no automatic action is taken" : ""),
+      stale,
+    );
+  }
+  if (topology.status === "offline") return decideOffline(snapshot, topology, config, now, options);
+  return decideOnline(snapshot, topology, config, now, options);
+}
+
+function primaryHeartbeat(snapshot: ShardSnapshot, topology: Topology): Heartbeat | undefined {
+  return snapshot.nodes.find((node) => node.node_id === topology.primary_node_id);
+}
+
+function primaryStale(snapshot: ShardSnapshot, topology: Topology, config: FailoverConfig, now: number) {
+  const primary = primaryHeartbeat(snapshot, topology);
+  return primary === undefined || !isFresh(primary, config, now);
+}
+
+function decideWithoutTopology(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  options: DecideOptions,
+): Decision {
+  const primaries = snapshot.nodes.filter(
+    (node) => node.role === "primary" && node.db_status === "up" && isFresh(node, config, now),
+  );
+  if (primaries.length === 0) {
+    return none("no_topology", "no topology yet and no node reports itself primary with a fresh heartbeat");
+  }
+  if (primaries.length > 1) {
+    const ids = primaries.map((node) => node.node_id).join(", ");
+    return none("ambiguous_primary", `no topology yet and several nodes report themselves primary: ${ids}`);
+  }
+  const [primary] = primaries as [Heartbeat];
+  if (lockBlocks(snapshot, now, options)) {
+    return none("locked", "no topology yet; another controller holds the shard's lock");
+  }
+  // The topology epoch must not start below an epoch an agent has already applied.
+  const epoch = Math.max(0, ...snapshot.nodes.map((node) => node.epoch));
+  return {
+    kind: "initialize",
+    primary: { node_id: primary.node_id, node_address: primary.node_address },
+    epoch,
+    lineage: lineageOf(primary),
+    reason: `no topology yet; adopting ${primary.node_id}, the only node reporting itself primary`,
+  };
+}
+
+function decideResume(
+  snapshot: ShardSnapshot,
+  topology: Topology,
+  now: number,
+  options: DecideOptions,
+): Decision {
+  if (topology.failover === undefined) {
+    return none("inconsistent_topology", "shard is failing_over but the topology holds no failover state");
+  }
+  if (lockBlocks(snapshot, now, options)) {
+    return none(
+      "locked",
+      `${topology.failover.kind} to ${topology.failover.new_primary_node_id} in progress at epoch ${topology.epoch}` +
+        ` (phase ${topology.phase ?? "unknown"}); another controller holds the lock`,
+    );
+  }
+  return {
+    kind: "resume",
+    epoch: topology.epoch,
+    phase: topology.phase,
+    failover: topology.failover,
+    reason:
+      `${topology.failover.kind} to ${topology.failover.new_primary_node_id} at epoch ${topology.epoch} stopped` +
+      ` in phase ${topology.phase ?? "unknown"} and its lock is free; resuming`,
+  };
+}
+
+function decideOffline(
+  snapshot: ShardSnapshot,
+  topology: Topology,
+  config: FailoverConfig,
+  now: number,
+  options: DecideOptions,
+): Decision {
+  // The lineage stored when the shard went offline: a node that returns with another one (an
+  // empty restart, a foreign dataset) must never be promoted.
+  const lineage = topology.lineage;
+  const candidates = rankCandidates(snapshot.nodes, lineage, config, now);
+  const best = candidates[0];
+  if (best === undefined || !best.eligible || lineage === undefined) {
+    return none(
+      "offline_no_candidate",
+      `shard offline; no eligible node to bring it back (${describeCandidates(candidates)})`,
+    );
+  }
+  if (lockBlocks(snapshot, now, options)) {
+    return none(
+      "locked",
+      `shard offline and ${best.node_id} is eligible, but another controller holds the lock`,
+    );
+  }
+  return {
+    kind: "bring_online",
+    epoch: topology.epoch,
+    target: refOf(best),
+    candidates,
+    lineage,
+    reason: `shard offline and ${best.node_id} returned eligible (priority ${best.priority}, last_txn_id ${best.last_txn_id}); promoting it`,
+  };
+}
+
+function decideOnline(
+  snapshot: ShardSnapshot,
+  topology: Topology,
+  config: FailoverConfig,
+  now: number,
+  options: DecideOptions,
+): Decision {
+  const primaryId = topology.primary_node_id;
+  const primary = primaryHeartbeat(snapshot, topology);
+  if (primary !== undefined && isFresh(primary, config, now)) {
+    return none(
+      "healthy",
+      `primary ${primary.node_id} is fresh (database answered ${Math.max(0, Math.round(heartbeatAgeMs(primary, now)))} ms ago)`,
+    );
+  }
+  const staleness =
+    primary === undefined
+      ? `primary ${primaryId ?? "(none)"} has no heartbeat`
+      : `primary ${primary.node_id} is stale (database last answered ${Math.round(heartbeatAgeMs(primary, now))} ms ago` +
+        `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
+
+  const lineage = primary
+    ? lineageOf(primary)
+    : (topology.lineage ?? inferLineage(snapshot.nodes, primaryId));
+  const candidates = rankCandidates(snapshot.nodes, lineage, config, now, primaryId);
+  const best = candidates[0];
+  const anyEligible = best?.eligible === true && lineage !== undefined;
+
+  // Quorum: fresh replicas (database up) vote with their own view of the link to the primary.
+  // With no voter at all nobody can confirm the failure: that may only lead to offline (nobody
+  // eligible either), never to a promotion, unless the quorum mode is none.
+  const voters = snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== primaryId &&
+      node.role === "replica" &&
+      node.db_status === "up" &&
+      isFresh(node, config, now),
+  );
+  const down = voters.filter((node) => node.primary_link === "down").length;
+  const needed = quorumNeeded(config.quorum, voters.length);
+  const quorumMet = voters.length === 0 ? config.quorum === "none" || !anyEligible : down >= needed;
+  if (!quorumMet) {
+    return none(
+      "quorum_not_met",
+      `${staleness}, but only ${down} of ${voters.length} fresh replicas report the link down (quorum ${config.quorum} needs ${Math.max(needed, 1)}); not failing over`,
+      true,
+    );
+  }
+  const quorumText =
+    voters.length === 0
+      ? "no fresh replica to ask"
+      : `${down} of ${voters.length} fresh replicas report the link down`;
+
+  if (!anyEligible) {
+    if (lockBlocks(snapshot, now, options)) {
+      return none("locked", `${staleness}; another controller holds the lock`, true);
+    }
+    return {
+      kind: "mark_offline",
+      epoch: topology.epoch,
+      oldPrimary: primaryId,
+      candidates,
+      lineage,
+      reason: `${staleness}, ${quorumText}, and no node is eligible (${describeCandidates(candidates)}); marking the shard offline`,
+    };
+  }
+  if (lockBlocks(snapshot, now, options)) {
+    return none("locked", `${staleness}; another controller holds the lock`, true);
+  }
+  return {
+    kind: "failover",
+    epoch: topology.epoch,
+    oldPrimary: primaryId ?? "",
+    target: refOf(best),
+    candidates,
+    lineage,
+    reason: `${staleness}, ${quorumText}; promoting ${best.node_id} (priority ${best.priority}, last_txn_id ${best.last_txn_id})`,
+  };
+}
+
+/**
+ * Two decisions are "the same answer" when they would do the same thing: same kind, same
+ * epoch, same target. The orchestrator aborts when its re-read answers differently.
+ */
+export function sameDecision(a: Decision, b: Decision): boolean {
+  if (a.kind !== b.kind) return false;
+  if ("epoch" in a && "epoch" in b && a.epoch !== b.epoch) return false;
+  return targetOf(a) === targetOf(b);
+}
+
+export function targetOf(decision: Decision): string | undefined {
+  switch (decision.kind) {
+    case "failover":
+    case "bring_online":
+      return decision.target.node_id;
+    case "initialize":
+      return decision.primary.node_id;
+    case "resume":
+      return decision.failover.new_primary_node_id;
+    default:
+      return undefined;
+  }
+}
+
+export type SwitchoverPlan =
+  | { readonly kind: "refused"; readonly reason: string }
+  | {
+      readonly kind: "switchover";
+      readonly epoch: number;
+      readonly oldPrimary: NodeRef;
+      readonly target: NodeRef;
+      readonly candidates: readonly Candidate[];
+      readonly lineage: Lineage;
+      readonly reason: string;
+    };
+
+/**
+ * Plans an operator-requested switchover: the primary must be alive (writes are paused on it
+ * while the target catches up), the target eligible by the same rules as a failover. Cool-down
+ * does not apply (an operator asked); a paused shard may be switched over (maintenance).
+ */
+export function planSwitchover(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  request: { readonly to?: string; readonly lockOwner?: string },
+): SwitchoverPlan {
+  const topology = snapshot.topology;
+  if (topology === undefined) return { kind: "refused", reason: "the shard has no topology yet" };
+  if (topology.status !== "online" && topology.status !== "paused") {
+    return { kind: "refused", reason: `the shard is ${topology.status}; a switchover needs a live primary` };
+  }
+  if (lockBlocks(snapshot, now, { lockOwner: request.lockOwner })) {
+    return { kind: "refused", reason: "another controller holds the shard's lock" };
+  }
+  const primary = primaryHeartbeat(snapshot, topology);
+  if (primary === undefined || !isFresh(primary, config, now) || primary.db_status === "down") {
+    return { kind: "refused", reason: `primary ${topology.primary_node_id ?? "(none)"} is not alive` };
+  }
+  const lineage = lineageOf(primary);
+  const candidates = rankCandidates(snapshot.nodes, lineage, config, now, primary.node_id);
+  const chosen =
+    request.to === undefined
+      ? candidates[0]
+      : candidates.find((candidate) => candidate.node_id === request.to);
+  if (request.to === primary.node_id) {
+    return { kind: "refused", reason: `${request.to} is already the primary` };
+  }
+  if (chosen === undefined) {
+    return {
+      kind: "refused",
+      reason:
+        request.to === undefined ? "no other node reports a heartbeat" : `${request.to} has no heartbeat`,
+    };
+  }
+  if (!chosen.eligible) {
+    return { kind: "refused", reason: `${chosen.node_id} is not eligible: ${chosen.reason}` };
+  }
+  return {
+    kind: "switchover",
+    epoch: topology.epoch,
+    oldPrimary: { node_id: primary.node_id, node_address: primary.node_address },
+    target: refOf(chosen),
+    candidates,
+    lineage,
+    reason:
+      `switchover requested from ${primary.node_id} to ${chosen.node_id}` +
+      (request.to === undefined ? " (best eligible replica)" : ""),
+  };
+}

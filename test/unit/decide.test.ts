@@ -1,0 +1,479 @@
+import { describe, expect, it } from "vitest";
+import type { FailoverConfigInput } from "../../src/core/config.ts";
+import { type Decision, decide, planSwitchover, sameDecision } from "../../src/core/decide.ts";
+import type { ShardSnapshot } from "../../src/core/ports.ts";
+import { aConfig, aHealthyShard, aShard, aShardWithStalePrimary, LINEAGE, NOW } from "../support/builders.ts";
+
+interface Row {
+  readonly name: string;
+  readonly snapshot: () => ShardSnapshot;
+  readonly config?: FailoverConfigInput;
+  readonly now?: number;
+  readonly lockOwner?: string;
+  readonly expected: Record<string, unknown>;
+}
+
+/** Summarises a decision for comparison: kind, target, code. */
+function outcome(decision: Decision): Record<string, unknown> {
+  switch (decision.kind) {
+    case "none":
+      return { kind: "none", code: decision.code, primaryStale: decision.primaryStale };
+    case "failover":
+    case "bring_online":
+      return { kind: decision.kind, target: decision.target.node_id, epoch: decision.epoch };
+    case "initialize":
+      return { kind: "initialize", target: decision.primary.node_id, epoch: decision.epoch };
+    case "mark_offline":
+      return { kind: "mark_offline", epoch: decision.epoch };
+    case "resume":
+      return { kind: "resume", phase: decision.phase, target: decision.failover.new_primary_node_id };
+  }
+}
+
+function runRows(rows: readonly Row[]) {
+  it.each(rows)("$name", (row) => {
+    // Prepare
+    const snapshot = row.snapshot();
+    // Act
+    const decision = decide(snapshot, aConfig(row.config), row.now ?? NOW, { lockOwner: row.lockOwner });
+    // Assess
+    expect(outcome(decision)).toMatchObject(row.expected);
+    expect(decision.reason.length).toBeGreaterThan(10);
+  });
+}
+
+describe("decide: stale primary", () => {
+  runRows([
+    {
+      name: "takes no action while the primary's database answered recently",
+      snapshot: () => aHealthyShard().build(),
+      expected: { kind: "none", code: "healthy", primaryStale: false },
+    },
+    {
+      name: "counts a primary exactly failureTimeout old as fresh",
+      snapshot: () => aShardWithStalePrimary(3000).build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+    {
+      name: "fails over a primary one millisecond past failureTimeout",
+      snapshot: () => aShardWithStalePrimary(3001).build(),
+      expected: { kind: "failover", target: "r1", epoch: 3 },
+    },
+    {
+      name: "fails over a primary whose heartbeat item is missing",
+      snapshot: () => aShardWithStalePrimary().without("p1").build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "marks offline a primary whose heartbeat is missing when its replicas disagree on the lineage",
+      snapshot: () =>
+        aShardWithStalePrimary().without("p1").withNode({ node_id: "r2", repl_id: "other" }).build(),
+      expected: { kind: "mark_offline" },
+    },
+    {
+      name: "fails over a primary whose agent is alive but reports the database down",
+      snapshot: () =>
+        aShardWithStalePrimary(5000)
+          .withNode({ node_id: "p1", db_status: "down", agent_updated: NOW * 1000 })
+          .build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "waits the full failureTimeout even when the agent already reports the database down",
+      snapshot: () => aHealthyShard().withNode({ node_id: "p1", db_status: "down", ageMs: 1000 }).build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+  ]);
+});
+
+describe("decide: quorum", () => {
+  runRows([
+    {
+      name: "does not fail over under majority when the agent died but replicas still see the database",
+      snapshot: () => aHealthyShard().withNode({ node_id: "p1", ageMs: 20_000 }).build(),
+      expected: { kind: "none", code: "quorum_not_met", primaryStale: true },
+    },
+    {
+      name: "fails over under majority when 2 of 3 fresh replicas see the link down",
+      snapshot: () =>
+        aShardWithStalePrimary().withNode({ node_id: "r3", primary_link: "up", last_txn_id: 900 }).build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "waits under majority when only 1 of 3 fresh replicas sees the link down",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r2", primary_link: "up" })
+          .withNode({ node_id: "r3", primary_link: "up" })
+          .build(),
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+    {
+      name: "waits under all when one fresh replica still sees the link up",
+      config: { quorum: "all" },
+      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r2", primary_link: "up" }).build(),
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+    {
+      name: "fails over under all when every fresh replica sees the link down",
+      config: { quorum: "all" },
+      snapshot: () => aShardWithStalePrimary().build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "fails over under none even when every replica sees the link up",
+      config: { quorum: "none" },
+      snapshot: () => aHealthyShard().withNode({ node_id: "p1", ageMs: 20_000 }).build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "ignores the votes of replicas whose own heartbeat is stale",
+      snapshot: () =>
+        aShardWithStalePrimary().withNode({ node_id: "r2", primary_link: "up", ageMs: 10_000 }).build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "counts a replica with an unreported link as not down",
+      config: { quorum: "all" },
+      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r2", primary_link: undefined }).build(),
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+  ]);
+});
+
+describe("decide: eligible candidates and their order", () => {
+  runRows([
+    {
+      name: "prefers the better priority over a higher last_txn_id",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", priority: 100, last_txn_id: 1000 })
+          .withNode({ node_id: "r2", priority: 10, last_txn_id: 900 })
+          .build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "prefers the highest last_txn_id within one priority",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", last_txn_id: 970 })
+          .withNode({ node_id: "r2", last_txn_id: 995 })
+          .build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "breaks a full tie by node_id",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r2", last_txn_id: 990 })
+          .withNode({ node_id: "r0", last_txn_id: 990, primary_link: "down" })
+          .build(),
+      expected: { kind: "failover", target: "r0" },
+    },
+    {
+      name: "skips a candidate whose heartbeat is stale",
+      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", ageMs: 4000 }).build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "skips a candidate of a foreign replication lineage",
+      snapshot: () =>
+        aShardWithStalePrimary().withNode({ node_id: "r1", repl_id: "other", last_txn_id: 5000 }).build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "skips a candidate with priority 0",
+      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0 }).build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "skips a candidate lagging more than maxLagOnFailover behind the old primary",
+      config: { maxLagOnFailover: 15 },
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", last_txn_id: 984 })
+          .withNode({ node_id: "r2", last_txn_id: 985 })
+          .build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "measures lag against the most advanced replica of the lineage",
+      config: { maxLagOnFailover: 100 },
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", last_txn_id: 2000, priority: 200 })
+          .withNode({ node_id: "r2", last_txn_id: 1800 })
+          .build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "skips a candidate whose agent reports its database down",
+      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", db_status: "down" }).build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+  ]);
+
+  it("lists every node with the reason it is or is not eligible", () => {
+    // Prepare
+    const snapshot = aShardWithStalePrimary()
+      .withNode({ node_id: "r1", priority: 0 })
+      .withNode({ node_id: "r3", repl_id: "other", primary_link: "down" })
+      .build();
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+    // Assess
+    expect(decision.kind).toBe("failover");
+    if (decision.kind !== "failover") return;
+    expect(decision.candidates.map((c) => [c.node_id, c.eligible, c.reason])).toEqual([
+      ["r2", true, "eligible"],
+      ["r1", false, "priority 0 (never promote)"],
+      ["r3", false, `foreign replication lineage other, expected ${LINEAGE}`],
+    ]);
+    expect(decision.lineage).toEqual({ node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 });
+  });
+});
+
+describe("decide: no eligible candidate and offline shards", () => {
+  runRows([
+    {
+      name: "marks the shard offline when no node is eligible",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", priority: 0 })
+          .withNode({ node_id: "r2", repl_id: "x" })
+          .build(),
+      expected: { kind: "mark_offline", epoch: 3 },
+    },
+    {
+      name: "marks the shard offline when the primary is stale and no other node is fresh",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "mark_offline" },
+    },
+    {
+      name: "does not mark the shard offline while the quorum is not met",
+      snapshot: () =>
+        aHealthyShard()
+          .withNode({ node_id: "p1", ageMs: 9000 })
+          .withNode({ node_id: "r1", priority: 0 })
+          .withNode({ node_id: "r2", priority: 0 })
+          .build(),
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+    {
+      name: "keeps an offline shard offline while no node is eligible",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "brings an offline shard online with a node that returns eligible",
+      snapshot: () => aShardWithStalePrimary().offline().withNode({ node_id: "r1", ageMs: 9000 }).build(),
+      expected: { kind: "bring_online", target: "r2", epoch: 3 },
+    },
+    {
+      name: "brings an offline shard online with its old primary when it returns with its data",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode({ node_id: "p1", ageMs: 100 })
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "bring_online", target: "p1" },
+    },
+    {
+      name: "keeps an offline shard offline when a node returns with a foreign lineage (empty restart)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode({ node_id: "p1", ageMs: 100, repl_id: "fresh-start", last_txn_id: 0 })
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "keeps an offline shard offline when its lineage was never recorded",
+      snapshot: () => aShard().offline().withTopology({ lineage: undefined }).build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+  ]);
+});
+
+describe("decide: paused shards, cool-down and locks", () => {
+  runRows([
+    {
+      name: "takes no action on a paused shard even with a stale primary",
+      snapshot: () => aShardWithStalePrimary().paused().build(),
+      expected: { kind: "none", code: "paused" },
+    },
+    {
+      name: "takes no action during cool-down but reports the stale primary",
+      snapshot: () => aShardWithStalePrimary().coolingDown(60_000).build(),
+      expected: { kind: "none", code: "cooldown", primaryStale: true },
+    },
+    {
+      name: "fails over once the cool-down has passed",
+      snapshot: () => aShardWithStalePrimary().coolingDown(1000).build(),
+      now: NOW + 1000,
+      expected: { kind: "failover" },
+    },
+    {
+      name: "leaves a stale primary to the controller that holds the lock",
+      snapshot: () => aShardWithStalePrimary().lockedBy("someone-else").build(),
+      expected: { kind: "none", code: "locked", primaryStale: true },
+    },
+    {
+      name: "ignores an expired lock",
+      snapshot: () => aShardWithStalePrimary().lockedBy("someone-else", -1).build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "is not blocked by the caller's own lock",
+      snapshot: () => aShardWithStalePrimary().lockedBy("me").build(),
+      lockOwner: "me",
+      expected: { kind: "failover", target: "r1" },
+    },
+  ]);
+});
+
+describe("decide: a shard already failing over", () => {
+  runRows([
+    {
+      name: "resumes from the stored phase once the lock is free",
+      snapshot: () => aShardWithStalePrimary().failingOver("confirm", "r2").build(),
+      expected: { kind: "resume", phase: "confirm", target: "r2" },
+    },
+    {
+      name: "resumes after the previous controller's lock expired",
+      snapshot: () => aShardWithStalePrimary().failingOver("promote").lockedBy("dead-controller", -5).build(),
+      expected: { kind: "resume", phase: "promote", target: "r1" },
+    },
+    {
+      name: "resumes even during cool-down (an interrupted failover must finish)",
+      snapshot: () => aShardWithStalePrimary().failingOver("repoint").coolingDown().build(),
+      expected: { kind: "resume", phase: "repoint" },
+    },
+    {
+      name: "leaves a failover in progress to the controller holding the lock",
+      snapshot: () => aShardWithStalePrimary().failingOver("confirm").lockedBy("other").build(),
+      expected: { kind: "none", code: "locked" },
+    },
+    {
+      name: "reports a failing_over topology without failover state as inconsistent",
+      snapshot: () => aShard().withTopology({ status: "failing_over" }).build(),
+      expected: { kind: "none", code: "inconsistent_topology" },
+    },
+  ]);
+});
+
+describe("decide: shards without a topology", () => {
+  runRows([
+    {
+      name: "adopts the only node reporting itself primary, at the highest epoch any agent applied",
+      snapshot: () => aShard().withTopology(undefined).withNode({ node_id: "r2", epoch: 7 }).build(),
+      expected: { kind: "initialize", target: "p1", epoch: 7 },
+    },
+    {
+      name: "refuses to pick between two nodes reporting themselves primary",
+      snapshot: () => aShard().withTopology(undefined).withNode({ node_id: "r1", role: "primary" }).build(),
+      expected: { kind: "none", code: "ambiguous_primary" },
+    },
+    {
+      name: "waits while no node reports itself primary",
+      snapshot: () => aShard().withTopology(undefined).without("p1").build(),
+      expected: { kind: "none", code: "no_topology" },
+    },
+    {
+      name: "does not adopt a primary whose heartbeat is stale",
+      snapshot: () => aShardWithStalePrimary().withTopology(undefined).build(),
+      expected: { kind: "none", code: "no_topology" },
+    },
+  ]);
+});
+
+describe("sameDecision", () => {
+  it("treats the same target at the same epoch as the same answer", () => {
+    const a = decide(aShardWithStalePrimary().build(), aConfig(), NOW);
+    const b = decide(aShardWithStalePrimary().build(), aConfig(), NOW + 500);
+    expect(sameDecision(a, b)).toBe(true);
+  });
+
+  it("treats another target as a changed answer", () => {
+    const a = decide(aShardWithStalePrimary().build(), aConfig(), NOW);
+    const b = decide(
+      aShardWithStalePrimary().withNode({ node_id: "r1", ageMs: 9000 }).build(),
+      aConfig(),
+      NOW,
+    );
+    expect(sameDecision(a, b)).toBe(false);
+  });
+
+  it("treats a primary that came back as a changed answer", () => {
+    const a = decide(aShardWithStalePrimary().build(), aConfig(), NOW);
+    const b = decide(aShardWithStalePrimary().withNode({ node_id: "p1", ageMs: 10 }).build(), aConfig(), NOW);
+    expect(sameDecision(a, b)).toBe(false);
+  });
+
+  it("treats another epoch as a changed answer", () => {
+    const a = decide(aShardWithStalePrimary().build(), aConfig(), NOW);
+    const b = decide(aShardWithStalePrimary().withTopology({ epoch: 4 }).build(), aConfig(), NOW);
+    expect(sameDecision(a, b)).toBe(false);
+  });
+});
+
+describe("planSwitchover", () => {
+  it("picks the best eligible replica when no target is named", () => {
+    const plan = planSwitchover(aHealthyShard().build(), aConfig(), NOW, {});
+    expect(plan).toMatchObject({
+      kind: "switchover",
+      target: { node_id: "r1" },
+      oldPrimary: { node_id: "p1" },
+    });
+  });
+
+  it("uses the named target when it is eligible", () => {
+    const plan = planSwitchover(aHealthyShard().build(), aConfig(), NOW, { to: "r2" });
+    expect(plan).toMatchObject({ kind: "switchover", target: { node_id: "r2" } });
+  });
+
+  it("refuses a named target that is not eligible, saying why", () => {
+    const plan = planSwitchover(
+      aHealthyShard().withNode({ node_id: "r2", priority: 0 }).build(),
+      aConfig(),
+      NOW,
+      {
+        to: "r2",
+      },
+    );
+    expect(plan).toEqual({ kind: "refused", reason: "r2 is not eligible: priority 0 (never promote)" });
+  });
+
+  it("refuses when the primary is not alive (that is a failover's job)", () => {
+    const plan = planSwitchover(aShardWithStalePrimary().build(), aConfig(), NOW, {});
+    expect(plan).toMatchObject({ kind: "refused", reason: "primary p1 is not alive" });
+  });
+
+  it("refuses while a failover is in progress", () => {
+    const plan = planSwitchover(aShardWithStalePrimary().failingOver("confirm").build(), aConfig(), NOW, {});
+    expect(plan.kind).toBe("refused");
+  });
+
+  it("refuses to switch over to the current primary", () => {
+    const plan = planSwitchover(aHealthyShard().build(), aConfig(), NOW, { to: "p1" });
+    expect(plan).toEqual({ kind: "refused", reason: "p1 is already the primary" });
+  });
+
+  it("ignores the cool-down (an operator asked)", () => {
+    const plan = planSwitchover(aHealthyShard().coolingDown().build(), aConfig(), NOW, {});
+    expect(plan.kind).toBe("switchover");
+  });
+});
