@@ -129,6 +129,48 @@ function malformedFrom(sk: string, error: z.ZodError): MalformedItem {
   };
 }
 
+/**
+ * Types the items of one shard partition. Each item is parsed with its schema; one that fails is
+ * left out and reported in `malformed` with its sort key, first failing field and every reason.
+ */
+export function snapshotFromItems(shard: string, items: readonly Record<string, unknown>[]): ShardSnapshot {
+  const nodes: Heartbeat[] = [];
+  const replicaSets: Record<string, readonly string[]> = {};
+  const malformed: MalformedItem[] = [];
+  let topology: Topology | undefined;
+  let lock: Lock | undefined;
+  for (const item of items) {
+    const sk = String(item.sk);
+    if (sk.startsWith("NODE#")) {
+      const parsed = heartbeatSchema.safeParse(item);
+      if (!parsed.success) malformed.push(malformedFrom(sk, parsed.error));
+      else if (keys.node(parsed.data.node_id) !== sk || parsed.data.shard !== shard) {
+        malformed.push({
+          sk,
+          field: "node_id",
+          reason: `node_id/shard (${parsed.data.node_id}/${parsed.data.shard}) do not match the item's key`,
+        });
+      } else nodes.push(parsed.data);
+    } else if (sk.startsWith("REPLICAS#")) {
+      const parsed = replicaSetItemSchema.safeParse(item);
+      if (!parsed.success) malformed.push(malformedFrom(sk, parsed.error));
+      else replicaSets[sk.slice("REPLICAS#".length)] = [...(parsed.data.replicas ?? [])].sort();
+    } else if (sk === keys.lock) {
+      const parsed = lockSchema.safeParse(item);
+      if (!parsed.success) malformed.push(malformedFrom(sk, parsed.error));
+      else lock = parsed.data;
+    } else if (sk === keys.topology) {
+      const parsed = topologySchema.safeParse(item);
+      if (!parsed.success) malformed.push(malformedFrom(sk, parsed.error));
+      else topology = parsed.data;
+    } else {
+      malformed.push({ sk, field: "sk", reason: "unknown item type in a shard partition" });
+    }
+  }
+  nodes.sort((a, b) => a.node_id.localeCompare(b.node_id));
+  return { shard, nodes, replicaSets, topology, lock, malformed };
+}
+
 export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore {
   async put(heartbeat: HeartbeatInput): Promise<void> {
     const parsed = heartbeatSchema.safeParse(heartbeat);
@@ -180,7 +222,11 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
       items.push(...(page.Items ?? []));
       startKey = page.LastEvaluatedKey;
     } while (startKey);
-    return this.#classify(shard, items);
+    const snapshot = snapshotFromItems(shard, items);
+    for (const bad of snapshot.malformed) {
+      this.logger.warn("malformed item left out of the shard snapshot", { shard, ...bad });
+    }
+    return snapshot;
   }
 
   async deleteNode(shard: string, nodeId: string): Promise<void> {
@@ -197,49 +243,6 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
         }),
       ),
     );
-  }
-
-  #classify(shard: string, items: Record<string, unknown>[]): ShardSnapshot {
-    const nodes: Heartbeat[] = [];
-    const replicaSets: Record<string, readonly string[]> = {};
-    const malformed: MalformedItem[] = [];
-    let topology: Topology | undefined;
-    let lock: Lock | undefined;
-    const reject = (bad: MalformedItem) => {
-      malformed.push(bad);
-      this.logger.warn("malformed item left out of the shard snapshot", { shard, ...bad });
-    };
-    for (const item of items) {
-      const sk = String(item.sk);
-      if (sk.startsWith("NODE#")) {
-        const parsed = heartbeatSchema.safeParse(item);
-        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
-        else if (keys.node(parsed.data.node_id) !== sk || parsed.data.shard !== shard) {
-          reject({
-            sk,
-            field: "node_id",
-            reason: `node_id/shard (${parsed.data.node_id}/${parsed.data.shard}) do not match the key`,
-          });
-        } else nodes.push(parsed.data);
-      } else if (sk.startsWith("REPLICAS#")) {
-        const primary = sk.slice("REPLICAS#".length);
-        const parsed = replicaSetItemSchema.safeParse(item);
-        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
-        else replicaSets[primary] = [...(parsed.data.replicas ?? [])].sort();
-      } else if (sk === keys.lock) {
-        const parsed = lockSchema.safeParse(item);
-        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
-        else lock = parsed.data;
-      } else if (sk === keys.topology) {
-        const parsed = topologySchema.safeParse(item);
-        if (!parsed.success) reject(malformedFrom(sk, parsed.error));
-        else topology = parsed.data;
-      } else {
-        reject({ sk, field: "sk", reason: "unknown item type in a shard partition" });
-      }
-    }
-    nodes.sort((a, b) => a.node_id.localeCompare(b.node_id));
-    return { shard, nodes, replicaSets, topology, lock, malformed };
   }
 }
 
