@@ -1,0 +1,114 @@
+import { ArnFormat, Stack, Token } from "aws-cdk-lib";
+import { PolicyStatement } from "aws-cdk-lib/aws-iam";
+import type { IConstruct } from "constructs";
+import { ConfigurationError } from "../src/core/errors.ts";
+import { ID_PATTERN } from "../src/core/model.ts";
+import { keys } from "../src/core/table.ts";
+
+/** One node's agent: the shard it serves and its node id. */
+export interface AgentIdentity {
+  readonly shard: string;
+  readonly node: string;
+}
+
+/**
+ * Queues are created by the agents themselves, idempotently, under the prefix (the SQS adapter's
+ * `ensureQueue`): a new node needs no redeploy, and the same agent code runs against LocalStack and the
+ * local emulator. The construct therefore only fixes the naming and what each party may do with it.
+ */
+export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity) {
+  const queue = `${queuePrefix}-${identity.shard}-${identity.node}`;
+  return { queue, deadLetterQueue: `${queue}-dlq` };
+}
+
+/** Reads and writes in the agent's own shard partition: heartbeat, replica set, topology (read). */
+export const AGENT_SHARD_ACTIONS = [
+  "dynamodb:GetItem",
+  "dynamodb:Query",
+  "dynamodb:PutItem",
+  "dynamodb:UpdateItem",
+  "dynamodb:DeleteItem",
+] as const;
+/** Registration of the shard in the shard index (`pk = SHARDS`), so the controller finds it. */
+export const AGENT_SHARD_INDEX_ACTIONS = ["dynamodb:PutItem"] as const;
+/** Idempotent creation of the node's own queue and dead-letter queue. */
+export const AGENT_QUEUE_SETUP_ACTIONS = [
+  "sqs:CreateQueue",
+  "sqs:GetQueueUrl",
+  "sqs:GetQueueAttributes",
+  "sqs:SetQueueAttributes",
+] as const;
+/** Consuming commands from the node's own queue only. */
+export const AGENT_QUEUE_CONSUME_ACTIONS = [
+  "sqs:ReceiveMessage",
+  "sqs:DeleteMessage",
+  "sqs:ChangeMessageVisibility",
+] as const;
+
+/** Throws a ConfigurationError naming `shard` or `node` when either is not a valid id. */
+export function validateIdentity(identity: AgentIdentity): void {
+  const problems: string[] = [];
+  for (const field of ["shard", "node"] as const) {
+    const value = identity[field];
+    if (!Token.isUnresolved(value) && !ID_PATTERN.test(value)) {
+      problems.push(
+        `${field}: "${value}" must be 1-24 letters, digits, '-' or '_', starting with a letter or digit`,
+      );
+    }
+  }
+  if (problems.length > 0) throw new ConfigurationError(`Shardguard agent: ${problems.join("; ")}`);
+}
+
+export interface AgentPolicyTarget extends AgentIdentity {
+  readonly tableArn: string;
+  readonly queuePrefix: string;
+}
+
+/**
+ * The statements of one agent's policy.
+ *
+ * `dynamodb:LeadingKeys` constrains the partition key only: the agent may write any item of its own
+ * shard's partition (`SHARD#<shard>`) but nothing of another shard. Sort keys cannot be constrained by
+ * IAM, so the heartbeat-only rule inside the partition is kept by the agent's code, and the controller's
+ * conditional writes (epoch compare-and-set, lock owner) keep a misbehaving agent from forging a
+ * failover. The shard index lives in another partition (`SHARDS`), so it gets a second statement with
+ * PutItem only: an agent can add an index entry, never read, change the controller's items or delete.
+ * `ForAllValues` is safe here because no granted action can run without a partition key (no Scan, no
+ * batch operations).
+ */
+export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarget): PolicyStatement[] {
+  validateIdentity(target);
+  const stack = Stack.of(scope);
+  const queueArn = (name: string) =>
+    stack.formatArn({ service: "sqs", resource: name, arnFormat: ArnFormat.NO_RESOURCE_NAME });
+  const names = nodeQueueNames(target.queuePrefix, target);
+  return [
+    new PolicyStatement({
+      sid: "OwnShardPartition",
+      actions: [...AGENT_SHARD_ACTIONS],
+      resources: [target.tableArn],
+      conditions: {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.shardPk(target.shard)] },
+      },
+    }),
+    new PolicyStatement({
+      sid: "RegisterShardInIndex",
+      actions: [...AGENT_SHARD_INDEX_ACTIONS],
+      resources: [target.tableArn],
+      conditions: {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.shardIndexPk] },
+      },
+    }),
+    new PolicyStatement({
+      sid: "CreateOwnQueues",
+      actions: [...AGENT_QUEUE_SETUP_ACTIONS],
+      // Exact names, not `<queue>*`: node "n1" must not match node "n10"'s queue.
+      resources: [queueArn(names.queue), queueArn(names.deadLetterQueue)],
+    }),
+    new PolicyStatement({
+      sid: "ConsumeOwnQueue",
+      actions: [...AGENT_QUEUE_CONSUME_ACTIONS],
+      resources: [queueArn(names.queue)],
+    }),
+  ];
+}

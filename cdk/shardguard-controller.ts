@@ -1,0 +1,461 @@
+import path from "node:path";
+import { ArnFormat, Duration, Stack, Token, Validations } from "aws-cdk-lib";
+import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
+import * as dynamodb from "aws-cdk-lib/aws-dynamodb";
+import * as events from "aws-cdk-lib/aws-events";
+import * as targets from "aws-cdk-lib/aws-events-targets";
+import * as iam from "aws-cdk-lib/aws-iam";
+import * as lambda from "aws-cdk-lib/aws-lambda";
+import { SqsDestination } from "aws-cdk-lib/aws-lambda-destinations";
+import { NodejsFunction, OutputFormat } from "aws-cdk-lib/aws-lambda-nodejs";
+import * as logs from "aws-cdk-lib/aws-logs";
+import * as sqs from "aws-cdk-lib/aws-sqs";
+import { Construct } from "constructs";
+import { ENV } from "../src/config/env.ts";
+import type { FailoverConfig } from "../src/core/config.ts";
+import type { EventPublisher } from "../src/core/ports.ts";
+import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
+import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
+import {
+  PACKAGE_ROOT,
+  type ResolvedControllerProps,
+  resolveControllerProps,
+  type ShardguardControllerProps,
+} from "./controller-props.ts";
+import { ShardguardNode, type ShardguardNodeOptions } from "./shardguard-node.ts";
+
+export type { ShardguardControllerProps } from "./controller-props.ts";
+
+/** `source` of every event the controller publishes. */
+export const EVENT_SOURCE = "shardguard";
+export type ShardguardEventType = Parameters<EventPublisher["publish"]>[0];
+export const EVENT_TYPES = [
+  "FailoverStarted",
+  "FailoverCompleted",
+  "FailoverAborted",
+  "ShardOffline",
+  "ShardOnline",
+] as const satisfies readonly ShardguardEventType[];
+
+/** Powertools metrics of the controller. */
+export const METRICS_NAMESPACE = "Shardguard";
+export const CONTROLLER_SERVICE_NAME = "shardguard-controller";
+export const CONTROLLER_METRICS = [
+  "staleHeartbeatDetected",
+  "failoverStarted",
+  "failoverCompleted",
+  "failoverAborted",
+  "shardOffline",
+] as const;
+export type ControllerMetricName = (typeof CONTROLLER_METRICS)[number];
+
+/** What the controller does with the table: snapshot queries, lock, topology CAS, history, cleanup. */
+export const CONTROLLER_TABLE_ACTIONS = [
+  "dynamodb:GetItem",
+  "dynamodb:Query",
+  "dynamodb:PutItem",
+  "dynamodb:UpdateItem",
+  "dynamodb:DeleteItem",
+] as const;
+/** Sending PROMOTE / REPLICAOF to a node's queue, which the agent created. */
+export const CONTROLLER_QUEUE_ACTIONS = ["sqs:GetQueueUrl", "sqs:SendMessage"] as const;
+/** What an operator's CLI reads for `status` and `history`. */
+export const OPERATOR_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"] as const;
+
+/**
+ * Shardguard's control plane in one construct: the coordination table, the controller Lambda and
+ * its one-minute schedule, the IAM grants for agents and operators, alarms and a dashboard.
+ *
+ * Queues: every agent creates its own queue and dead-letter queue under `queuePrefix` (see
+ * agent-policy.ts); the construct grants the controller send rights on that prefix and, per node
+ * registered with `addNode`, an agent policy and a dead-letter alarm.
+ */
+export class ShardguardController extends Construct {
+  public readonly table: dynamodb.Table;
+  public readonly controllerFunction: NodejsFunction;
+  public readonly controllerRole: iam.Role;
+  public readonly controllerLogGroup: logs.LogGroup;
+  public readonly schedule: events.Rule;
+  /** Receives scheduled invocations EventBridge could not deliver and invocations that failed. */
+  public readonly controllerFailureQueue: sqs.Queue;
+  public readonly eventBus: events.IEventBus;
+  public readonly queuePrefix: string;
+  /** The validated failover configuration the controller runs with. */
+  public readonly config: FailoverConfig;
+  public readonly failoverAlarm: cloudwatch.Alarm;
+  public readonly shardOfflineAlarm: cloudwatch.Alarm;
+  public readonly controllerErrorsAlarm: cloudwatch.Alarm;
+  public readonly controllerThrottlesAlarm: cloudwatch.Alarm;
+  public readonly controllerNotRunningAlarm: cloudwatch.Alarm;
+  public readonly controllerFailureQueueAlarm: cloudwatch.Alarm;
+  public readonly dashboard: cloudwatch.Dashboard;
+
+  private readonly resolved: ResolvedControllerProps;
+  private readonly alarms: cloudwatch.Alarm[] = [];
+  private nodeDeadLetterWidget: cloudwatch.GraphWidget | undefined;
+
+  constructor(scope: Construct, id: string, props: ShardguardControllerProps = {}) {
+    super(scope, id);
+    const resolved = resolveControllerProps(props);
+    this.resolved = resolved;
+    this.config = resolved.config;
+    this.queuePrefix = resolved.queuePrefix;
+
+    this.table = this.createTable(props.tableName, resolved);
+    this.eventBus = props.eventBus ?? events.EventBus.fromEventBusName(this, "DefaultEventBus", "default");
+    this.controllerFailureQueue = new sqs.Queue(this, "ControllerFailures", {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(14),
+    });
+    Validations.of(this.controllerFailureQueue).acknowledge({
+      id: "AwsSolutions-SQS3",
+      reason:
+        "This queue is itself the dead-letter destination of the controller's schedule and async invocations; nothing consumes it, an alarm watches its depth.",
+    });
+
+    this.controllerLogGroup = new logs.LogGroup(this, "ControllerLogs", {
+      retention: resolved.logRetention,
+    });
+    this.controllerRole = this.createControllerRole();
+    this.controllerFunction = this.createControllerFunction(resolved);
+    this.schedule = new events.Rule(this, "Schedule", {
+      description:
+        "Starts the Shardguard controller; each invocation loops at tickInterval until its timeout.",
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [
+        new targets.LambdaFunction(this.controllerFunction, {
+          deadLetterQueue: this.controllerFailureQueue,
+          retryAttempts: 2,
+          maxEventAge: Duration.minutes(1),
+        }),
+      ],
+    });
+    this.grantControllerPermissions();
+
+    this.failoverAlarm = this.metricAlarm("FailoverAlarm", this.metricController("failoverStarted"), {
+      description: "Shardguard started a failover of a shard (see the FailoverStarted event for which).",
+    });
+    this.shardOfflineAlarm = this.metricAlarm("ShardOfflineAlarm", this.metricController("shardOffline"), {
+      description: "Shardguard marked a shard offline: its primary is stale and no replica is eligible.",
+    });
+    this.controllerErrorsAlarm = this.metricAlarm(
+      "ControllerErrorsAlarm",
+      this.controllerFunction.metricErrors({ period: Duration.minutes(5), statistic: "Sum" }),
+      { description: "A Shardguard controller invocation failed." },
+    );
+    this.controllerThrottlesAlarm = this.metricAlarm(
+      "ControllerThrottlesAlarm",
+      this.controllerFunction.metricThrottles({ period: Duration.minutes(5), statistic: "Sum" }),
+      {
+        description:
+          "A Shardguard controller invocation was throttled: more than the reserved concurrency overlap.",
+      },
+    );
+    this.controllerNotRunningAlarm = this.metricAlarm(
+      "ControllerNotRunningAlarm",
+      this.controllerFunction.metricInvocations({ period: Duration.minutes(5), statistic: "Sum" }),
+      {
+        description: "The Shardguard controller has not run for 5 minutes: no failover can happen.",
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      },
+    );
+    this.controllerFailureQueueAlarm = this.metricAlarm(
+      "ControllerFailureQueueAlarm",
+      this.controllerFailureQueue.metricApproximateNumberOfMessagesVisible({
+        period: Duration.minutes(5),
+        statistic: "Maximum",
+      }),
+      { description: "The controller's dead-letter queue holds failed or undelivered invocations." },
+    );
+
+    this.dashboard = this.createDashboard(props.dashboardName);
+  }
+
+  /**
+   * A node the stack knows about: a managed policy for its agent (attached to `role` when given)
+   * and an alarm on its dead-letter queue. The agent still creates its queues itself.
+   */
+  public addNode(options: ShardguardNodeOptions): ShardguardNode {
+    validateIdentity(options);
+    const node = new ShardguardNode(this, `Node-${options.shard}-${options.node}`, {
+      ...options,
+      controller: this,
+      alarmActions: this.resolved.alarmActions,
+    });
+    if (!this.nodeDeadLetterWidget) {
+      this.nodeDeadLetterWidget = new cloudwatch.GraphWidget({
+        title: "Node dead-letter queues (messages; each node has an alarm at 1)",
+        leftAnnotations: [{ value: 1, label: "alarm" }],
+        width: 24,
+      });
+      this.dashboard.addWidgets(this.nodeDeadLetterWidget);
+    }
+    this.nodeDeadLetterWidget.addLeftMetric(node.metricDeadLetterMessages());
+    return node;
+  }
+
+  /** The agent statements (see agent-policy.ts) for one node, added to `grantee`'s policy. */
+  public grantAgent(grantee: iam.IGrantable, identity: AgentIdentity): iam.Grant {
+    const statements = this.agentPolicyStatements(identity);
+    return statements
+      .map((statement) =>
+        iam.Grant.addToPrincipal({
+          grantee,
+          actions: statement.actions,
+          resourceArns: statement.resources,
+          conditions: statement.conditions,
+        }),
+      )
+      .reduce((all, grant) => all.combine(grant));
+  }
+
+  public agentPolicyStatements(identity: AgentIdentity): iam.PolicyStatement[] {
+    return agentPolicyStatements(this, {
+      ...identity,
+      tableArn: this.table.tableArn,
+      queuePrefix: this.queuePrefix,
+    });
+  }
+
+  /**
+   * What the `shardguard` CLI needs: invoke the controller (switchover, pause, resume go through it,
+   * so they take the same lock) and read the table (status, history). Identity policy only, on the
+   * unqualified function ARN the CLI calls.
+   */
+  public grantOperatorInvoke(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ["lambda:InvokeFunction"],
+      resourceArns: [this.controllerFunction.functionArn],
+    }).combine(this.table.grant(grantee, ...OPERATOR_TABLE_ACTIONS));
+  }
+
+  /** A rule on the event bus for Shardguard's events (all types unless narrowed). */
+  public onShardguardEvent(
+    id: string,
+    options: {
+      readonly target?: events.IRuleTarget;
+      readonly detailTypes?: readonly ShardguardEventType[];
+    } = {},
+  ): events.Rule {
+    return new events.Rule(this, id, {
+      eventBus: this.eventBus,
+      eventPattern: { source: [EVENT_SOURCE], detailType: [...(options.detailTypes ?? EVENT_TYPES)] },
+      targets: options.target ? [options.target] : [],
+    });
+  }
+
+  /**
+   * One of the controller's metrics summed over every dimension set it is published with (Metrics
+   * Insights), so the alarm does not depend on which dimensions the handler adds.
+   */
+  public metricController(metric: ControllerMetricName, period = Duration.minutes(1)): cloudwatch.IMetric {
+    return new cloudwatch.MathExpression({
+      expression: `SELECT SUM(${metric}) FROM ${METRICS_NAMESPACE}`,
+      label: metric,
+      period,
+      usingMetrics: {},
+    });
+  }
+
+  private createTable(tableName: string | undefined, resolved: ResolvedControllerProps): dynamodb.Table {
+    // Keys come from the definition the local stack creates, so the two cannot drift apart.
+    const definition = tableDefinition(tableName ?? "unused");
+    const attribute = (keyType: "HASH" | "RANGE"): dynamodb.Attribute => {
+      const name = definition.KeySchema.find((key) => key.KeyType === keyType)?.AttributeName;
+      const type = definition.AttributeDefinitions.find((a) => a.AttributeName === name)?.AttributeType;
+      if (!name || type !== "S") throw new Error(`table definition has no string ${keyType} key`);
+      return { name, type: dynamodb.AttributeType.STRING };
+    };
+    return new dynamodb.Table(this, "Table", {
+      tableName,
+      partitionKey: attribute("HASH"),
+      sortKey: attribute("RANGE"),
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      pointInTimeRecoverySpecification: {
+        pointInTimeRecoveryEnabled: true,
+        recoveryPeriodInDays: resolved.pointInTimeRecoveryPeriod.toDays(),
+      },
+      timeToLiveAttribute: TTL_ATTRIBUTE,
+      deletionProtection: resolved.deletionProtection,
+      removalPolicy: resolved.removalPolicy,
+    });
+  }
+
+  private createControllerRole(): iam.Role {
+    const role = new iam.Role(this, "ControllerRole", {
+      assumedBy: new iam.ServicePrincipal("lambda.amazonaws.com"),
+      description: "Shardguard controller: coordination table, command queues, events, its own logs.",
+    });
+    // Instead of the AWSLambdaBasicExecutionRole managed policy: this log group only.
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ["logs:CreateLogStream", "logs:PutLogEvents"],
+        resources: [this.controllerLogGroup.logGroupArn],
+      }),
+    );
+    return role;
+  }
+
+  private createControllerFunction(resolved: ResolvedControllerProps): NodejsFunction {
+    const environment: Record<string, string> = {
+      [ENV.table]: this.table.tableName,
+      [ENV.queuePrefix]: resolved.queuePrefix,
+      [ENV.eventBusName]: this.eventBus.eventBusName,
+      POWERTOOLS_SERVICE_NAME: CONTROLLER_SERVICE_NAME,
+      POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+      NODE_OPTIONS: "--enable-source-maps",
+    };
+    for (const [field, value] of Object.entries(resolved.config)) {
+      environment[ENV[field as keyof FailoverConfig]] = String(value);
+    }
+    return new NodejsFunction(this, "Controller", {
+      description: "Shardguard controller: detects stale primaries and orchestrates failovers.",
+      entry: resolved.controllerEntry,
+      handler: "handler",
+      projectRoot: PACKAGE_ROOT,
+      depsLockFilePath: path.join(PACKAGE_ROOT, "package-lock.json"),
+      runtime: lambda.Runtime.NODEJS_24_X,
+      architecture: lambda.Architecture.ARM_64,
+      // Sizing for the in-invocation loop (see docs/deploy.md):
+      // - timeout 75 s: the handler ticks until shortly before it, and the schedule starts the next
+      //   invocation every 60 s, so consecutive invocations overlap by several seconds. The overlap
+      //   absorbs schedule jitter and the next cold start, so detection never pauses; two controllers
+      //   at once are safe because every failover runs under the shard's conditional-write lock.
+      // - reserved concurrency 2: exactly that overlap, and a cap on runaway invocations (a retry
+      //   storm cannot fan out into many controllers or eat the account's concurrency).
+      // - 512 MB: the loop is I/O-bound, but signing, TLS and parsing every shard's items each tick
+      //   are CPU work, and Lambda CPU scales with memory; 512 MB keeps a tick's CPU time well under
+      //   tickInterval at tens of shards for about twice the cost of 256 MB.
+      timeout: resolved.controllerTimeout,
+      reservedConcurrentExecutions: resolved.controllerReservedConcurrency,
+      memorySize: resolved.controllerMemorySize,
+      role: this.controllerRole,
+      logGroup: this.controllerLogGroup,
+      environment,
+      // The next scheduled invocation is the retry: a Lambda retry would overlap it and be throttled.
+      retryAttempts: 0,
+      maxEventAge: Duration.minutes(1),
+      onFailure: new SqsDestination(this.controllerFailureQueue),
+      bundling: {
+        // Local esbuild from node_modules, never Docker.
+        forceDockerBundling: false,
+        format: OutputFormat.ESM,
+        target: "node24",
+        mainFields: ["module", "main"],
+        // Bundled CommonJS dependencies call require(); give the ES module one.
+        banner:
+          "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+        // Bundle the SDK too: the exact versions the tests ran, not whatever the runtime ships.
+        externalModules: [],
+        minify: true,
+        sourceMap: true,
+        sourcesContent: false,
+      },
+    });
+  }
+
+  private grantControllerPermissions(): void {
+    this.table.grant(this.controllerRole, ...CONTROLLER_TABLE_ACTIONS);
+    const queuesUnderPrefix = Stack.of(this).formatArn({
+      service: "sqs",
+      resource: `${this.queuePrefix}-*`,
+      arnFormat: ArnFormat.NO_RESOURCE_NAME,
+    });
+    this.controllerRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: [...CONTROLLER_QUEUE_ACTIONS], resources: [queuesUnderPrefix] }),
+    );
+    this.eventBus.grantPutEventsTo(this.controllerRole);
+
+    // cdk-nag names the finding after the ARN as it appears in the template: pseudo parameters for
+    // an environment-agnostic stack, literals where the stack's account or region is known.
+    const stack = Stack.of(this);
+    const literalOr = (value: string, pseudo: string) =>
+      Token.isUnresolved(value) ? `<AWS::${pseudo}>` : value;
+    const nagArn = `arn:${literalOr(stack.partition, "Partition")}:sqs:${literalOr(stack.region, "Region")}:${literalOr(stack.account, "AccountId")}:${this.queuePrefix}-*`;
+    Validations.of(this.controllerRole.node.findChild("DefaultPolicy")).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::${nagArn}]`,
+      reason:
+        "Agents create their command queues at run time under the queue prefix (one per node), so the controller's SendMessage is scoped to the prefix rather than to queue ARNs known at deploy time.",
+    });
+  }
+
+  private metricAlarm(
+    id: string,
+    metric: cloudwatch.IMetric,
+    options: {
+      readonly description: string;
+      readonly comparisonOperator?: cloudwatch.ComparisonOperator;
+      readonly treatMissingData?: cloudwatch.TreatMissingData;
+    },
+  ): cloudwatch.Alarm {
+    const alarm = new cloudwatch.Alarm(this, id, {
+      metric,
+      alarmDescription: options.description,
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator:
+        options.comparisonOperator ?? cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: options.treatMissingData ?? cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+    for (const action of this.resolved.alarmActions) alarm.addAlarmAction(action);
+    this.alarms.push(alarm);
+    return alarm;
+  }
+
+  private createDashboard(dashboardName: string | undefined): cloudwatch.Dashboard {
+    const fn = this.controllerFunction;
+    const fiveMinutes = { period: Duration.minutes(5) };
+    const dashboard = new cloudwatch.Dashboard(this, "Dashboard", { dashboardName });
+    dashboard.addWidgets(
+      new cloudwatch.AlarmStatusWidget({ title: "Controller alarms", alarms: this.alarms, width: 24 }),
+    );
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: "Failovers (all shards)",
+        left: CONTROLLER_METRICS.map((metric) => this.metricController(metric, Duration.minutes(5))),
+        width: 12,
+      }),
+      new cloudwatch.GraphWidget({
+        title: "Controller invocations",
+        left: [
+          fn.metricInvocations({ ...fiveMinutes, statistic: "Sum" }),
+          fn.metricErrors({ ...fiveMinutes, statistic: "Sum" }),
+          fn.metricThrottles({ ...fiveMinutes, statistic: "Sum" }),
+        ],
+        right: [fn.metricDuration({ ...fiveMinutes, statistic: "Maximum" })],
+        width: 12,
+      }),
+    );
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: "Coordination table: throttled requests",
+        left: [
+          this.table.metricThrottledRequestsForOperations({ ...fiveMinutes, operations: TABLE_OPERATIONS }),
+        ],
+        width: 8,
+      }),
+      new cloudwatch.GraphWidget({
+        title: "Coordination table: system errors",
+        left: [this.table.metricSystemErrorsForOperations({ ...fiveMinutes, operations: TABLE_OPERATIONS })],
+        width: 8,
+      }),
+      new cloudwatch.GraphWidget({
+        title: "Controller dead-letter queue (messages)",
+        left: [this.controllerFailureQueue.metricApproximateNumberOfMessagesVisible(fiveMinutes)],
+        width: 8,
+      }),
+    );
+    return dashboard;
+  }
+}
+
+const TABLE_OPERATIONS = [
+  dynamodb.Operation.GET_ITEM,
+  dynamodb.Operation.QUERY,
+  dynamodb.Operation.PUT_ITEM,
+  dynamodb.Operation.UPDATE_ITEM,
+  dynamodb.Operation.DELETE_ITEM,
+];

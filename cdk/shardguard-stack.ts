@@ -1,0 +1,85 @@
+import { CfnOutput, Stack, type StackProps } from "aws-cdk-lib";
+import { SnsAction } from "aws-cdk-lib/aws-cloudwatch-actions";
+import * as iam from "aws-cdk-lib/aws-iam";
+import * as sns from "aws-cdk-lib/aws-sns";
+import type { Construct } from "constructs";
+import { ENV } from "../src/config/env.ts";
+import { ConfigurationError } from "../src/core/errors.ts";
+import type { AgentIdentity } from "./agent-policy.ts";
+import { ShardguardController, type ShardguardControllerProps } from "./shardguard-controller.ts";
+
+export interface ShardguardStackProps extends StackProps {
+  /** Props of the controller construct (alarm actions are derived from `alarmTopicArn`). */
+  readonly controller?: Omit<ShardguardControllerProps, "alarmActions">;
+  /**
+   * Nodes whose agents get a managed policy (its ARN is an output) and a dead-letter alarm.
+   * @default - none
+   */
+  readonly nodes?: readonly AgentIdentity[];
+  /**
+   * SNS topic every alarm notifies.
+   * @default - alarms without actions
+   */
+  readonly alarmTopicArn?: string;
+}
+
+/** The deployable Shardguard stack: the controller construct plus what operators and agents need to find. */
+export class ShardguardStack extends Stack {
+  public readonly controller: ShardguardController;
+  /** Role operators assume to run `shardguard status/history/switchover/pause/resume`. */
+  public readonly operatorRole: iam.Role;
+
+  constructor(scope: Construct, id: string, props: ShardguardStackProps = {}) {
+    super(scope, id, props);
+    const alarmActions = props.alarmTopicArn
+      ? [new SnsAction(sns.Topic.fromTopicArn(this, "AlarmTopic", props.alarmTopicArn))]
+      : [];
+    this.controller = new ShardguardController(this, "Shardguard", { ...props.controller, alarmActions });
+
+    this.operatorRole = new iam.Role(this, "OperatorRole", {
+      assumedBy: new iam.AccountRootPrincipal(),
+      description:
+        "Shardguard operators: invoke the controller (switchover, pause, resume), read status and history.",
+    });
+    this.controller.grantOperatorInvoke(this.operatorRole);
+
+    new CfnOutput(this, "TableName", {
+      value: this.controller.table.tableName,
+      description: `Coordination table: set ${ENV.table} to it for agents and the CLI`,
+    });
+    new CfnOutput(this, "QueuePrefix", {
+      value: this.controller.queuePrefix,
+      description: `Command queue prefix: set ${ENV.queuePrefix} to it for agents`,
+    });
+    new CfnOutput(this, "ControllerFunctionName", {
+      value: this.controller.controllerFunction.functionName,
+      description: "Controller Lambda the CLI invokes for switchover, pause and resume",
+    });
+    new CfnOutput(this, "EventBusName", { value: this.controller.eventBus.eventBusName });
+    new CfnOutput(this, "OperatorRoleArn", { value: this.operatorRole.roleArn });
+    new CfnOutput(this, "DashboardName", { value: this.controller.dashboard.dashboardName });
+    for (const identity of props.nodes ?? []) {
+      const node = this.controller.addNode(identity);
+      new CfnOutput(this, `AgentPolicyArn-${identity.shard}-${identity.node}`, {
+        value: node.policy.managedPolicyArn,
+        description: `Attach to the instance or task role of node ${identity.node} (shard ${identity.shard})`,
+      });
+    }
+  }
+}
+
+/** Parses the `nodes` context: "shard:node,shard:node". */
+export function parseNodeList(value: string | undefined): AgentIdentity[] {
+  if (!value) return [];
+  return value
+    .split(",")
+    .map((entry) => entry.trim())
+    .filter((entry) => entry.length > 0)
+    .map((entry) => {
+      const [shard, node, ...rest] = entry.split(":");
+      if (!shard || !node || rest.length > 0) {
+        throw new ConfigurationError(`nodes: "${entry}" must be shard:node`);
+      }
+      return { shard, node };
+    });
+}
