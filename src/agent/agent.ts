@@ -1,0 +1,204 @@
+import { errorMessage } from "../core/errors.ts";
+import type { Role } from "../core/model.ts";
+import { runCommandConsumer } from "./command-consumer.ts";
+import { AgentContext, type AgentDeps } from "./context.ts";
+import { type Database, RedisDatabase } from "./database.ts";
+import { fenceAction, fencingConfig } from "./fencing.ts";
+import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
+import { type AgentLogger, jsonLineLogger, type LogLevel } from "./log.ts";
+import { runLoop } from "./loop.ts";
+import { fenceWrites } from "./node-control.ts";
+import { type AgentOptionsInput, parseAgentOptions } from "./options.ts";
+import { StateDir } from "./state-dir.ts";
+
+export type { AgentDeps } from "./context.ts";
+
+/** How long a keep-serving primary waits between two reminders that it is cut off. */
+const KEEP_SERVING_REMINDER_MS = 30_000;
+
+/** A running agent. */
+export interface AgentHandle {
+  readonly nodeId: string;
+  readonly shard: string;
+  /** host:port other nodes reach this database on. */
+  readonly address: string;
+  /** What the agent currently believes, for the CLI, the demo and tests. */
+  status(): AgentStatus;
+  /** Runs one heartbeat cycle now (tests and the demo; the loop runs on its own). */
+  heartbeatNow(): Promise<void>;
+  /**
+   * Stops cleanly: the long poll returns, a command being applied finishes (or stays queued
+   * for redelivery), the loops end, the database connection closes and the state dir is
+   * unlocked. Safe to call twice.
+   */
+  stop(): Promise<void>;
+}
+
+export interface AgentStatus {
+  readonly role: Role | undefined;
+  readonly epoch: number;
+  readonly fenced: boolean;
+  readonly dbUp: boolean;
+  readonly storeUp: boolean;
+  /** ms since the last heartbeat write that succeeded. */
+  readonly msSinceHeartbeatWritten: number;
+}
+
+export interface StartAgentExtras {
+  /** Replaces the ioredis connection (tests of the loops only). */
+  readonly database?: Database;
+  /** Level of the default logger (when `deps.logger` is not given). @default "info" */
+  readonly logLevel?: LogLevel;
+}
+
+/**
+ * Starts an agent in this process: opens the state dir (node id), connects to the database,
+ * runs the first cycle (fenced start: the topology is read and obeyed before any heartbeat
+ * claims primary), then the heartbeat loop, the fence watchdog and the command consumer.
+ */
+export async function startAgent(
+  input: AgentOptionsInput,
+  deps: AgentDeps,
+  extras: StartAgentExtras = {},
+): Promise<AgentHandle> {
+  const options = parseAgentOptions(input);
+  const state = StateDir.open(options.stateDir, {
+    shard: options.shard,
+    nodeId: options.nodeId,
+    now: deps.clock.now(),
+  });
+  const nodeId = state.nodeId;
+  const logger: AgentLogger =
+    deps.logger ?? jsonLineLogger({ service: "shardguard-agent", shard: options.shard, node: nodeId });
+  const redisTimeoutMs = options.redisTimeoutMs ?? Math.max(options.heartbeatIntervalMs, 1000);
+  const db =
+    extras.database ??
+    new RedisDatabase({
+      address: options.redis,
+      username: options.redisUsername,
+      password: options.redisPassword,
+      commandTimeoutMs: redisTimeoutMs,
+      logger,
+    });
+  const ctx = new AgentContext({ options, nodeId, deps, db, state, logger });
+  logger.info("agent starting", {
+    redis: options.redis,
+    address: ctx.address,
+    priority: options.priority,
+    fencePolicy: options.fencePolicy,
+    stateDir: options.stateDir,
+    epoch: ctx.highestEpoch,
+    fenced: state.state.fence !== undefined,
+  });
+
+  const controller = new AbortController();
+  const { signal } = controller;
+  let loops: Promise<unknown> | undefined;
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      controller.abort();
+      await loops;
+      await db.close();
+      state.release();
+      logger.info("agent stopped", ctx.epochContext);
+    })();
+    return stopping;
+  };
+
+  try {
+    await db.waitReady(redisTimeoutMs);
+    await runCycle(ctx);
+  } catch (error) {
+    await db.close();
+    state.release();
+    throw error;
+  }
+  loops = Promise.allSettled([
+    runHeartbeatLoop(ctx, signal),
+    runFenceWatchdog(ctx, signal),
+    runCommandConsumer(ctx, signal),
+  ]);
+
+  return {
+    nodeId,
+    shard: options.shard,
+    address: ctx.address,
+    status: () => ({
+      role: ctx.lastInfo?.role ?? ctx.lastHeartbeat?.role,
+      epoch: ctx.highestEpoch,
+      fenced: state.state.fence !== undefined,
+      dbUp: ctx.dbUp,
+      storeUp: ctx.storeUp,
+      msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
+    }),
+    heartbeatNow: async () => {
+      await runCycle(ctx);
+    },
+    stop,
+  };
+}
+
+/**
+ * Checks, independently of the heartbeat loop (whose store calls may hang), whether this
+ * primary has gone fenceTimeoutMs without writing a heartbeat, and applies the fence policy.
+ */
+function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void> {
+  const { fenceTimeoutMs, heartbeatIntervalMs, fencePolicy } = ctx.options;
+  const tick = Math.max(25, Math.min(heartbeatIntervalMs, Math.floor(fenceTimeoutMs / 4)));
+  let lastReminder = Number.NEGATIVE_INFINITY;
+  return runLoop(
+    "fence watchdog",
+    signal,
+    ctx.logger,
+    async () => {
+      const msSince = ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt;
+      const role = ctx.lastInfo?.role ?? ctx.lastHeartbeat?.role;
+      const action = fenceAction({
+        policy: fencePolicy,
+        role,
+        msSinceHeartbeatWritten: msSince,
+        fenceTimeoutMs,
+      });
+      if (action === "none") {
+        lastReminder = Number.NEGATIVE_INFINITY;
+        return tick;
+      }
+      if (action === "fence") {
+        // Re-applied on every tick while cut off: the database may have restarted without it.
+        await ctx.roleLock.run(async () => {
+          const stillDue = ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt >= fenceTimeoutMs;
+          if (!stillDue) return;
+          const first = ctx.state.state.fence === undefined;
+          try {
+            if (first) await fenceWrites(ctx, `no heartbeat written for ${Math.round(msSince)} ms`);
+            else await reassertFence(ctx);
+          } catch (error) {
+            ctx.logger.error("could not fence writes", { ...ctx.epochContext, error: errorMessage(error) });
+          }
+        });
+        return tick;
+      }
+      const now = ctx.monotonicNow();
+      if (now - lastReminder >= KEEP_SERVING_REMINDER_MS) {
+        lastReminder = now;
+        ctx.logger.error(
+          "coordination store unreachable: keep-serving policy keeps this node primary from cached state",
+          {
+            ...ctx.epochContext,
+            msSinceHeartbeatWritten: Math.round(msSince),
+            topologyEpoch: ctx.lastTopology?.epoch,
+          },
+        );
+      }
+      return tick;
+    },
+    () => tick,
+  );
+}
+
+async function reassertFence(ctx: AgentContext): Promise<void> {
+  const fence = ctx.state.state.fence;
+  if (!fence) return;
+  await ctx.db.configSet(fencingConfig(fence.saved));
+}

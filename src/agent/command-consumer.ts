@@ -1,0 +1,155 @@
+import { errorMessage } from "../core/errors.ts";
+import type { Command } from "../core/model.ts";
+import type { ReceivedCommand } from "../core/ports.ts";
+import { Backoff, sleep } from "./backoff.ts";
+import { screenCommand } from "./command-screen.ts";
+import type { AgentContext } from "./context.ts";
+import { runCycle } from "./heartbeat-loop.ts";
+import { becomePrimary, becomeReplicaOf } from "./node-control.ts";
+
+/** Longest message body quoted in a log line. */
+const BODY_IN_LOG = 500;
+
+function commandContext(command: Command): Record<string, unknown> {
+  return {
+    commandId: command.command_id,
+    commandType: command.type,
+    commandEpoch: command.epoch,
+    ...(command.primary ? { primary: command.primary.node_id, primaryAddress: command.primary.address } : {}),
+  };
+}
+
+/** Runs one command against the database and records it; the caller holds the role lock. */
+async function applyCommand(ctx: AgentContext, command: Command): Promise<void> {
+  switch (command.type) {
+    case "PROMOTE":
+      await becomePrimary(ctx);
+      ctx.state.recordApplied(command.command_id, command.epoch, { promoted_epoch: command.epoch });
+      return;
+    case "REPLICAOF": {
+      // The schema guarantees `primary` on REPLICAOF.
+      const primary = command.primary as NonNullable<Command["primary"]>;
+      await becomeReplicaOf(ctx, { node_id: primary.node_id, address: primary.address });
+      ctx.state.recordApplied(command.command_id, command.epoch, { promoted_epoch: undefined });
+      return;
+    }
+    case "PAUSE_WRITES":
+      await ctx.db.pauseWrites(command.timeout_ms as number);
+      ctx.state.recordApplied(command.command_id, command.epoch);
+      return;
+  }
+}
+
+/**
+ * Handles one message: screened, applied under the role lock, confirmed by an immediate
+ * heartbeat, and deleted only after it took effect. Returns false when it failed and stays
+ * queued for redelivery.
+ */
+export async function handleMessage(ctx: AgentContext, message: ReceivedCommand): Promise<boolean> {
+  const bus = ctx.deps.commands;
+  try {
+    const outcome = await ctx.roleLock.run(async () => {
+      // Screened under the lock: a concurrent self-demotion may have raised the epoch.
+      const screening = screenCommand(message, {
+        shard: ctx.shard,
+        nodeId: ctx.nodeId,
+        address: ctx.address,
+        highestEpoch: ctx.highestEpoch,
+        hasApplied: (id) => ctx.state.hasApplied(id),
+      });
+      if (screening.action === "apply") {
+        await applyCommand(ctx, screening.command);
+        ctx.logger.info("command applied", { ...commandContext(screening.command), ...ctx.epochContext });
+      }
+      return screening;
+    });
+    if (outcome.action === "reject") {
+      ctx.logger.warn("command rejected; left for the dead-letter queue", {
+        reason: outcome.reason,
+        receiveCount: message.receiveCount,
+        body: message.body.slice(0, BODY_IN_LOG),
+      });
+      return true;
+    }
+    if (outcome.action === "ignore") {
+      ctx.logger.info("command ignored", { ...commandContext(outcome.command), reason: outcome.reason });
+    } else {
+      // The controller confirms by observing this heartbeat (role and epoch), not by the delete.
+      await runCycle(ctx);
+    }
+    await bus.delete(ctx.shard, ctx.nodeId, message);
+    return true;
+  } catch (error) {
+    ctx.logger.error("command failed; left for redelivery", {
+      ...(message.command ? commandContext(message.command) : {}),
+      ...ctx.epochContext,
+      error: errorMessage(error),
+      receiveCount: message.receiveCount,
+    });
+    return false;
+  }
+}
+
+/**
+ * Long-polls the node's own queue (created idempotently at start) and handles messages one at
+ * a time. On abort the long poll returns at once; a command being applied finishes; messages
+ * received but not started are made visible again for the next start.
+ */
+export async function runCommandConsumer(ctx: AgentContext, signal: AbortSignal): Promise<void> {
+  const bus = ctx.deps.commands;
+  const backoff = new Backoff({ baseMs: 200, capMs: 5000, floorMs: 50 });
+  while (!signal.aborted) {
+    try {
+      const url = await bus.ensureQueue(ctx.shard, ctx.nodeId);
+      ctx.logger.info("command queue ready", { queueUrl: url });
+      backoff.reset();
+      break;
+    } catch (error) {
+      const delay = backoff.next();
+      ctx.logger.warn("command queue not ready; retrying", { error: errorMessage(error), retryInMs: delay });
+      await sleep(delay, signal);
+    }
+  }
+  while (!signal.aborted) {
+    let messages: ReceivedCommand[];
+    try {
+      messages = await bus.receive(ctx.shard, ctx.nodeId, {
+        signal,
+        waitSeconds: ctx.options.commandWaitSeconds,
+        maxMessages: 10,
+      });
+    } catch (error) {
+      if (signal.aborted) break;
+      const delay = backoff.next();
+      ctx.logger.warn("receiving commands failed; retrying", {
+        error: errorMessage(error),
+        retryInMs: delay,
+      });
+      await sleep(delay, signal);
+      continue;
+    }
+    for (const [index, message] of messages.entries()) {
+      if (signal.aborted) {
+        await releaseUnstarted(ctx, messages.slice(index));
+        break;
+      }
+      if (await handleMessage(ctx, message)) {
+        backoff.reset();
+      } else {
+        await sleep(backoff.next(), signal);
+      }
+    }
+  }
+}
+
+async function releaseUnstarted(ctx: AgentContext, messages: readonly ReceivedCommand[]): Promise<void> {
+  for (const message of messages) {
+    try {
+      await ctx.deps.commands.extendVisibility(ctx.shard, ctx.nodeId, message, 0);
+    } catch (error) {
+      ctx.logger.debug("could not release a message; it returns after its visibility timeout", {
+        error: errorMessage(error),
+      });
+    }
+  }
+}

@@ -1,0 +1,96 @@
+import type { HeartbeatInput, Topology } from "../core/model.ts";
+import type {
+  Clock,
+  CommandBus,
+  HeartbeatStore,
+  ReplicaSetStore,
+  ShardIndex,
+  TopologyStore,
+} from "../core/ports.ts";
+import type { Database } from "./database.ts";
+import type { AgentLogger } from "./log.ts";
+import { Mutex } from "./loop.ts";
+import type { AgentOptions } from "./options.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
+import type { StateDir } from "./state-dir.ts";
+
+/** The ports the agent needs; entry points pass the AWS adapters, in-process callers may share theirs. */
+export interface AgentDeps {
+  readonly heartbeats: HeartbeatStore;
+  readonly replicaSets: ReplicaSetStore;
+  readonly topology: TopologyStore;
+  readonly shards: ShardIndex;
+  readonly commands: CommandBus;
+  /** AWS-aligned clock for heartbeat timestamps. */
+  readonly clock: Clock;
+  /** @default JSON lines on stdout at level info */
+  readonly logger?: AgentLogger;
+  /** Monotonic ms for durations (fence timeout, loop pacing). @default performance.now */
+  readonly monotonicNow?: () => number;
+}
+
+/** Everything the agent's loops share. One per running agent. */
+export class AgentContext {
+  readonly options: AgentOptions;
+  readonly nodeId: string;
+  /** host:port other nodes reach this database on. */
+  readonly address: string;
+  readonly deps: AgentDeps;
+  readonly db: Database;
+  readonly state: StateDir;
+  readonly logger: AgentLogger;
+  readonly monotonicNow: () => number;
+  readonly storeTimeoutMs: number;
+  /** Held while the database's role or write fence changes, so that no two changes interleave. */
+  readonly roleLock = new Mutex();
+
+  /** Bumped on every change of role; a heartbeat built before a change is not written after it. */
+  roleGeneration = 0;
+  /** The last INFO replication that answered. */
+  lastInfo: ReplicationInfo | undefined;
+  dbUp = false;
+  storeUp = true;
+  /** The last heartbeat written, the template for `db_status: down` heartbeats. */
+  lastHeartbeat: HeartbeatInput | undefined;
+  /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
+  lastHeartbeatWrittenAt: number;
+  /** Whether the topology was read since start: a primary claims nothing before it was. */
+  topologyRead = false;
+  lastTopology: Topology | undefined;
+  /** node address -> node id, learned from heartbeats, the topology and commands. */
+  readonly knownNodes = new Map<string, string>();
+  registered = false;
+
+  constructor(init: {
+    options: AgentOptions;
+    nodeId: string;
+    deps: AgentDeps;
+    db: Database;
+    state: StateDir;
+    logger: AgentLogger;
+  }) {
+    this.options = init.options;
+    this.nodeId = init.nodeId;
+    this.address = init.options.address ?? init.options.redis;
+    this.deps = init.deps;
+    this.db = init.db;
+    this.state = init.state;
+    this.logger = init.logger;
+    this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
+    this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
+    this.lastHeartbeatWrittenAt = this.monotonicNow();
+  }
+
+  get shard(): string {
+    return this.options.shard;
+  }
+
+  get highestEpoch(): number {
+    return this.state.state.highest_epoch;
+  }
+
+  /** Log attributes that every line about this node carries besides the persistent keys. */
+  get epochContext(): Record<string, unknown> {
+    return { epoch: this.highestEpoch };
+  }
+}

@@ -1,0 +1,174 @@
+import { FAILOVER_PHASES, type Role, type Topology } from "../core/model.ts";
+import type { FencePolicy } from "./options.ts";
+
+/**
+ * Pure fencing rules: who the topology says the primary is, what this node must do about it,
+ * and when a primary cut off from the coordination store must stop taking writes.
+ */
+
+export interface PrimaryRef {
+  readonly node_id: string;
+  readonly address: string;
+}
+
+const PROMOTE_PHASE = FAILOVER_PHASES.indexOf("promote");
+
+/**
+ * The primary the topology stands for. Once a failover has reached `promote` (the point of no
+ * return) its target is the primary even before the controller commits it; before that the
+ * failover may still abort, so the committed primary stands.
+ */
+export function topologyPrimary(topology: Topology): PrimaryRef | undefined {
+  const failover = topology.failover;
+  if (
+    topology.status === "failing_over" &&
+    failover !== undefined &&
+    topology.phase !== undefined &&
+    FAILOVER_PHASES.indexOf(topology.phase) >= PROMOTE_PHASE
+  ) {
+    return { node_id: failover.new_primary_node_id, address: failover.new_primary_address };
+  }
+  if (topology.primary_node_id === undefined || topology.primary_address === undefined) return undefined;
+  return { node_id: topology.primary_node_id, address: topology.primary_address };
+}
+
+/** What this node knows about itself when it compares with the topology. */
+export interface LocalView {
+  readonly nodeId: string;
+  readonly role: Role;
+  /** host:port of the primary a replica follows (as set with REPLICAOF). */
+  readonly replicatingFrom: string | undefined;
+  readonly highestEpoch: number;
+  /** Epoch of the PROMOTE command that made this node primary, if one did. */
+  readonly promotedEpoch: number | undefined;
+}
+
+export type TopologyVerdict =
+  | {
+      readonly kind: "keep";
+      /** True when nothing in the topology contradicts this node serving as primary. */
+      readonly primaryConfirmed: boolean;
+      readonly reason: string;
+    }
+  | { readonly kind: "demote"; readonly target: PrimaryRef; readonly epoch: number; readonly reason: string }
+  | {
+      readonly kind: "repoint";
+      readonly target: PrimaryRef;
+      readonly epoch: number;
+      readonly reason: string;
+    };
+
+/**
+ * Compares the node with the topology. A primary that the topology does not name steps down
+ * (redis issue 9049: a returning old primary must never serve as a second primary) when the
+ * topology is newer than anything it applied, or as new but not won by a PROMOTE at that epoch
+ * (two primaries of a new shard: the one the topology adopted stays). A replica follows a
+ * newer topology's primary once. A topology older than the node's own epoch is ignored: the
+ * controller bumps the epoch before it sends a command, so the node is ahead only while the
+ * controller's write is on its way.
+ */
+export function assessTopology(topology: Topology | undefined, view: LocalView): TopologyVerdict {
+  if (topology === undefined) {
+    return {
+      kind: "keep",
+      primaryConfirmed: true,
+      reason: "no topology yet: the controller adopts the shard's only primary",
+    };
+  }
+  const primary = topologyPrimary(topology);
+  if (primary === undefined) {
+    return {
+      kind: "keep",
+      primaryConfirmed: view.role === "primary",
+      reason: `topology at epoch ${topology.epoch} (${topology.status}) names no primary`,
+    };
+  }
+  if (primary.node_id === view.nodeId) {
+    const elsewhere =
+      topology.status === "failing_over" && topology.failover !== undefined
+        ? topology.failover.new_primary_node_id
+        : view.nodeId;
+    if (elsewhere !== view.nodeId) {
+      // Still the committed primary, but a failover away from it may yet promote its target.
+      return {
+        kind: "keep",
+        primaryConfirmed: false,
+        reason: `failover to ${elsewhere} in progress at epoch ${topology.epoch} (phase ${topology.phase ?? "unknown"})`,
+      };
+    }
+    return {
+      kind: "keep",
+      primaryConfirmed: true,
+      reason: `topology at epoch ${topology.epoch} names this node primary`,
+    };
+  }
+  if (topology.epoch < view.highestEpoch) {
+    return {
+      kind: "keep",
+      primaryConfirmed: view.role === "primary",
+      reason: `topology epoch ${topology.epoch} is behind this node's epoch ${view.highestEpoch}; waiting for the controller`,
+    };
+  }
+  if (view.role === "primary") {
+    const promotedHere = topology.epoch === view.highestEpoch && view.promotedEpoch === view.highestEpoch;
+    if (promotedHere) {
+      return {
+        kind: "keep",
+        primaryConfirmed: true,
+        reason: `promoted at epoch ${view.highestEpoch}; the topology does not name this node yet`,
+      };
+    }
+    return {
+      kind: "demote",
+      target: primary,
+      epoch: topology.epoch,
+      reason:
+        `topology at epoch ${topology.epoch} names ${primary.node_id} (${primary.address}) primary, ` +
+        `not this node (epoch ${view.highestEpoch}): becoming its replica`,
+    };
+  }
+  if (
+    topology.epoch > view.highestEpoch &&
+    view.replicatingFrom !== primary.address &&
+    topology.status !== "paused"
+  ) {
+    return {
+      kind: "repoint",
+      target: primary,
+      epoch: topology.epoch,
+      reason:
+        `topology at epoch ${topology.epoch} names ${primary.node_id} (${primary.address}) primary; ` +
+        `this replica follows ${view.replicatingFrom ?? "nobody"} at epoch ${view.highestEpoch}`,
+    };
+  }
+  return { kind: "keep", primaryConfirmed: false, reason: `replica of ${view.replicatingFrom ?? "nobody"}` };
+}
+
+export type FenceAction = "fence" | "keep-serving" | "none";
+
+/** A primary that could not write a heartbeat for fenceTimeoutMs acts on its policy. */
+export function fenceAction(input: {
+  readonly policy: FencePolicy;
+  readonly role: Role | undefined;
+  readonly msSinceHeartbeatWritten: number;
+  readonly fenceTimeoutMs: number;
+}): FenceAction {
+  if (input.role !== "primary" || input.msSinceHeartbeatWritten < input.fenceTimeoutMs) return "none";
+  return input.policy === "fence" ? "fence" : "keep-serving";
+}
+
+/**
+ * CONFIG values that make a primary refuse every write with NOREPLICAS: it needs more good
+ * replicas than any shard has. Reversible with the saved values, and it survives the agent
+ * (a crashed agent leaves the database fenced, never open).
+ */
+export function fencingConfig(saved: Readonly<Record<string, string>>): Record<string, string> {
+  const lag = Number(saved["min-replicas-max-lag"]);
+  return {
+    // The check is off when the lag is 0; keep the operator's lag when it is set.
+    "min-replicas-max-lag": Number.isInteger(lag) && lag > 0 ? String(lag) : "10",
+    "min-replicas-to-write": "1000000",
+  };
+}
+
+export const FENCING_CONFIG_KEYS = ["min-replicas-to-write", "min-replicas-max-lag"] as const;

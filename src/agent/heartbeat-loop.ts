@@ -1,0 +1,278 @@
+import { errorMessage } from "../core/errors.ts";
+import type { HeartbeatInput } from "../core/model.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import { Backoff } from "./backoff.ts";
+import type { AgentContext } from "./context.ts";
+import { assessTopology, topologyPrimary } from "./fencing.ts";
+import { runLoop, withStoreTimeout } from "./loop.ts";
+import { becomeReplicaOf, liftFence } from "./node-control.ts";
+import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+
+/** What one cycle achieved; the loop paces itself on it. */
+export interface CycleResult {
+  readonly dbUp: boolean;
+  readonly storeUp: boolean;
+  readonly heartbeatWritten: boolean;
+}
+
+async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined> {
+  try {
+    const info = await ctx.db.replicationInfo();
+    if (!ctx.dbUp) ctx.logger.info("database answers", { redis: ctx.options.redis, role: info.role });
+    ctx.dbUp = true;
+    ctx.lastInfo = info;
+    return info;
+  } catch (error) {
+    if (ctx.dbUp || ctx.lastInfo === undefined) {
+      ctx.logger.warn("database does not answer; heartbeats report db_status down", {
+        redis: ctx.options.redis,
+        error: errorMessage(error),
+      });
+    }
+    ctx.dbUp = false;
+    return undefined;
+  }
+}
+
+function storeFailed(ctx: AgentContext, what: string, error: unknown): void {
+  if (ctx.storeUp) {
+    ctx.logger.warn("coordination store unreachable", { operation: what, error: errorMessage(error) });
+  }
+  ctx.storeUp = false;
+}
+
+function storeAnswered(ctx: AgentContext): void {
+  if (!ctx.storeUp) ctx.logger.info("coordination store reachable again");
+  ctx.storeUp = true;
+}
+
+async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | undefined> {
+  try {
+    const snapshot = await withStoreTimeout(
+      ctx.deps.heartbeats.snapshot(ctx.shard),
+      ctx.storeTimeoutMs,
+      `snapshot of shard ${ctx.shard}`,
+    );
+    storeAnswered(ctx);
+    ctx.topologyRead = true;
+    ctx.lastTopology = snapshot.topology;
+    for (const node of snapshot.nodes) ctx.knownNodes.set(node.node_address, node.node_id);
+    const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
+    if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
+    return snapshot;
+  } catch (error) {
+    storeFailed(ctx, "snapshot", error);
+    return undefined;
+  }
+}
+
+/** Demotes, repoints or lifts the write fence as the topology requires. Returns fresh INFO. */
+async function reconcile(ctx: AgentContext, snapshot: ShardSnapshot): Promise<ReplicationInfo | undefined> {
+  return ctx.roleLock.run(async () => {
+    // Re-read under the lock: a command may have changed the role since the cycle began.
+    const info = await ctx.db.replicationInfo();
+    const verdict = assessTopology(snapshot.topology, {
+      nodeId: ctx.nodeId,
+      role: info.role,
+      replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+      highestEpoch: ctx.highestEpoch,
+      promotedEpoch: ctx.state.state.promoted_epoch,
+    });
+    if (verdict.kind === "keep") {
+      if (verdict.primaryConfirmed && info.role === "primary" && ctx.state.state.fence) {
+        await liftFence(ctx, `coordination store reachable and ${verdict.reason}`);
+      }
+      return info;
+    }
+    ctx.logger.warn(
+      verdict.kind === "demote"
+        ? "stepping down: not the topology's primary"
+        : "following the topology's primary",
+      {
+        ...ctx.epochContext,
+        reason: verdict.reason,
+        primary: verdict.target.node_id,
+        primaryAddress: verdict.target.address,
+        topologyEpoch: verdict.epoch,
+      },
+    );
+    const next = await becomeReplicaOf(ctx, verdict.target);
+    ctx.state.update({ highest_epoch: Math.max(ctx.highestEpoch, verdict.epoch), promoted_epoch: undefined });
+    return next;
+  });
+}
+
+function primaryNodeIdOf(ctx: AgentContext, info: ReplicationInfo): string | undefined {
+  if (!info.primary) return undefined;
+  return ctx.knownNodes.get(`${info.primary.host}:${info.primary.port}`);
+}
+
+/** The heartbeat of a database that answered. */
+export function heartbeatFromInfo(ctx: AgentContext, info: ReplicationInfo, nowMs: number): HeartbeatInput {
+  const micros = Math.floor(nowMs * 1000);
+  const heartbeat: HeartbeatInput = {
+    shard: ctx.shard,
+    node_id: ctx.nodeId,
+    node_address: ctx.address,
+    role: info.role,
+    last_updated: micros,
+    agent_updated: micros,
+    db_status: "up",
+    last_txn_id: info.offset,
+    repl_id: info.replId,
+    epoch: ctx.highestEpoch,
+    priority: ctx.options.priority,
+  };
+  if (info.primary) {
+    const primaryNodeId = primaryNodeIdOf(ctx, info);
+    if (primaryNodeId !== undefined) heartbeat.primary_node_id = primaryNodeId;
+    heartbeat.primary_link = info.primary.link;
+    if (info.primary.lastIoSecondsAgo !== undefined) heartbeat.lag_s = info.primary.lastIoSecondsAgo;
+  }
+  return heartbeat;
+}
+
+/**
+ * The heartbeat of a database that does not answer: the agent is alive, the database is not.
+ * `last_updated` keeps its old value so the controller sees the database's age, never the agent's.
+ */
+function downHeartbeat(
+  ctx: AgentContext,
+  snapshot: ShardSnapshot | undefined,
+  nowMs: number,
+): HeartbeatInput | undefined {
+  const previous = ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
+  if (previous === undefined) return undefined;
+  return {
+    ...previous,
+    node_address: ctx.address,
+    agent_updated: Math.floor(nowMs * 1000),
+    db_status: "down",
+    primary_link: previous.role === "replica" ? "down" : previous.primary_link,
+    epoch: ctx.highestEpoch,
+    priority: ctx.options.priority,
+  };
+}
+
+/** Keeps REPLICAS#<self>: synced replicas enter, vanished or resyncing ones leave. */
+async function maintainReplicaSet(
+  ctx: AgentContext,
+  info: ReplicationInfo,
+  snapshot: ShardSnapshot,
+): Promise<void> {
+  const stored = new Set(snapshot.replicaSets[ctx.nodeId] ?? []);
+  const desired = new Set<string>();
+  if (info.role === "primary") {
+    for (const address of syncedReplicaAddresses(info)) {
+      const nodeId = ctx.knownNodes.get(address);
+      // A replica without a heartbeat has no agent yet: it joins once its agent reports.
+      if (nodeId !== undefined && nodeId !== ctx.nodeId) desired.add(nodeId);
+    }
+  }
+  const toAdd = [...desired].filter((id) => !stored.has(id));
+  const toRemove = [...stored].filter((id) => !desired.has(id));
+  const timeout = ctx.storeTimeoutMs;
+  if (toAdd.length > 0) {
+    await withStoreTimeout(
+      ctx.deps.replicaSets.add(ctx.shard, ctx.nodeId, toAdd),
+      timeout,
+      "replica set add",
+    );
+    ctx.logger.info("replicas joined the replica set", { replicas: toAdd, ...ctx.epochContext });
+  }
+  if (toRemove.length > 0) {
+    await withStoreTimeout(
+      ctx.deps.replicaSets.remove(ctx.shard, ctx.nodeId, toRemove),
+      timeout,
+      "replica set remove",
+    );
+    ctx.logger.info("replicas left the replica set", { replicas: toRemove, ...ctx.epochContext });
+  }
+}
+
+/**
+ * One heartbeat cycle: INFO, one shard snapshot (topology included), fencing by the topology,
+ * the heartbeat write, the replica set, and shard registration.
+ */
+export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
+  let info = await readInfo(ctx);
+  const snapshot = await readSnapshot(ctx);
+  if (info && snapshot) {
+    try {
+      info = await reconcile(ctx, snapshot);
+    } catch (error) {
+      ctx.logger.error("could not align the database with the topology", {
+        ...ctx.epochContext,
+        error: errorMessage(error),
+      });
+      info = undefined;
+    }
+  }
+  const generation = ctx.roleGeneration;
+  const now = ctx.deps.clock.now();
+  const heartbeat = info ? heartbeatFromInfo(ctx, info, now) : downHeartbeat(ctx, snapshot, now);
+  let written = false;
+  if (heartbeat === undefined) {
+    ctx.logger.debug("no heartbeat written: the database never answered and none is stored");
+  } else if (!ctx.topologyRead && heartbeat.role === "primary") {
+    // Fenced start: claiming primary before reading the topology could revive a replaced primary.
+    ctx.logger.warn("no heartbeat written: this primary has not read the topology yet");
+  } else if (generation !== ctx.roleGeneration) {
+    ctx.logger.debug("heartbeat skipped: the role changed while it was built");
+  } else {
+    try {
+      await withStoreTimeout(ctx.deps.heartbeats.put(heartbeat), ctx.storeTimeoutMs, "heartbeat write");
+      storeAnswered(ctx);
+      ctx.lastHeartbeat = heartbeat;
+      ctx.lastHeartbeatWrittenAt = ctx.monotonicNow();
+      written = true;
+    } catch (error) {
+      storeFailed(ctx, "heartbeat write", error);
+    }
+  }
+  if (written && info && snapshot) {
+    try {
+      await maintainReplicaSet(ctx, info, snapshot);
+    } catch (error) {
+      storeFailed(ctx, "replica set", error);
+    }
+  }
+  if (written && !ctx.registered) {
+    try {
+      await withStoreTimeout(ctx.deps.shards.register(ctx.shard), ctx.storeTimeoutMs, "shard registration");
+      ctx.registered = true;
+    } catch (error) {
+      storeFailed(ctx, "shard registration", error);
+    }
+  }
+  return { dbUp: info !== undefined, storeUp: snapshot !== undefined && written, heartbeatWritten: written };
+}
+
+/**
+ * Writes a heartbeat every heartbeatIntervalMs. After a failure it retries after a jittered
+ * back-off capped at the interval: failing agents spread out, and the cadence the failure
+ * detector depends on is never stretched.
+ */
+export function runHeartbeatLoop(ctx: AgentContext, signal: AbortSignal): Promise<void> {
+  const interval = ctx.options.heartbeatIntervalMs;
+  const backoff = new Backoff({
+    baseMs: Math.max(1, Math.floor(interval / 4)),
+    capMs: interval,
+    floorMs: 20,
+  });
+  return runLoop(
+    "heartbeat cycle",
+    signal,
+    ctx.logger,
+    async () => {
+      const started = ctx.monotonicNow();
+      const result = await runCycle(ctx);
+      if (result.dbUp && result.heartbeatWritten) {
+        backoff.reset();
+        return Math.max(0, interval - (ctx.monotonicNow() - started));
+      }
+      return backoff.next();
+    },
+    () => backoff.next(),
+  );
+}

@@ -1,0 +1,256 @@
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { describeIssues, parseFailoverConfig } from "../core/config.ts";
+import { ConfigurationError, errorMessage } from "../core/errors.ts";
+import { addressSchema, idSchema } from "../core/model.ts";
+import { DEFAULT_QUEUE_PREFIX, DEFAULT_TABLE_NAME } from "../core/table.ts";
+import { LOG_LEVELS } from "./log.ts";
+
+export const FENCE_POLICIES = ["fence", "keep-serving"] as const;
+export type FencePolicy = (typeof FENCE_POLICIES)[number];
+
+/** Where the agent keeps its node id when neither a flag nor a variable names a directory. */
+export const DEFAULT_STATE_DIR = ".shardguard-agent";
+
+/**
+ * The agent's options as `startAgent` takes them (in-process callers: the demo and chaos
+ * tests). Every field but shard and redis has a default.
+ */
+export const agentOptionsSchema = z
+  .object({
+    shard: idSchema,
+    /** Must match the stored id; when absent the stored id is used, or a new one is generated. */
+    nodeId: idSchema.optional(),
+    /** host:port the agent uses to reach its own database. */
+    redis: addressSchema,
+    /** host:port other nodes use to reach this database. @default redis */
+    address: addressSchema.optional(),
+    /** 0 = never promote; otherwise lower is preferred. @default 100 */
+    priority: z.number().int().min(0).max(1_000_000).default(100),
+    /** @default ".shardguard-agent" */
+    stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
+    /** What a primary does when it cannot write heartbeats for fenceTimeoutMs. @default "fence" */
+    fencePolicy: z.enum(FENCE_POLICIES).default("fence"),
+    /** @default 1000 */
+    heartbeatIntervalMs: z.number().int().min(100).default(1000),
+    /** @default 2000 */
+    fenceTimeoutMs: z.number().int().min(100).default(2000),
+    /** The controller's failure timeout; the fence timeout must be below it. @default 3000 */
+    failureTimeoutMs: z.number().int().min(200).default(3000),
+    /** Longest a coordination-store call may take before the cycle counts it failed. @default max(heartbeatIntervalMs, 1000) */
+    storeTimeoutMs: z.number().int().min(50).optional(),
+    /** Longest a database command may take. @default max(heartbeatIntervalMs, 1000) */
+    redisTimeoutMs: z.number().int().min(50).optional(),
+    /** SQS long-poll wait. @default 20 */
+    commandWaitSeconds: z.number().int().min(0).max(20).default(20),
+    redisUsername: z.string().min(1).optional(),
+    redisPassword: z.string().min(1).optional(),
+  })
+  .superRefine((options, ctx) => {
+    try {
+      parseFailoverConfig({
+        heartbeatIntervalMs: options.heartbeatIntervalMs,
+        failureTimeoutMs: options.failureTimeoutMs,
+        fenceTimeoutMs: options.fenceTimeoutMs,
+      });
+    } catch (error) {
+      ctx.addIssue({ code: "custom", path: [], message: errorMessage(error) });
+    }
+  });
+
+export type AgentOptionsInput = z.input<typeof agentOptionsSchema>;
+export type AgentOptions = z.output<typeof agentOptionsSchema>;
+
+/** Options of the agent process: the agent's own, plus where its table and queues are. */
+export interface AgentProcessConfig {
+  readonly agent: AgentOptions;
+  readonly table: string;
+  readonly queuePrefix: string;
+  readonly logLevel: (typeof LOG_LEVELS)[number];
+}
+
+type Kind = "string" | "integer";
+
+interface Field {
+  readonly key: string;
+  readonly kind: Kind;
+  /** commander's camelCase attribute and the flag's spelling; absent for file/env-only settings. */
+  readonly flag?: string;
+  readonly env?: string;
+}
+
+/**
+ * Every setting with its three spellings. Precedence: flag > environment > config file > default.
+ * Passwords have no flag so that they never show in `ps`.
+ */
+export const AGENT_FIELDS = [
+  { key: "shard", kind: "string", flag: "--shard", env: "SHARDGUARD_SHARD" },
+  { key: "nodeId", kind: "string", flag: "--node-id", env: "SHARDGUARD_NODE_ID" },
+  { key: "redis", kind: "string", flag: "--redis", env: "SHARDGUARD_REDIS" },
+  { key: "address", kind: "string", flag: "--address", env: "SHARDGUARD_ADDRESS" },
+  { key: "priority", kind: "integer", flag: "--priority", env: "SHARDGUARD_PRIORITY" },
+  { key: "stateDir", kind: "string", flag: "--state-dir", env: "SHARDGUARD_STATE_DIR" },
+  { key: "fencePolicy", kind: "string", flag: "--fence-policy", env: "SHARDGUARD_FENCE_POLICY" },
+  {
+    key: "heartbeatIntervalMs",
+    kind: "integer",
+    flag: "--heartbeat-interval-ms",
+    env: "SHARDGUARD_HEARTBEAT_INTERVAL_MS",
+  },
+  { key: "fenceTimeoutMs", kind: "integer", flag: "--fence-timeout-ms", env: "SHARDGUARD_FENCE_TIMEOUT_MS" },
+  { key: "failureTimeoutMs", kind: "integer", env: "SHARDGUARD_FAILURE_TIMEOUT_MS" },
+  { key: "storeTimeoutMs", kind: "integer", env: "SHARDGUARD_STORE_TIMEOUT_MS" },
+  { key: "redisTimeoutMs", kind: "integer", env: "SHARDGUARD_REDIS_TIMEOUT_MS" },
+  { key: "commandWaitSeconds", kind: "integer", env: "SHARDGUARD_COMMAND_WAIT_SECONDS" },
+  { key: "redisUsername", kind: "string", env: "SHARDGUARD_REDIS_USERNAME" },
+  { key: "redisPassword", kind: "string", env: "SHARDGUARD_REDIS_PASSWORD" },
+  { key: "table", kind: "string", env: "SHARDGUARD_TABLE" },
+  { key: "queuePrefix", kind: "string", env: "SHARDGUARD_QUEUE_PREFIX" },
+  { key: "logLevel", kind: "string", flag: "--log-level", env: "SHARDGUARD_LOG_LEVEL" },
+] as const satisfies readonly Field[];
+
+/** The variable that names a JSON config file when `--config` is not given. */
+export const CONFIG_ENV = "SHARDGUARD_AGENT_CONFIG";
+
+const processOnlySchema = z.object({
+  table: z.string().min(3).max(255).default(DEFAULT_TABLE_NAME),
+  queuePrefix: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,20}$/, "must be 1-20 letters, digits, '-' or '_'")
+    .default(DEFAULT_QUEUE_PREFIX),
+  logLevel: z.enum(LOG_LEVELS).default("info"),
+});
+
+export interface OptionSources {
+  /** commander's parsed flags (camelCase keys, string values). */
+  readonly flags: Readonly<Record<string, string | undefined>>;
+  readonly env: NodeJS.ProcessEnv;
+  /** `--config`; falls back to SHARDGUARD_AGENT_CONFIG. */
+  readonly configFile?: string | undefined;
+  /** Reads the config file; injectable for tests. @default readFileSync utf8 */
+  readonly readFile?: (path: string) => string;
+}
+
+interface Located {
+  readonly value: unknown;
+  /** How the operator spelled it: "--priority", "SHARDGUARD_PRIORITY", "priority in /etc/agent.json". */
+  readonly label: string;
+}
+
+function readConfigFile(path: string, readFile: (path: string) => string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFile(path);
+  } catch (error) {
+    throw new ConfigurationError(`config file ${path} cannot be read: ${errorMessage(error)}`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigurationError(`config file ${path} is not valid JSON: ${errorMessage(error)}`);
+  }
+  if (json === null || typeof json !== "object" || Array.isArray(json)) {
+    throw new ConfigurationError(`config file ${path} must hold one JSON object`);
+  }
+  return json as Record<string, unknown>;
+}
+
+function coerce(raw: unknown, kind: Kind, label: string, errors: string[]): unknown {
+  if (kind === "integer" && typeof raw === "string") {
+    const value = Number(raw.trim());
+    if (raw.trim() === "" || !Number.isInteger(value)) {
+      errors.push(`${label}: must be an integer, got "${raw}"`);
+      return undefined;
+    }
+    return value;
+  }
+  return raw;
+}
+
+/**
+ * Merges flags, environment and a JSON config file into validated agent options. Every
+ * problem is reported at once, each naming the flag, variable or config key that caused it.
+ */
+export function resolveAgentOptions(sources: OptionSources): AgentProcessConfig {
+  const errors: string[] = [];
+  const configPath = sources.configFile || sources.env[CONFIG_ENV] || undefined;
+  const file = configPath
+    ? readConfigFile(configPath, sources.readFile ?? ((p) => readFileSync(p, "utf8")))
+    : {};
+  const known = new Set<string>(AGENT_FIELDS.map((field) => field.key));
+  for (const key of Object.keys(file)) {
+    if (!known.has(key))
+      errors.push(`${key} in ${configPath}: unknown setting (known: ${[...known].join(", ")})`);
+  }
+
+  const located = new Map<string, Located>();
+  const values: Record<string, unknown> = {};
+  for (const field of AGENT_FIELDS) {
+    const flagKey = "flag" in field ? camelCase(field.flag) : undefined;
+    const flagValue = flagKey === undefined ? undefined : sources.flags[flagKey];
+    const envValue = sources.env[field.env];
+    let found: Located | undefined;
+    if (flagValue !== undefined && "flag" in field) found = { value: flagValue, label: field.flag };
+    else if (envValue !== undefined && envValue !== "") found = { value: envValue, label: field.env };
+    else if (file[field.key] !== undefined)
+      found = { value: file[field.key], label: `${field.key} in ${configPath}` };
+    if (found === undefined) continue;
+    located.set(field.key, found);
+    values[field.key] = coerce(found.value, field.kind, found.label, errors);
+  }
+  // systemd's StateDirectory= exports STATE_DIRECTORY: use it when nothing else names one.
+  if (values.stateDir === undefined && sources.env.STATE_DIRECTORY) {
+    values.stateDir = sources.env.STATE_DIRECTORY.split(":")[0];
+    located.set("stateDir", { value: values.stateDir, label: "STATE_DIRECTORY" });
+  }
+
+  const labelOf = (path: PropertyKey[]): string => {
+    const key = String(path[0] ?? "");
+    const source = located.get(key);
+    if (source) return source.label;
+    const field = AGENT_FIELDS.find((candidate) => candidate.key === key);
+    if (!field) return key || "(options)";
+    return "flag" in field ? `${field.flag} (or ${field.env})` : field.env;
+  };
+  const collect = (error: z.ZodError) => {
+    for (const issue of error.issues) {
+      if (issue.path.length === 0) {
+        // Cross-field checks carry the field names in their message: name the sources instead.
+        let message = issue.message.replace(/^invalid configuration: /, "");
+        for (const [key, source] of located) message = message.replaceAll(`${key}:`, `${source.label}:`);
+        errors.push(message);
+      } else {
+        const missing = issue.code === "invalid_type" && issue.message.endsWith("received undefined");
+        errors.push(`${labelOf(issue.path)}: ${missing ? "required" : issue.message}`);
+      }
+    }
+  };
+
+  const agentKeys = Object.keys(agentOptionsSchema.shape);
+  const agentInput = Object.fromEntries(Object.entries(values).filter(([key]) => agentKeys.includes(key)));
+  const processInput = Object.fromEntries(Object.entries(values).filter(([key]) => !agentKeys.includes(key)));
+  const agent = agentOptionsSchema.safeParse(agentInput);
+  const processOnly = processOnlySchema.safeParse(processInput);
+  if (!agent.success) {
+    // Per-field issues first; the cross-field check only runs when every field parsed.
+    collect(agent.error);
+  }
+  if (!processOnly.success) collect(processOnly.error);
+  if (errors.length > 0 || !agent.success || !processOnly.success) {
+    throw new ConfigurationError(`invalid agent options: ${errors.join("; ")}`);
+  }
+  return { agent: agent.data, ...processOnly.data };
+}
+
+/** "--node-id" -> "nodeId", as commander names parsed flags. */
+function camelCase(flag: string): string {
+  return flag.replace(/^--/, "").replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
+}
+
+/** For error messages of in-process callers: validates `startAgent` options. */
+export function parseAgentOptions(input: AgentOptionsInput): AgentOptions {
+  const result = agentOptionsSchema.safeParse(input);
+  if (!result.success) throw new ConfigurationError(`invalid agent options: ${describeIssues(result.error)}`);
+  return result.data;
+}

@@ -1,0 +1,75 @@
+import type { Command } from "commander";
+import { createAwsAdapters } from "../../adapters/aws-adapters.ts";
+import { startAgent } from "../../agent/agent.ts";
+import { jsonLineLogger } from "../../agent/log.ts";
+import { CONFIG_ENV, resolveAgentOptions } from "../../agent/options.ts";
+import { untilSignal } from "../signals.ts";
+
+export function registerAgent(program: Command): void {
+  program
+    .command("agent")
+    .description(
+      "run the node agent beside one database node: heartbeats to DynamoDB, commands from its SQS queue; " +
+        "every flag also reads from SHARDGUARD_* variables and a JSON --config file (flag > variable > file)",
+    )
+    .option("--shard <id>", "shard this node belongs to (SHARDGUARD_SHARD)")
+    .option(
+      "--node-id <id>",
+      "node id; default: the one stored in the state dir, else a new one (SHARDGUARD_NODE_ID)",
+    )
+    .option("--redis <host:port>", "the database this agent manages (SHARDGUARD_REDIS)")
+    .option(
+      "--address <host:port>",
+      "address other nodes reach the database on; default --redis (SHARDGUARD_ADDRESS)",
+    )
+    .option(
+      "--priority <n>",
+      "promotion priority, 0 = never promote, lower preferred; default 100 (SHARDGUARD_PRIORITY)",
+    )
+    .option(
+      "--state-dir <dir>",
+      "keeps the node id, applied epoch and command ids; default $STATE_DIRECTORY or ./.shardguard-agent (SHARDGUARD_STATE_DIR)",
+    )
+    .option(
+      "--fence-policy <policy>",
+      "fence | keep-serving when cut off from the table; default fence (SHARDGUARD_FENCE_POLICY)",
+    )
+    .option("--heartbeat-interval-ms <ms>", "default 1000 (SHARDGUARD_HEARTBEAT_INTERVAL_MS)")
+    .option("--fence-timeout-ms <ms>", "default 2000 (SHARDGUARD_FENCE_TIMEOUT_MS)")
+    .option(
+      "--log-level <level>",
+      "debug | info | warn | error | silent; default info (SHARDGUARD_LOG_LEVEL)",
+    )
+    .option("--config <file>", `JSON config file with the same settings in camelCase (${CONFIG_ENV})`)
+    .action(async (flags: Record<string, string | undefined>) => {
+      const config = resolveAgentOptions({ flags, env: process.env, configFile: flags.config });
+      const adapterLogger = jsonLineLogger(
+        { service: "shardguard-agent", shard: config.agent.shard },
+        config.logLevel,
+      );
+      const aws = createAwsAdapters({
+        env: process.env,
+        tableName: config.table,
+        queuePrefix: config.queuePrefix,
+        logger: adapterLogger,
+      });
+      try {
+        const agent = await startAgent(
+          config.agent,
+          {
+            heartbeats: aws.store.heartbeats,
+            replicaSets: aws.store.replicaSets,
+            topology: aws.store.topology,
+            shards: aws.store.shards,
+            commands: aws.bus,
+            clock: aws.clock,
+          },
+          { logLevel: config.logLevel },
+        );
+        await untilSignal();
+        await agent.stop();
+      } finally {
+        aws.destroy();
+      }
+    });
+}
