@@ -1,5 +1,6 @@
 import { Command } from "commander";
 import { errorMessage } from "../core/errors.ts";
+import { registerAgent } from "./commands/agent.ts";
 import { registerLocalStack } from "./commands/local-stack.ts";
 
 export function buildProgram(): Command {
@@ -8,6 +9,7 @@ export function buildProgram(): Command {
     .description("Automatic failover for Redis-protocol primary/replica shards, coordinated on AWS")
     .showHelpAfterError("(run with --help for usage)");
   registerLocalStack(program);
+  registerAgent(program);
   return program;
 }
 
