@@ -16,7 +16,7 @@ export interface AwsAdaptersOptions extends AwsClientOptions {
   readonly queuePrefix?: string;
   /** Receives of an unparseable command before it moves to the dead-letter queue. @default 3 */
   readonly maxReceiveCount?: number;
-  /** Visibility timeout of a node's queue in seconds. @default 30 */
+  /** Visibility timeout of a node's queue in seconds. @default 10 */
   readonly visibilityTimeoutSeconds?: number;
   /** SQS-managed server-side encryption on the queues. @default true */
   readonly managedSse?: boolean;

@@ -23,7 +23,11 @@ export interface SqsCommandBusOptions {
   readonly queuePrefix: string;
   /** Receives before an unparseable command moves to the dead-letter queue. @default 3 */
   readonly maxReceiveCount?: number;
-  /** Seconds a received command stays invisible to other receivers. @default 30 */
+  /**
+   * Seconds a received command stays invisible to other receivers. Short, because a command handed
+   * to a long poll whose client went away (an aborted receive, a crashed agent) waits this long.
+   * Extend it with `extendVisibility` while applying a slow command. @default 10
+   */
   readonly visibilityTimeoutSeconds?: number;
   /** Seconds a command is kept in the node's queue (stale commands are ignored by epoch anyway). @default 86400 */
   readonly messageRetentionSeconds?: number;
@@ -66,14 +70,14 @@ export class SqsCommandBus implements CommandBus {
     this.#sqs = options.sqs;
     this.#prefix = options.queuePrefix;
     this.#maxReceiveCount = maxReceiveCount;
-    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? 30;
+    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? 10;
     this.#retentionSeconds = options.messageRetentionSeconds ?? 86_400;
     this.#managedSse = options.managedSse ?? true;
     this.#logger = options.logger ?? jsonLineLogger;
   }
 
   /** Idempotent: an existing queue costs one GetQueueUrl, then the URL is cached. */
-  ensureQueue(shard: string, nodeId: string): Promise<string> {
+  async ensureQueue(shard: string, nodeId: string): Promise<string> {
     const names = queueNames(this.#prefix, shard, nodeId);
     const key = `${shard}/${nodeId}`;
     let url = this.#urls.get(key);
