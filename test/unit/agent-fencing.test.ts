@@ -1,0 +1,185 @@
+import { describe, expect, it } from "vitest";
+import {
+  assessTopology,
+  fenceAction,
+  fencingConfig,
+  type LocalView,
+  topologyPrimary,
+} from "../../src/agent/fencing.ts";
+import type { Topology } from "../../src/core/model.ts";
+
+function aTopology(overrides: Partial<Topology> = {}): Topology {
+  return {
+    shard: "s1",
+    epoch: 3,
+    primary_node_id: "n2",
+    primary_address: "10.0.0.2:6379",
+    status: "online",
+    updated_at: 1,
+    ...overrides,
+  };
+}
+
+function aFailoverTo(target: string, phase: Topology["phase"]): Topology {
+  return aTopology({
+    epoch: 4,
+    status: "failing_over",
+    phase,
+    failover: {
+      kind: "failover",
+      old_primary_node_id: "n2",
+      new_primary_node_id: target,
+      new_primary_address: `10.0.0.${target.slice(1)}:6379`,
+      reason: "primary stale",
+      started_at: 1,
+      candidates: [],
+      phase_started: {},
+    },
+  });
+}
+
+const primaryView = (overrides: Partial<LocalView> = {}): LocalView => ({
+  nodeId: "n1",
+  role: "primary",
+  replicatingFrom: undefined,
+  highestEpoch: 2,
+  promotedEpoch: 2,
+  ...overrides,
+});
+
+const replicaView = (overrides: Partial<LocalView> = {}): LocalView => ({
+  nodeId: "n3",
+  role: "replica",
+  replicatingFrom: "10.0.0.1:6379",
+  highestEpoch: 2,
+  promotedEpoch: undefined,
+  ...overrides,
+});
+
+describe("the primary a topology stands for", () => {
+  it("is the committed primary while a failover may still abort", () => {
+    expect(topologyPrimary(aFailoverTo("n5", "epoch_bumped"))?.node_id).toBe("n2");
+  });
+
+  it("is the failover's target once PROMOTE may have been sent", () => {
+    expect(topologyPrimary(aFailoverTo("n5", "promote"))).toEqual({
+      node_id: "n5",
+      address: "10.0.0.5:6379",
+    });
+    expect(topologyPrimary(aFailoverTo("n5", "repoint"))?.node_id).toBe("n5");
+  });
+});
+
+describe("fencing by the topology", () => {
+  it("steps a returning old primary down to the primary of a newer epoch", () => {
+    // Act
+    const verdict = assessTopology(aTopology(), primaryView());
+
+    // Assess
+    expect(verdict).toMatchObject({
+      kind: "demote",
+      target: { node_id: "n2", address: "10.0.0.2:6379" },
+      epoch: 3,
+    });
+  });
+
+  it("steps down a second primary of a new shard that the topology did not adopt", () => {
+    // Act
+    const verdict = assessTopology(
+      aTopology({ epoch: 0 }),
+      primaryView({ highestEpoch: 0, promotedEpoch: undefined }),
+    );
+
+    // Assess
+    expect(verdict.kind).toBe("demote");
+  });
+
+  it("keeps a primary promoted at the topology's epoch before the controller names it", () => {
+    // Act
+    const verdict = assessTopology(
+      aTopology({ epoch: 3 }),
+      primaryView({ highestEpoch: 3, promotedEpoch: 3 }),
+    );
+
+    // Assess
+    expect(verdict).toMatchObject({ kind: "keep", primaryConfirmed: true });
+  });
+
+  it("ignores a topology older than the node's own epoch", () => {
+    expect(assessTopology(aTopology({ epoch: 1 }), primaryView()).kind).toBe("keep");
+  });
+
+  it("confirms a primary that the topology names", () => {
+    expect(assessTopology(aTopology({ primary_node_id: "n1" }), primaryView())).toMatchObject({
+      kind: "keep",
+      primaryConfirmed: true,
+    });
+  });
+
+  it("does not confirm the old primary while a failover away from it is under way", () => {
+    // Prepare
+    const topology = { ...aFailoverTo("n5", "epoch_bumped"), primary_node_id: "n1" };
+
+    // Act
+    const verdict = assessTopology(topology, primaryView({ highestEpoch: 3 }));
+
+    // Assess
+    expect(verdict).toMatchObject({ kind: "keep", primaryConfirmed: false });
+  });
+
+  it("demotes the old primary once the failover passed its point of no return", () => {
+    expect(assessTopology(aFailoverTo("n5", "promote"), primaryView({ nodeId: "n2" })).kind).toBe("demote");
+  });
+
+  it("lets a primary with no topology yet serve: the controller adopts it", () => {
+    expect(assessTopology(undefined, primaryView())).toMatchObject({ kind: "keep", primaryConfirmed: true });
+  });
+
+  it("repoints a replica to the primary of a newer epoch once", () => {
+    // Act
+    const behind = assessTopology(aTopology(), replicaView());
+    const caughtUp = assessTopology(aTopology(), replicaView({ highestEpoch: 3 }));
+
+    // Assess
+    expect(behind).toMatchObject({ kind: "repoint", target: { node_id: "n2" }, epoch: 3 });
+    expect(caughtUp.kind).toBe("keep");
+  });
+
+  it("leaves a replica that already follows the topology's primary alone", () => {
+    expect(assessTopology(aTopology(), replicaView({ replicatingFrom: "10.0.0.2:6379" })).kind).toBe("keep");
+  });
+
+  it("leaves replicas of a paused shard alone", () => {
+    expect(assessTopology(aTopology({ status: "paused" }), replicaView()).kind).toBe("keep");
+  });
+});
+
+describe("self-fencing when heartbeats cannot be written", () => {
+  const base = { policy: "fence" as const, role: "primary" as const, fenceTimeoutMs: 2000 };
+
+  it("does nothing before the fence timeout", () => {
+    expect(fenceAction({ ...base, msSinceHeartbeatWritten: 1999 })).toBe("none");
+  });
+
+  it("fences a primary under policy fence", () => {
+    expect(fenceAction({ ...base, msSinceHeartbeatWritten: 2000 })).toBe("fence");
+  });
+
+  it("keeps serving under policy keep-serving", () => {
+    expect(fenceAction({ ...base, policy: "keep-serving", msSinceHeartbeatWritten: 10_000 })).toBe(
+      "keep-serving",
+    );
+  });
+
+  it("never fences a replica", () => {
+    expect(fenceAction({ ...base, role: "replica", msSinceHeartbeatWritten: 10_000 })).toBe("none");
+  });
+
+  it("demands more replicas than any shard has and keeps the operator's lag", () => {
+    expect(fencingConfig({ "min-replicas-max-lag": "7", "min-replicas-to-write": "1" })).toEqual({
+      "min-replicas-max-lag": "7",
+      "min-replicas-to-write": "1000000",
+    });
+    expect(fencingConfig({ "min-replicas-max-lag": "0" })["min-replicas-max-lag"]).toBe("10");
+  });
+});
