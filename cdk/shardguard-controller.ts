@@ -192,7 +192,9 @@ export class ShardguardController extends Construct {
       });
       this.dashboard.addWidgets(this.nodeDeadLetterWidget);
     }
-    this.nodeDeadLetterWidget.addLeftMetric(node.metricDeadLetterMessages());
+    this.nodeDeadLetterWidget.addLeftMetric(
+      node.metricDeadLetterMessages({ label: `${options.shard}/${options.node}` }),
+    );
     return node;
   }
 

@@ -55,14 +55,14 @@ export class ShardguardNode extends Construct {
   }
 
   /** Messages waiting in the node's dead-letter queue (SQS publishes it while the queue holds any). */
-  public metricDeadLetterMessages(): cloudwatch.Metric {
+  public metricDeadLetterMessages(options: cloudwatch.MetricOptions = {}): cloudwatch.Metric {
     return new cloudwatch.Metric({
       namespace: "AWS/SQS",
       metricName: "ApproximateNumberOfMessagesVisible",
       dimensionsMap: { QueueName: this.deadLetterQueueName },
       statistic: "Maximum",
       period: Duration.minutes(5),
-      label: `${this.shard}/${this.nodeId}`,
+      ...options,
     });
   }
 }

@@ -1,0 +1,486 @@
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { App, Stack } from "aws-cdk-lib";
+import { Annotations, Match, Template } from "aws-cdk-lib/assertions";
+import * as iam from "aws-cdk-lib/aws-iam";
+import { AwsSolutionsChecks } from "cdk-nag";
+import { beforeAll, describe, expect, it } from "vitest";
+import { ShardguardController } from "../../cdk/shardguard-controller.ts";
+import { ShardguardStack } from "../../cdk/shardguard-stack.ts";
+import { ENV, failoverConfigFromEnv } from "../../src/config/env.ts";
+import { TTL_ATTRIBUTE, tableDefinition } from "../../src/core/table.ts";
+
+const FIXTURE_ENTRY = path.join(import.meta.dirname, "..", "fixtures", "controller-handler.ts");
+const ALARM_TOPIC = "arn:aws:sns:eu-west-1:123456789012:shardguard-alarms";
+
+type Statement = { Action: string | string[]; Resource: unknown; Condition?: unknown; Sid?: string };
+
+/** One synthesized stack (one esbuild bundling) shared by every assertion in this file. */
+let app: App;
+let stack: ShardguardStack;
+let template: Template;
+let assemblyDir: string;
+
+beforeAll(() => {
+  app = new App();
+  stack = new ShardguardStack(app, "Shardguard", {
+    controller: { controllerEntry: FIXTURE_ENTRY, tableName: "shardguard" },
+    nodes: [{ shard: "orders", node: "n1" }],
+    alarmTopicArn: ALARM_TOPIC,
+  });
+  template = Template.fromStack(stack);
+  assemblyDir = app.synth().directory;
+}, 60_000);
+
+function logicalId(construct: { node: { defaultChild?: unknown } }): string {
+  return stack.getLogicalId(construct.node.defaultChild as never);
+}
+
+/** Statements of the IAM policy attached to `roleLogicalId`, as (actions, resource) pairs. */
+function statementsOfRole(roleLogicalId: string): Statement[] {
+  const policies = template.findResources("AWS::IAM::Policy", {
+    Properties: { Roles: Match.arrayWith([{ Ref: roleLogicalId }]) },
+  });
+  return Object.values(policies).flatMap(
+    (policy) =>
+      (policy as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument
+        .Statement,
+  );
+}
+
+function actionsOf(statement: Statement): string[] {
+  return Array.isArray(statement.Action) ? statement.Action : [statement.Action];
+}
+
+describe("coordination table", () => {
+  it("uses the key schema of the shared table definition the local stack creates", () => {
+    // Prepare
+    const definition = tableDefinition("shardguard");
+
+    // Act
+    const tables = template.findResources("AWS::DynamoDB::Table");
+
+    // Assess
+    expect(Object.keys(tables)).toHaveLength(1);
+    template.hasResourceProperties("AWS::DynamoDB::Table", {
+      TableName: "shardguard",
+      KeySchema: definition.KeySchema,
+      AttributeDefinitions: definition.AttributeDefinitions,
+    });
+  });
+
+  it("bills on demand, keeps point-in-time recovery and the TTL attribute, and is protected from deletion", () => {
+    template.hasResource("AWS::DynamoDB::Table", {
+      DeletionPolicy: "Retain",
+      UpdateReplacePolicy: "Retain",
+      Properties: Match.objectLike({
+        BillingMode: "PAY_PER_REQUEST",
+        PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true, RecoveryPeriodInDays: 35 },
+        TimeToLiveSpecification: { AttributeName: TTL_ATTRIBUTE, Enabled: true },
+        DeletionProtectionEnabled: true,
+      }),
+    });
+  });
+
+  it("turns deletion protection off when asked", () => {
+    // Prepare: skip bundling, only the table matters here.
+    const otherApp = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+    const otherStack = new Stack(otherApp, "Unprotected");
+
+    // Act
+    new ShardguardController(otherStack, "Shardguard", {
+      controllerEntry: FIXTURE_ENTRY,
+      deletionProtection: false,
+    });
+
+    // Assess
+    Template.fromStack(otherStack).hasResourceProperties("AWS::DynamoDB::Table", {
+      DeletionProtectionEnabled: false,
+    });
+  });
+});
+
+describe("controller function", () => {
+  it("runs on Node.js 24 on arm64 with the loop's timeout, memory and reserved concurrency", () => {
+    template.hasResourceProperties("AWS::Lambda::Function", {
+      Runtime: "nodejs24.x",
+      Architectures: ["arm64"],
+      Handler: "index.handler",
+      Timeout: 75,
+      MemorySize: 512,
+      ReservedConcurrentExecutions: 2,
+    });
+  });
+
+  it("is bundled offline by the local esbuild as an ES module with a require shim", () => {
+    // Prepare
+    const assetDirs = readdirSync(assemblyDir).filter((name) => name.startsWith("asset."));
+
+    // Act
+    const bundles = assetDirs
+      .map((dir) => path.join(assemblyDir, dir, "index.mjs"))
+      .filter((file) => {
+        try {
+          return readFileSync(file, "utf8").length > 0;
+        } catch {
+          return false;
+        }
+      });
+
+    // Assess
+    expect(bundles).toHaveLength(1);
+    expect(readFileSync(bundles[0] as string, "utf8")).toContain("createRequire");
+  });
+
+  it("sets every environment variable the handler reads, and they parse back to the construct's configuration", () => {
+    // Prepare
+    const functions = template.findResources("AWS::Lambda::Function");
+    const variables = (
+      Object.values(functions)[0] as { Properties: { Environment: { Variables: Record<string, unknown> } } }
+    ).Properties.Environment.Variables;
+
+    // Act
+    const numericAndQuorum = Object.fromEntries(
+      Object.entries(variables).filter(([, value]) => typeof value === "string"),
+    ) as Record<string, string>;
+
+    // Assess
+    for (const name of Object.values(ENV)) expect(variables).toHaveProperty(name);
+    expect(variables[ENV.table]).toEqual({ Ref: logicalId(stack.controller.table) });
+    expect(variables[ENV.queuePrefix]).toBe("shardguard");
+    expect(variables[ENV.eventBusName]).toBe("default");
+    expect(failoverConfigFromEnv(numericAndQuorum)).toEqual(stack.controller.config);
+  });
+
+  it("is started by an EventBridge schedule every minute, with retries and a dead-letter queue", () => {
+    const failureQueue = logicalId(stack.controller.controllerFailureQueue);
+    template.hasResourceProperties("AWS::Events::Rule", {
+      ScheduleExpression: "rate(1 minute)",
+      State: "ENABLED",
+      Targets: [
+        Match.objectLike({
+          Arn: { "Fn::GetAtt": [logicalId(stack.controller.controllerFunction), "Arn"] },
+          DeadLetterConfig: { Arn: { "Fn::GetAtt": [failureQueue, "Arn"] } },
+          RetryPolicy: { MaximumRetryAttempts: 2, MaximumEventAgeInSeconds: 60 },
+        }),
+      ],
+    });
+  });
+
+  it("sends failed invocations to the dead-letter queue instead of retrying into the next minute's run", () => {
+    template.hasResourceProperties("AWS::Lambda::EventInvokeConfig", {
+      MaximumRetryAttempts: 0,
+      MaximumEventAgeInSeconds: 60,
+      DestinationConfig: {
+        OnFailure: {
+          Destination: { "Fn::GetAtt": [logicalId(stack.controller.controllerFailureQueue), "Arn"] },
+        },
+      },
+    });
+  });
+
+  it("encrypts its dead-letter queue and refuses requests without TLS", () => {
+    template.hasResourceProperties("AWS::SQS::Queue", { SqsManagedSseEnabled: true });
+    template.hasResourceProperties("AWS::SQS::QueuePolicy", {
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({
+            Effect: "Deny",
+            Action: "sqs:*",
+            Condition: { Bool: { "aws:SecureTransport": "false" } },
+          }),
+        ]),
+      },
+    });
+  });
+});
+
+describe("IAM", () => {
+  it("grants the controller exactly the actions it uses, each on its own resource", () => {
+    // Act
+    const statements = statementsOfRole(logicalId(stack.controller.controllerRole));
+
+    // Assess
+    expect(
+      statements.map((statement) => ({ actions: actionsOf(statement), resource: statement.Resource })),
+    ).toEqual([
+      {
+        actions: ["logs:CreateLogStream", "logs:PutLogEvents"],
+        resource: { "Fn::GetAtt": [logicalId(stack.controller.controllerLogGroup), "Arn"] },
+      },
+      {
+        // Added by the L2 SqsDestination for the async failure destination.
+        actions: ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+        resource: { "Fn::GetAtt": [logicalId(stack.controller.controllerFailureQueue), "Arn"] },
+      },
+      {
+        actions: [
+          "dynamodb:GetItem",
+          "dynamodb:Query",
+          "dynamodb:PutItem",
+          "dynamodb:UpdateItem",
+          "dynamodb:DeleteItem",
+        ],
+        resource: [{ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] }],
+      },
+      {
+        actions: ["sqs:GetQueueUrl", "sqs:SendMessage"],
+        resource: {
+          "Fn::Join": [
+            "",
+            [
+              "arn:",
+              { Ref: "AWS::Partition" },
+              ":sqs:",
+              { Ref: "AWS::Region" },
+              ":",
+              { Ref: "AWS::AccountId" },
+              ":shardguard-*",
+            ],
+          ],
+        },
+      },
+      {
+        actions: ["events:PutEvents"],
+        resource: {
+          "Fn::Join": [
+            "",
+            [
+              "arn:",
+              { Ref: "AWS::Partition" },
+              ":events:",
+              { Ref: "AWS::Region" },
+              ":",
+              { Ref: "AWS::AccountId" },
+              ":event-bus/default",
+            ],
+          ],
+        },
+      },
+    ]);
+  });
+
+  it("gives the agent policy its own shard partition, the shard index and its own queues only", () => {
+    // Prepare
+    const table = { "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] };
+    const queueArn = (name: string) => ({
+      "Fn::Join": [
+        "",
+        [
+          "arn:",
+          { Ref: "AWS::Partition" },
+          ":sqs:",
+          { Ref: "AWS::Region" },
+          ":",
+          { Ref: "AWS::AccountId" },
+          `:${name}`,
+        ],
+      ],
+    });
+
+    // Act
+    const policies = template.findResources("AWS::IAM::ManagedPolicy");
+
+    // Assess
+    expect(Object.keys(policies)).toHaveLength(1);
+    const document = (
+      Object.values(policies)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
+    ).Properties.PolicyDocument;
+    expect(document.Statement).toEqual([
+      {
+        Sid: "OwnShardPartition",
+        Effect: "Allow",
+        Action: [
+          "dynamodb:GetItem",
+          "dynamodb:Query",
+          "dynamodb:PutItem",
+          "dynamodb:UpdateItem",
+          "dynamodb:DeleteItem",
+        ],
+        Resource: table,
+        Condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
+      },
+      {
+        Sid: "RegisterShardInIndex",
+        Effect: "Allow",
+        Action: "dynamodb:PutItem",
+        Resource: table,
+        Condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } },
+      },
+      {
+        Sid: "CreateOwnQueues",
+        Effect: "Allow",
+        Action: ["sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes"],
+        Resource: [queueArn("shardguard-orders-n1"), queueArn("shardguard-orders-n1-dlq")],
+      },
+      {
+        Sid: "ConsumeOwnQueue",
+        Effect: "Allow",
+        Action: ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
+        Resource: queueArn("shardguard-orders-n1"),
+      },
+    ]);
+  });
+
+  it("grants an existing agent role the same statements as the managed policy", () => {
+    // Prepare
+    const otherApp = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+    const otherStack = new Stack(otherApp, "Agent");
+    const controller = new ShardguardController(otherStack, "Shardguard", { controllerEntry: FIXTURE_ENTRY });
+    const taskRole = new iam.Role(otherStack, "TaskRole", {
+      assumedBy: new iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+    });
+
+    // Act
+    controller.grantAgent(taskRole, { shard: "orders", node: "n2" });
+
+    // Assess
+    const statements = Template.fromStack(otherStack).findResources("AWS::IAM::Policy", {
+      Properties: { Roles: [{ Ref: otherStack.getLogicalId(taskRole.node.defaultChild as iam.CfnRole) }] },
+    });
+    const granted = (
+      Object.values(statements)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
+    ).Properties.PolicyDocument.Statement;
+    expect(granted.map((statement) => [actionsOf(statement), statement.Condition ?? null])).toEqual([
+      [
+        [
+          "dynamodb:GetItem",
+          "dynamodb:Query",
+          "dynamodb:PutItem",
+          "dynamodb:UpdateItem",
+          "dynamodb:DeleteItem",
+        ],
+        { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
+      ],
+      [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
+      [["sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes"], null],
+      [["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"], null],
+    ]);
+  });
+
+  it("lets operators invoke the unqualified controller function and read the table, nothing more", () => {
+    // Act
+    const statements = statementsOfRole(logicalId(stack.operatorRole));
+
+    // Assess
+    expect(
+      statements.map((statement) => ({ actions: actionsOf(statement), resource: statement.Resource })),
+    ).toEqual([
+      {
+        actions: ["lambda:InvokeFunction"],
+        resource: { "Fn::GetAtt": [logicalId(stack.controller.controllerFunction), "Arn"] },
+      },
+      {
+        actions: ["dynamodb:GetItem", "dynamodb:Query"],
+        resource: [{ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] }],
+      },
+    ]);
+  });
+});
+
+describe("events, alarms and dashboard", () => {
+  const metricsInsights = (metric: string) =>
+    Match.objectLike({
+      Metrics: [Match.objectLike({ Expression: `SELECT SUM(${metric}) FROM Shardguard`, Period: 60 })],
+    });
+
+  it("alarms when a failover starts and when a shard goes offline, on the controller's metrics", () => {
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", metricsInsights("failoverStarted"));
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", metricsInsights("shardOffline"));
+  });
+
+  it("alarms on controller errors, throttles and a controller that stopped running", () => {
+    for (const metric of ["Errors", "Throttles"]) {
+      template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+        Namespace: "AWS/Lambda",
+        MetricName: metric,
+        ComparisonOperator: "GreaterThanOrEqualToThreshold",
+        Threshold: 1,
+      });
+    }
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+      Namespace: "AWS/Lambda",
+      MetricName: "Invocations",
+      ComparisonOperator: "LessThanThreshold",
+      TreatMissingData: "breaching",
+    });
+  });
+
+  it("alarms when the controller's or a node's dead-letter queue is not empty", () => {
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+      Namespace: "AWS/SQS",
+      MetricName: "ApproximateNumberOfMessagesVisible",
+      Dimensions: [
+        {
+          Name: "QueueName",
+          Value: { "Fn::GetAtt": [logicalId(stack.controller.controllerFailureQueue), "QueueName"] },
+        },
+      ],
+    });
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+      Namespace: "AWS/SQS",
+      MetricName: "ApproximateNumberOfMessagesVisible",
+      Dimensions: [{ Name: "QueueName", Value: "shardguard-orders-n1-dlq" }],
+      Statistic: "Maximum",
+    });
+  });
+
+  it("sends every alarm to the alarm topic", () => {
+    const alarms = Object.values(template.findResources("AWS::CloudWatch::Alarm"));
+    expect(alarms).toHaveLength(7);
+    for (const alarm of alarms) {
+      expect((alarm as { Properties: { AlarmActions: string[] } }).Properties.AlarmActions).toEqual([
+        ALARM_TOPIC,
+      ]);
+    }
+  });
+
+  it("publishes a dashboard", () => {
+    template.resourceCountIs("AWS::CloudWatch::Dashboard", 1);
+  });
+
+  it("offers a rule on the failover events of the event bus", () => {
+    // Prepare
+    const otherApp = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+    const otherStack = new Stack(otherApp, "Events");
+    const controller = new ShardguardController(otherStack, "Shardguard", { controllerEntry: FIXTURE_ENTRY });
+
+    // Act
+    controller.onShardguardEvent("OnFailover", { detailTypes: ["FailoverStarted", "FailoverCompleted"] });
+
+    // Assess
+    Template.fromStack(otherStack).hasResourceProperties("AWS::Events::Rule", {
+      EventPattern: { source: ["shardguard"], "detail-type": ["FailoverStarted", "FailoverCompleted"] },
+    });
+  });
+});
+
+describe("cdk-nag AwsSolutions", () => {
+  it("reports no unacknowledged finding", () => {
+    // Act
+    const report = new AwsSolutionsChecks(app).validateScope(app);
+
+    // Assess
+    expect(report.violations).toEqual([]);
+    expect(report.success).toBe(true);
+    expect(Annotations.fromStack(stack).findError("*", Match.anyValue())).toEqual([]);
+  });
+
+  it("justifies every acknowledgment with a reason", () => {
+    // Act
+    const acknowledged = stack.node
+      .findAll()
+      .flatMap((construct) => construct.node.metadata)
+      .filter((entry) => entry.type === "aws:cdk:acknowledged-rules")
+      .flatMap((entry) => Object.entries(entry.data as Record<string, string>))
+      // CDK records the id qualified by its namespace ("Annotation::AwsSolutions-SQS3").
+      .map(([id, reason]) => ({ id: id.replace(/^\w+::/, ""), reason }));
+
+    // Assess
+    expect(acknowledged.map((rule) => rule.id).sort()).toEqual([
+      "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:shardguard-*]",
+      "AwsSolutions-SQS3",
+    ]);
+    for (const rule of acknowledged) expect(rule.reason.length).toBeGreaterThan(40);
+  });
+});

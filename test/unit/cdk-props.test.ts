@@ -1,0 +1,141 @@
+import path from "node:path";
+import { App, Duration, Stack } from "aws-cdk-lib";
+import { describe, expect, it } from "vitest";
+import {
+  DEFAULT_CONTROLLER_ENTRY,
+  MAX_QUEUE_PREFIX_LENGTH,
+  resolveControllerProps,
+} from "../../cdk/controller-props.ts";
+import { ShardguardController, type ShardguardControllerProps } from "../../cdk/shardguard-controller.ts";
+import { parseNodeList } from "../../cdk/shardguard-stack.ts";
+import { ConfigurationError } from "../../src/core/errors.ts";
+
+const FIXTURE_ENTRY = path.join(import.meta.dirname, "..", "fixtures", "controller-handler.ts");
+
+/** Builds the construct in a fresh app that skips bundling: validation runs before any asset. */
+function build(props: ShardguardControllerProps): ShardguardController {
+  const app = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+  return new ShardguardController(new Stack(app, "Props"), "Shardguard", {
+    controllerEntry: FIXTURE_ENTRY,
+    ...props,
+  });
+}
+
+describe("ShardguardController props", () => {
+  it("rejects a failure timeout not above the heartbeat interval, naming both props", () => {
+    const act = () => build({ heartbeatInterval: Duration.seconds(3), failureTimeout: Duration.seconds(3) });
+
+    expect(act).toThrowError(ConfigurationError);
+    expect(act).toThrowError(/failureTimeout: must be greater than heartbeatInterval \(3000 ms\)/);
+  });
+
+  it("rejects a fence timeout not below the failure timeout, naming the prop", () => {
+    const act = () => build({ fenceTimeout: Duration.seconds(3), failureTimeout: Duration.seconds(3) });
+
+    expect(act).toThrowError(/fenceTimeout: must be less than failureTimeout \(3000 ms\)/);
+  });
+
+  it.each([
+    ["a character SQS rejects", "shard.guard"],
+    ["a space", "shard guard"],
+    ["an empty prefix", ""],
+    ["a prefix too long for <prefix>-<shard>-<node>-dlq", "p".repeat(MAX_QUEUE_PREFIX_LENGTH + 1)],
+  ])("rejects a queue prefix with %s, naming the prop", (_case, queuePrefix) => {
+    expect(() => build({ queuePrefix })).toThrowError(
+      /queuePrefix: .* must be 1-26 letters, digits, '-' or '_'/,
+    );
+  });
+
+  it("accepts the longest queue prefix whose queue names still fit SQS's 80 characters", () => {
+    const controller = build({ queuePrefix: "p".repeat(MAX_QUEUE_PREFIX_LENGTH) });
+
+    expect(controller.queuePrefix).toHaveLength(26);
+    expect(`${controller.queuePrefix}-${"s".repeat(24)}-${"n".repeat(24)}-dlq`).toHaveLength(80);
+  });
+
+  it.each([
+    ["at one minute, which leaves gaps between invocations", 60],
+    ["at two minutes, which lets three invocations overlap", 120],
+  ])("rejects a controller timeout %s", (_case, seconds) => {
+    expect(() => build({ controllerTimeout: Duration.seconds(seconds) })).toThrowError(
+      /controllerTimeout: must be above 60 s/,
+    );
+  });
+
+  it("rejects a reserved concurrency that cannot cover the overlap of two invocations", () => {
+    expect(() => build({ controllerReservedConcurrency: 1 })).toThrowError(
+      /controllerReservedConcurrency: must be an integer of at least 2/,
+    );
+  });
+
+  it("rejects a point-in-time recovery period outside 1 to 35 days", () => {
+    expect(() => build({ pointInTimeRecoveryPeriod: Duration.days(36) })).toThrowError(
+      /pointInTimeRecoveryPeriod: /,
+    );
+  });
+
+  it("names a controller entry that does not exist", () => {
+    expect(() => build({ controllerEntry: "functions/nowhere/handler.ts" })).toThrowError(
+      /controllerEntry: no file at .*functions\/nowhere\/handler\.ts/,
+    );
+  });
+
+  it("reports every bad prop in one error", () => {
+    // Act
+    let message = "";
+    try {
+      build({ heartbeatInterval: Duration.seconds(5), queuePrefix: "a/b", controllerMemorySize: 64 });
+    } catch (error) {
+      message = (error as Error).message;
+    }
+
+    // Assess
+    expect(message).toMatch(/^ShardguardController: invalid props: /);
+    expect(message).toMatch(/failureTimeout: /);
+    expect(message).toMatch(/queuePrefix: /);
+    expect(message).toMatch(/controllerMemorySize: /);
+  });
+
+  it("resolves the default controller entry from the package root, not the working directory", () => {
+    const packageRoot = path.resolve(import.meta.dirname, "..", "..");
+
+    expect(DEFAULT_CONTROLLER_ENTRY).toBe(path.join(packageRoot, "functions", "controller", "handler.ts"));
+  });
+
+  it("resolves a relative controller entry against the package root", () => {
+    const resolved = resolveControllerProps({ controllerEntry: "test/fixtures/controller-handler.ts" });
+
+    expect(resolved.controllerEntry).toBe(FIXTURE_ENTRY);
+  });
+
+  it("applies the documented defaults", () => {
+    const resolved = resolveControllerProps({ controllerEntry: FIXTURE_ENTRY });
+
+    expect(resolved).toMatchObject({
+      queuePrefix: "shardguard",
+      deletionProtection: true,
+      controllerMemorySize: 512,
+      controllerReservedConcurrency: 2,
+    });
+    expect(resolved.controllerTimeout.toSeconds()).toBe(75);
+    expect(resolved.config.failureTimeoutMs).toBe(3000);
+  });
+});
+
+describe("agent identities", () => {
+  it("rejects a node id that is not a valid id, naming the field", () => {
+    const controller = build({});
+
+    expect(() => controller.addNode({ shard: "orders", node: "n/1" })).toThrowError(
+      /node: "n\/1" must be 1-24 letters/,
+    );
+  });
+
+  it("parses the app's node list and names a malformed entry", () => {
+    expect(parseNodeList("orders:n1, orders:n2")).toEqual([
+      { shard: "orders", node: "n1" },
+      { shard: "orders", node: "n2" },
+    ]);
+    expect(() => parseNodeList("orders")).toThrowError(/nodes: "orders" must be shard:node/);
+  });
+});

@@ -1,0 +1,74 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+
+const PACKAGE_ROOT = path.resolve(import.meta.dirname, "..", "..");
+const CDK = path.join(PACKAGE_ROOT, "node_modules", ".bin", "cdk");
+
+const workDir = mkdtempSync(path.join(tmpdir(), "shardguard-cdk-"));
+afterAll(() => rmSync(workDir, { recursive: true, force: true }));
+
+/** The environment of an offline machine without AWS credentials: no IMDS, no notices, no telemetry. */
+function offlineEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (!key.startsWith("AWS_") && !key.startsWith("CDK_")) env[key] = value;
+  }
+  return {
+    ...env,
+    PATH: `${path.join(PACKAGE_ROOT, "node_modules", ".bin")}${path.delimiter}${process.env.PATH ?? ""}`,
+    AWS_EC2_METADATA_DISABLED: "true",
+    CDK_DISABLE_VERSION_CHECK: "1",
+    CDK_DISABLE_CLI_TELEMETRY: "true",
+    CDK_HOME: path.join(workDir, "cdk-home"),
+  };
+}
+
+describe("cdk synth from the project root", () => {
+  it("synthesizes the app through cdk.json offline, with the AwsSolutions checks passing", async () => {
+    // Prepare
+    const outdir = path.join(workDir, "cdk.out");
+
+    // Act
+    const { stdout, stderr } = await promisify(execFile)(
+      CDK,
+      [
+        "synth",
+        "--quiet",
+        "--no-notices",
+        "--output",
+        outdir,
+        "--context",
+        "controllerEntry=test/fixtures/controller-handler.ts",
+        "--context",
+        "nodes=orders:n1",
+      ],
+      { cwd: PACKAGE_ROOT, env: offlineEnv(), timeout: 90_000 },
+    );
+
+    // Assess: a nag finding would have failed the command (and the promise) before this point.
+    const template = JSON.parse(readFileSync(path.join(outdir, "Shardguard.template.json"), "utf8"));
+    const resources = Object.values(template.Resources) as Array<{
+      Type: string;
+      Properties: Record<string, unknown>;
+    }>;
+    expect(resources.filter((resource) => resource.Type === "AWS::Lambda::Function")).toEqual([
+      expect.objectContaining({
+        Properties: expect.objectContaining({ Runtime: "nodejs24.x", Architectures: ["arm64"] }),
+      }),
+    ]);
+    expect(Object.keys(template.Outputs)).toEqual(
+      expect.arrayContaining([
+        "TableName",
+        "QueuePrefix",
+        "ControllerFunctionName",
+        "OperatorRoleArn",
+        "AgentPolicyArnordersn1",
+      ]),
+    );
+    expect(`${stdout}${stderr}`).not.toMatch(/AwsSolutions-/);
+  }, 120_000);
+});
