@@ -1,0 +1,33 @@
+import { describe, expect, it } from "vitest";
+import { queueNames, SQS_QUEUE_NAME_MAX } from "../../src/adapters/queue-names.ts";
+import { ConfigurationError } from "../../src/core/errors.ts";
+
+describe("queue names", () => {
+  it("names a node's queue and dead-letter queue from prefix, shard and node", () => {
+    expect(queueNames("shardguard", "orders-1", "node_a")).toEqual({
+      queue: "shardguard-orders-1-node_a",
+      deadLetterQueue: "shardguard-orders-1-node_a-dlq",
+    });
+  });
+
+  it("stays within the SQS limit for the longest prefix and ids allowed", () => {
+    // Prepare
+    const names = queueNames("p".repeat(20), "s".repeat(24), "n".repeat(24));
+
+    // Assess
+    expect(names.deadLetterQueue.length).toBeLessThanOrEqual(SQS_QUEUE_NAME_MAX);
+    expect(names.deadLetterQueue).toMatch(/^[A-Za-z0-9_-]+$/);
+  });
+
+  it.each([
+    ["a prefix that is too long", "p".repeat(21), "s1", "n1", /queue prefix/],
+    ["a prefix with a dot", "my.prefix", "s1", "n1", /queue prefix "my.prefix"/],
+    ["an empty prefix", "", "s1", "n1", /queue prefix/],
+    ["a shard id with a space", "sg", "s 1", "n1", /shard id "s 1"/],
+    ["a node id that is too long", "sg", "s1", "n".repeat(25), /node id/],
+    ["a node id starting with '-'", "sg", "s1", "-n1", /node id "-n1"/],
+  ])("rejects %s with a ConfigurationError naming it", (_, prefix, shard, node, message) => {
+    expect(() => queueNames(prefix, shard, node)).toThrow(ConfigurationError);
+    expect(() => queueNames(prefix, shard, node)).toThrow(message);
+  });
+});
