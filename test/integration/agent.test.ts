@@ -1,0 +1,257 @@
+import { SendMessageCommand } from "@aws-sdk/client-sqs";
+import { afterEach, describe, expect, it } from "vitest";
+import { AgentFixture, redisRole, waitFor } from "../support/agent-harness.ts";
+import { sqsClient } from "../support/aws.ts";
+
+let fixture: AgentFixture;
+
+afterEach(async () => {
+  await fixture.close();
+});
+
+describe("agent heartbeats", () => {
+  it("reports the primary's and the replica's replication state, offsets moving with writes", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [primaryNode, replicaNode] = await fixture.startRedis(2);
+    if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    const primary = await fixture.startAgent(primaryNode, { nodeId: "p1", priority: 0 });
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "r1", priority: 10 });
+    const linked = await fixture.waitForHeartbeat("r1", (hb) => hb.primary_link === "up", "replica link up");
+    const before = await fixture.heartbeatOf("p1");
+
+    // Act
+    const client = primaryNode.client();
+    for (let index = 0; index < 50; index++) await client.set(`key-${index}`, "x".repeat(100));
+    client.disconnect();
+    const movedPrimary = await fixture.waitForHeartbeat(
+      "p1",
+      (hb) => hb.last_txn_id > (before?.last_txn_id ?? 0) + 5000,
+      "primary offset moved",
+    );
+    const movedReplica = await fixture.waitForHeartbeat(
+      "r1",
+      (hb) => hb.last_txn_id >= movedPrimary.last_txn_id,
+      "replica offset caught up",
+    );
+
+    // Assess
+    expect(before).toMatchObject({
+      role: "primary",
+      node_address: primaryNode.address,
+      db_status: "up",
+      epoch: 0,
+      priority: 0,
+    });
+    expect(before?.primary_node_id).toBeUndefined();
+    expect(linked).toMatchObject({
+      role: "replica",
+      node_address: replicaNode.address,
+      primary_node_id: "p1",
+      primary_link: "up",
+      priority: 10,
+      repl_id: before?.repl_id,
+    });
+    expect(linked.lag_s).toBeGreaterThanOrEqual(0);
+    expect(linked.repl_id).toMatch(/^[0-9a-f]{40}$/);
+    expect(movedReplica.repl_id).toBe(movedPrimary.repl_id);
+    expect(movedReplica.last_updated).toBeGreaterThan(linked.last_updated);
+    expect(primary.handle.status()).toMatchObject({
+      role: "primary",
+      dbUp: true,
+      storeUp: true,
+      fenced: false,
+    });
+    expect(replica.handle.nodeId).toBe("r1");
+    const { shards } = await fixture.aws.store.shards.list();
+    expect(shards).toContain(fixture.shard);
+  });
+
+  it("admits a replica to the replica set only after its full sync and drops it when it disappears", async () => {
+    // Prepare: the primary holds a new replica in wait_bgsave for 2 s before it sends the data.
+    fixture = new AgentFixture();
+    const [primaryNode, lateNode] = await fixture.startRedis(2);
+    if (!primaryNode || !lateNode) throw new Error("redis nodes missing");
+    const admin = primaryNode.client();
+    await admin.config("SET", "repl-diskless-sync-delay", "2");
+    const lateClient = lateNode.client();
+    await lateClient.replicaof("NO", "ONE");
+    await fixture.startAgent(primaryNode, { nodeId: "p1" });
+    await fixture.startAgent(lateNode, { nodeId: "r1" });
+
+    // Act
+    await lateClient.replicaof("127.0.0.1", primaryNode.port);
+    await fixture.waitForHeartbeat(
+      "r1",
+      (hb) => hb.role === "replica" && hb.primary_node_id === "p1",
+      "r1 replica",
+    );
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    const duringSync = (await fixture.snapshot()).replicaSets.p1 ?? [];
+    const afterSync = await waitFor(
+      async () => ((await fixture.snapshot()).replicaSets.p1 ?? []).includes("r1") && true,
+      "r1 in the replica set",
+    );
+    lateClient.disconnect();
+    lateNode.signal("SIGKILL");
+    const gone = await waitFor(
+      async () => !((await fixture.snapshot()).replicaSets.p1 ?? []).includes("r1") && true,
+      "r1 out of the replica set",
+    );
+    admin.disconnect();
+
+    // Assess
+    expect(duringSync).not.toContain("r1");
+    expect(afterSync).toBe(true);
+    expect(gone).toBe(true);
+  });
+});
+
+describe("agent commands", () => {
+  it("applies PROMOTE and REPLICAOF and confirms each in its heartbeat", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [oldNode, newNode] = await fixture.startRedis(2);
+    if (!oldNode || !newNode) throw new Error("redis nodes missing");
+    const oldPrimary = await fixture.startAgent(oldNode, { nodeId: "n1" });
+    const candidate = await fixture.startAgent(newNode, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "replica link up");
+
+    // Act
+    await fixture.send("n2", fixture.command("PROMOTE", 1));
+    const promoted = await fixture.waitForHeartbeat(
+      "n2",
+      (hb) => hb.role === "primary" && hb.epoch >= 1,
+      "n2 primary",
+    );
+    await fixture.send(
+      "n1",
+      fixture.command("REPLICAOF", 1, { primary: { node_id: "n2", address: newNode.address } }),
+    );
+    const repointed = await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => hb.role === "replica" && hb.primary_link === "up",
+      "n1 replica of n2",
+    );
+
+    // Assess
+    expect(promoted).toMatchObject({ role: "primary", epoch: 1, db_status: "up" });
+    expect(repointed).toMatchObject({ primary_node_id: "n2", epoch: 1 });
+    expect(await redisRole(newNode)).toBe("master");
+    expect(await redisRole(oldNode)).toBe("slave");
+    expect(candidate.logger.find("command applied")?.attributes).toMatchObject({ commandType: "PROMOTE" });
+    expect(oldPrimary.logger.find("command applied")?.attributes).toMatchObject({ commandType: "REPLICAOF" });
+  });
+
+  it("ignores a command whose epoch is below the highest applied, with a log line", async () => {
+    // Prepare: the replica applies a REPLICAOF at epoch 2 (to the primary it already follows).
+    fixture = new AgentFixture();
+    const [primaryNode, replicaNode] = await fixture.startRedis(2);
+    if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await fixture.send(
+      "n2",
+      fixture.command("REPLICAOF", 2, { primary: { node_id: "n1", address: primaryNode.address } }),
+    );
+    await fixture.waitForHeartbeat("n2", (hb) => hb.epoch === 2, "n2 at epoch 2");
+
+    // Act
+    const stale = fixture.command("PROMOTE", 1);
+    await fixture.send("n2", stale);
+    const ignored = await waitFor(() => replica.logger.find("command ignored"), "ignore log line");
+    await new Promise((resolve) => setTimeout(resolve, 500));
+
+    // Assess
+    expect(ignored.attributes).toMatchObject({ commandId: stale.command_id, commandEpoch: 1 });
+    expect(String(ignored.attributes.reason)).toMatch(/below the highest applied epoch 2/);
+    expect(await redisRole(replicaNode)).toBe("slave");
+    expect(await fixture.heartbeatOf("n2")).toMatchObject({ role: "replica", epoch: 2 });
+  });
+
+  it("ignores a command id it already applied", async () => {
+    // Prepare: PROMOTE applied, then an operator turns the node back into a replica by hand.
+    fixture = new AgentFixture();
+    const [primaryNode, replicaNode] = await fixture.startRedis(2);
+    if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    const promote = fixture.command("PROMOTE", 1);
+    await fixture.send("n2", promote);
+    await fixture.waitForHeartbeat("n2", (hb) => hb.role === "primary", "n2 primary");
+    const client = replicaNode.client();
+    await client.replicaof("127.0.0.1", primaryNode.port);
+    client.disconnect();
+
+    // Act: the same message is delivered again (SQS is at-least-once).
+    await fixture.send("n2", promote);
+    const ignored = await waitFor(() => replica.logger.find("command ignored"), "ignore log line");
+    await new Promise((resolve) => setTimeout(resolve, 500));
+
+    // Assess
+    expect(ignored.attributes.reason).toBe(`command ${promote.command_id} was already applied`);
+    expect(await redisRole(replicaNode)).toBe("slave");
+  });
+
+  it("survives malformed commands and goes on applying good ones", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [primaryNode, replicaNode] = await fixture.startRedis(2);
+    if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    const queueUrl = await fixture.aws.bus.ensureQueue(fixture.shard, "n2");
+    const sqs = sqsClient();
+
+    // Act
+    for (const body of [
+      "not json at all",
+      JSON.stringify({ type: "REBOOT", shard: fixture.shard, epoch: 1 }),
+    ]) {
+      await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: body }));
+    }
+    await fixture.send(
+      "n2",
+      fixture.command("REPLICAOF", 1, { primary: { node_id: "n2", address: replicaNode.address } }),
+    );
+    await waitFor(
+      () =>
+        replica.logger.lines.filter((line) => line.message.startsWith("command rejected")).length >= 3 ||
+        undefined,
+      "three rejections",
+    );
+    await fixture.send("n2", fixture.command("PROMOTE", 1));
+    const promoted = await fixture.waitForHeartbeat("n2", (hb) => hb.role === "primary", "n2 primary");
+    sqs.destroy();
+
+    // Assess
+    const reasons = replica.logger.lines
+      .filter((line) => line.message.startsWith("command rejected"))
+      .map((line) => String(line.attributes.reason));
+    expect(reasons.some((reason) => reason.includes("not JSON"))).toBe(true);
+    expect(reasons.some((reason) => reason.includes("type"))).toBe(true);
+    expect(reasons.some((reason) => reason.includes("replicate from itself"))).toBe(true);
+    expect(promoted.epoch).toBe(1);
+    expect(replica.handle.status().role).toBe("primary");
+  });
+
+  it("holds writes on PAUSE_WRITES for the given time", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [primaryNode] = await fixture.startRedis(1);
+    if (!primaryNode) throw new Error("redis node missing");
+    const primary = await fixture.startAgent(primaryNode, { nodeId: "n1" });
+
+    // Act
+    await fixture.send("n1", fixture.command("PAUSE_WRITES", 0, { timeout_ms: 1500 }));
+    await waitFor(() => primary.logger.find("command applied"), "PAUSE_WRITES applied");
+    const client = primaryNode.client();
+    const started = Date.now();
+    await client.set("paused", "1");
+    const heldMs = Date.now() - started;
+    client.disconnect();
+
+    // Assess
+    expect(heldMs).toBeGreaterThan(500);
+  });
+});

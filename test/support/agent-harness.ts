@@ -1,0 +1,242 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { type AgentDeps, type AgentHandle, startAgent } from "../../src/agent/agent.ts";
+import type { AgentLogger } from "../../src/agent/log.ts";
+import type { AgentOptionsInput } from "../../src/agent/options.ts";
+import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
+import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
+import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
+import { awsEnv, tableName, uniqueName } from "./aws.ts";
+
+/** Short timings so that agent tests run in seconds (the production defaults are 5x longer). */
+export const FAST_TIMINGS = {
+  heartbeatIntervalMs: 200,
+  fenceTimeoutMs: 600,
+  failureTimeoutMs: 1000,
+  commandWaitSeconds: 2,
+} as const;
+
+export interface LogLine {
+  readonly level: "debug" | "info" | "warn" | "error";
+  readonly message: string;
+  readonly attributes: Record<string, unknown>;
+}
+
+/** Records an agent's log lines so that tests can assert what it said. */
+export class RecordingLogger implements AgentLogger {
+  readonly lines: LogLine[] = [];
+  debug(message: string, attributes: Record<string, unknown> = {}) {
+    this.lines.push({ level: "debug", message, attributes });
+  }
+  info(message: string, attributes: Record<string, unknown> = {}) {
+    this.lines.push({ level: "info", message, attributes });
+  }
+  warn(message: string, attributes: Record<string, unknown> = {}) {
+    this.lines.push({ level: "warn", message, attributes });
+  }
+  error(message: string, attributes: Record<string, unknown> = {}) {
+    this.lines.push({ level: "error", message, attributes });
+  }
+  find(message: string | RegExp): LogLine | undefined {
+    return this.lines.find((line) =>
+      typeof message === "string" ? line.message === message : message.test(line.message),
+    );
+  }
+}
+
+/** Every heartbeat an agent wrote, in order: lets a test prove what was never claimed. */
+export class RecordingHeartbeatStore implements HeartbeatStore {
+  readonly written: HeartbeatInput[] = [];
+  private readonly inner: HeartbeatStore;
+  constructor(inner: HeartbeatStore) {
+    this.inner = inner;
+  }
+  async put(heartbeat: HeartbeatInput): Promise<void> {
+    await this.inner.put(heartbeat);
+    this.written.push(heartbeat);
+  }
+  snapshot(shard: string): Promise<ShardSnapshot> {
+    return this.inner.snapshot(shard);
+  }
+  deleteNode(shard: string, nodeId: string): Promise<void> {
+    return this.inner.deleteNode(shard, nodeId);
+  }
+}
+
+export async function waitFor<T>(
+  probe: () => Promise<T | undefined | false> | T | undefined | false,
+  what: string,
+  timeoutMs = 10_000,
+  intervalMs = 50,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await probe();
+      if (value !== undefined && value !== false) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ""}`,
+  );
+}
+
+export interface TestAgent {
+  readonly handle: AgentHandle;
+  readonly logger: RecordingLogger;
+  readonly heartbeats: RecordingHeartbeatStore;
+  readonly stateDir: string;
+}
+
+/**
+ * One shard's worth of test fixtures: redis-server nodes, AWS adapters on the local stack, and
+ * in-process agents, all stopped by `close()`.
+ */
+export class AgentFixture {
+  readonly shard = uniqueName("s").slice(0, 24);
+  readonly aws: AwsAdapters;
+  readonly nodes: RedisNode[] = [];
+  private readonly agents: TestAgent[] = [];
+  private readonly dirs: string[] = [];
+  private readonly extraAdapters: AwsAdapters[] = [];
+  private commandCounter = 0;
+
+  constructor() {
+    this.aws = this.adapters();
+  }
+
+  /** Adapters on the local stack; `env` overrides (e.g. a proxied DynamoDB endpoint). */
+  adapters(env: Record<string, string> = {}): AwsAdapters {
+    const built = createAwsAdapters({
+      env: { ...awsEnv(), ...env },
+      tableName: tableName(),
+      logger: { warn() {} },
+      // A cut-off store should fail fast in tests, as it would with a dead network.
+      maxAttempts: 1,
+    });
+    this.extraAdapters.push(built);
+    return built;
+  }
+
+  async startRedis(count: number): Promise<RedisNode[]> {
+    const started = await startRedisNodes(count);
+    this.nodes.push(...started);
+    return started;
+  }
+
+  newStateDir(): string {
+    const dir = mkdtempSync(join(tmpdir(), "shardguard-agent-test-"));
+    this.dirs.push(dir);
+    return dir;
+  }
+
+  depsFrom(aws: AwsAdapters, heartbeats: HeartbeatStore, logger: AgentLogger): AgentDeps {
+    return {
+      heartbeats,
+      replicaSets: aws.store.replicaSets,
+      topology: aws.store.topology,
+      shards: aws.store.shards,
+      commands: aws.bus,
+      clock: aws.clock,
+      logger,
+    };
+  }
+
+  async startAgent(
+    node: RedisNode,
+    options: Partial<AgentOptionsInput> = {},
+    aws: AwsAdapters = this.aws,
+  ): Promise<TestAgent> {
+    const logger = new RecordingLogger();
+    const heartbeats = new RecordingHeartbeatStore(aws.store.heartbeats);
+    const stateDir = options.stateDir ?? this.newStateDir();
+    const handle = await startAgent(
+      { shard: this.shard, redis: node.address, stateDir, ...FAST_TIMINGS, ...options },
+      this.depsFrom(aws, heartbeats, logger),
+    );
+    const agent = { handle, logger, heartbeats, stateDir };
+    this.agents.push(agent);
+    return agent;
+  }
+
+  snapshot(): Promise<ShardSnapshot> {
+    return this.aws.store.heartbeats.snapshot(this.shard);
+  }
+
+  async heartbeatOf(nodeId: string): Promise<Heartbeat | undefined> {
+    return (await this.snapshot()).nodes.find((node) => node.node_id === nodeId);
+  }
+
+  /** Waits until the node's stored heartbeat satisfies `accept`. */
+  waitForHeartbeat(
+    nodeId: string,
+    accept: (heartbeat: Heartbeat) => boolean,
+    what: string,
+    timeoutMs = 10_000,
+  ) {
+    return waitFor(
+      async () => {
+        const heartbeat = await this.heartbeatOf(nodeId);
+        return heartbeat && accept(heartbeat) ? heartbeat : undefined;
+      },
+      `${nodeId}: ${what}`,
+      timeoutMs,
+    );
+  }
+
+  command(type: Command["type"], epoch: number, extra: Partial<Command> = {}): Command {
+    this.commandCounter++;
+    return {
+      type,
+      shard: this.shard,
+      epoch,
+      command_id: `cmd-${this.commandCounter}-${Math.random().toString(36).slice(2, 8)}`,
+      issued_at: Date.now(),
+      ...extra,
+    } as Command;
+  }
+
+  send(nodeId: string, command: Command): Promise<void> {
+    return this.aws.bus.send(this.shard, nodeId, command);
+  }
+
+  /** Writes a topology as the controller would (compare-and-set on the stored epoch). */
+  async setTopology(expectedEpoch: number | undefined, topology: Omit<Topology, "shard" | "updated_at">) {
+    const written = await this.aws.store.topology.compareAndSet(this.shard, expectedEpoch, {
+      shard: this.shard,
+      updated_at: Date.now(),
+      ...topology,
+    });
+    if (!written) throw new Error(`topology of ${this.shard} is not at epoch ${expectedEpoch}`);
+  }
+
+  async stopAgent(agent: TestAgent): Promise<void> {
+    await agent.handle.stop();
+    this.agents.splice(this.agents.indexOf(agent), 1);
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled(this.agents.map((agent) => agent.handle.stop()));
+    await Promise.allSettled(this.nodes.map((node) => node.destroy()));
+    for (const built of this.extraAdapters) built.destroy();
+    for (const dir of this.dirs) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** INFO replication role of a node as redis itself reports it ("master" / "slave"). */
+export async function redisRole(node: RedisNode): Promise<string> {
+  const client = node.client({ maxRetriesPerRequest: 0, lazyConnect: true });
+  try {
+    await client.connect();
+    const info = await client.info("replication");
+    return /role:(\w+)/.exec(info)?.[1] ?? "unknown";
+  } finally {
+    client.disconnect();
+  }
+}

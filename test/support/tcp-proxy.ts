@@ -1,0 +1,58 @@
+import { connect, createServer, type Server, type Socket } from "node:net";
+
+/**
+ * A TCP proxy on 127.0.0.1 that a test can cut and restore: a real network failure between a
+ * client and a server (connections reset, new ones refused), not a mocked error.
+ */
+export class TcpProxy {
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+  readonly targetHost: string;
+  readonly targetPort: number;
+  port = 0;
+
+  constructor(targetHost: string, targetPort: number) {
+    this.targetHost = targetHost;
+    this.targetPort = targetPort;
+  }
+
+  /** Starts listening (on a free port the first time, on the same port after a cut). */
+  async start(): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(this.targetPort, this.targetHost);
+      for (const socket of [client, upstream]) {
+        this.sockets.add(socket);
+        socket.on("close", () => this.sockets.delete(socket));
+        socket.on("error", () => {
+          client.destroy();
+          upstream.destroy();
+        });
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(this.port, "127.0.0.1", () => resolve());
+    });
+    const address = server.address();
+    if (address && typeof address === "object") this.port = address.port;
+    this.server = server;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Resets every open connection and refuses new ones until `start()`. */
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  async close(): Promise<void> {
+    await this.cut();
+  }
+}
