@@ -1,6 +1,7 @@
 import { ArnFormat, Stack, Token } from "aws-cdk-lib";
 import { PolicyStatement } from "aws-cdk-lib/aws-iam";
 import type { IConstruct } from "constructs";
+import { type QueueNames, queueNames } from "../src/adapters/queue-names.ts";
 import { ConfigurationError } from "../src/core/errors.ts";
 import { ID_PATTERN } from "../src/core/model.ts";
 import { keys } from "../src/core/table.ts";
@@ -16,27 +17,27 @@ export interface AgentIdentity {
  * `ensureQueue`): a new node needs no redeploy, and the same agent code runs against LocalStack and the
  * local emulator. The construct therefore only fixes the naming and what each party may do with it.
  */
-export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity) {
-  const queue = `${queuePrefix}-${identity.shard}-${identity.node}`;
-  return { queue, deadLetterQueue: `${queue}-dlq` };
+export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity): QueueNames {
+  validateIdentity(identity);
+  return queueNames(queuePrefix, identity.shard, identity.node);
 }
 
-/** Reads and writes in the agent's own shard partition: heartbeat, replica set, topology (read). */
-export const AGENT_SHARD_ACTIONS = [
-  "dynamodb:GetItem",
-  "dynamodb:Query",
-  "dynamodb:PutItem",
-  "dynamodb:UpdateItem",
-  "dynamodb:DeleteItem",
-] as const;
+/**
+ * The agent's own shard partition: Query (the snapshot: topology, its fencing epoch), PutItem (its
+ * heartbeat), UpdateItem (ADD/DELETE on its replica set as primary).
+ */
+export const AGENT_SHARD_ACTIONS = ["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"] as const;
 /** Registration of the shard in the shard index (`pk = SHARDS`), so the controller finds it. */
 export const AGENT_SHARD_INDEX_ACTIONS = ["dynamodb:PutItem"] as const;
-/** Idempotent creation of the node's own queue and dead-letter queue. */
+/**
+ * Idempotent creation of the node's own queue and dead-letter queue (SqsCommandBus.ensureQueue:
+ * GetQueueUrl, else CreateQueue for the dead-letter queue, GetQueueAttributes for its ARN, CreateQueue
+ * for the queue with its redrive policy and SQS-managed encryption).
+ */
 export const AGENT_QUEUE_SETUP_ACTIONS = [
-  "sqs:CreateQueue",
   "sqs:GetQueueUrl",
+  "sqs:CreateQueue",
   "sqs:GetQueueAttributes",
-  "sqs:SetQueueAttributes",
 ] as const;
 /** Consuming commands from the node's own queue only. */
 export const AGENT_QUEUE_CONSUME_ACTIONS = [
@@ -72,12 +73,12 @@ export interface AgentPolicyTarget extends AgentIdentity {
  * IAM, so the heartbeat-only rule inside the partition is kept by the agent's code, and the controller's
  * conditional writes (epoch compare-and-set, lock owner) keep a misbehaving agent from forging a
  * failover. The shard index lives in another partition (`SHARDS`), so it gets a second statement with
- * PutItem only: an agent can add an index entry, never read, change the controller's items or delete.
+ * PutItem only: an agent can write index entries (which hold nothing but a shard id), never read or
+ * delete them, and cannot touch history (`HISTORY#<shard>`) at all.
  * `ForAllValues` is safe here because no granted action can run without a partition key (no Scan, no
  * batch operations).
  */
 export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarget): PolicyStatement[] {
-  validateIdentity(target);
   const stack = Stack.of(scope);
   const queueArn = (name: string) =>
     stack.formatArn({ service: "sqs", resource: name, arnFormat: ArnFormat.NO_RESOURCE_NAME });

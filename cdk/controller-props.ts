@@ -4,6 +4,7 @@ import { Duration, RemovalPolicy, Token } from "aws-cdk-lib";
 import type { IAlarmAction } from "aws-cdk-lib/aws-cloudwatch";
 import type { IEventBus } from "aws-cdk-lib/aws-events";
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
+import { validateQueuePrefix } from "../src/adapters/queue-names.ts";
 import {
   DEFAULT_CONFIG,
   describeIssues,
@@ -11,7 +12,7 @@ import {
   failoverConfigSchema,
   type QuorumMode,
 } from "../src/core/config.ts";
-import { ConfigurationError } from "../src/core/errors.ts";
+import { ConfigurationError, errorMessage } from "../src/core/errors.ts";
 import { DEFAULT_QUEUE_PREFIX } from "../src/core/table.ts";
 
 /** The package root, so that default paths do not depend on the directory `cdk` runs from. */
@@ -39,8 +40,9 @@ export interface ShardguardControllerProps {
    */
   readonly pointInTimeRecoveryPeriod?: Duration;
   /**
-   * Prefix of every node's command queue: `<prefix>-<shard>-<node>` and `<prefix>-<shard>-<node>-dlq`.
-   * Agents create their own queues under it; the controller may send only to queues under it.
+   * Prefix of every node's command queue: `<prefix>-<shard>-<node>` and `<prefix>-<shard>-<node>-dlq`
+   * (1-20 letters, digits, '-' or '_', so the longest name fits SQS's 80 characters). Agents create
+   * their own queues under it; the controller may send only to queues under it.
    * @default "shardguard"
    */
   readonly queuePrefix?: string;
@@ -145,12 +147,6 @@ export interface ResolvedControllerProps {
   readonly alarmActions: readonly IAlarmAction[];
 }
 
-/** Longest shard or node id (model.ts ID_PATTERN). */
-const MAX_ID_LENGTH = 24;
-/** SQS queue names are at most 80 characters; `<prefix>-<shard>-<node>-dlq` must fit. */
-export const MAX_QUEUE_PREFIX_LENGTH = 80 - (1 + MAX_ID_LENGTH + 1 + MAX_ID_LENGTH + "-dlq".length);
-const QUEUE_PREFIX_PATTERN = /^[A-Za-z0-9_-]+$/;
-
 export const DEFAULT_CONTROLLER_ENTRY = path.join(PACKAGE_ROOT, "functions", "controller", "handler.ts");
 
 /** Failover config fields and the prop that sets each (durations are props without the `Ms`). */
@@ -199,11 +195,11 @@ export function resolveControllerProps(props: ShardguardControllerProps): Resolv
 
   const queuePrefix = props.queuePrefix ?? DEFAULT_QUEUE_PREFIX;
   if (!Token.isUnresolved(queuePrefix)) {
-    if (!QUEUE_PREFIX_PATTERN.test(queuePrefix) || queuePrefix.length > MAX_QUEUE_PREFIX_LENGTH) {
-      problems.push(
-        `queuePrefix: "${queuePrefix}" must be 1-${MAX_QUEUE_PREFIX_LENGTH} letters, digits, '-' or '_' ` +
-          `so that SQS accepts "<queuePrefix>-<shard>-<node>-dlq" (at most 80 characters)`,
-      );
+    // The SQS adapter's own rule, so the construct never accepts a prefix the agents would refuse.
+    try {
+      validateQueuePrefix(queuePrefix);
+    } catch (error) {
+      problems.push(`queuePrefix: ${errorMessage(error)}`);
     }
   }
 

@@ -49,7 +49,11 @@ export const CONTROLLER_METRICS = [
 ] as const;
 export type ControllerMetricName = (typeof CONTROLLER_METRICS)[number];
 
-/** What the controller does with the table: snapshot queries, lock, topology CAS, history, cleanup. */
+/**
+ * What the controller does with the table: Query (shard snapshots, shard index), GetItem (topology),
+ * PutItem (lock, topology compare-and-set, history), UpdateItem (lock renewal), DeleteItem (lock
+ * release; the old primary's items, through TransactWriteItems, which IAM authorizes per item action).
+ */
 export const CONTROLLER_TABLE_ACTIONS = [
   "dynamodb:GetItem",
   "dynamodb:Query",
@@ -57,8 +61,17 @@ export const CONTROLLER_TABLE_ACTIONS = [
   "dynamodb:UpdateItem",
   "dynamodb:DeleteItem",
 ] as const;
-/** Sending PROMOTE / REPLICAOF to a node's queue, which the agent created. */
-export const CONTROLLER_QUEUE_ACTIONS = ["sqs:GetQueueUrl", "sqs:SendMessage"] as const;
+/**
+ * Sending PROMOTE / REPLICAOF to a node's queue. The agent normally created it; when it has not yet,
+ * the command bus creates it (CreateQueue, GetQueueAttributes for the dead-letter ARN) so that the
+ * command waits for the node instead of failing the failover.
+ */
+export const CONTROLLER_QUEUE_ACTIONS = [
+  "sqs:GetQueueUrl",
+  "sqs:CreateQueue",
+  "sqs:GetQueueAttributes",
+  "sqs:SendMessage",
+] as const;
 /** What an operator's CLI reads for `status` and `history`. */
 export const OPERATOR_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"] as const;
 

@@ -224,7 +224,7 @@ describe("IAM", () => {
         resource: [{ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] }],
       },
       {
-        actions: ["sqs:GetQueueUrl", "sqs:SendMessage"],
+        actions: ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SendMessage"],
         resource: {
           "Fn::Join": [
             "",
@@ -290,13 +290,7 @@ describe("IAM", () => {
       {
         Sid: "OwnShardPartition",
         Effect: "Allow",
-        Action: [
-          "dynamodb:GetItem",
-          "dynamodb:Query",
-          "dynamodb:PutItem",
-          "dynamodb:UpdateItem",
-          "dynamodb:DeleteItem",
-        ],
+        Action: ["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"],
         Resource: table,
         Condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
       },
@@ -310,7 +304,7 @@ describe("IAM", () => {
       {
         Sid: "CreateOwnQueues",
         Effect: "Allow",
-        Action: ["sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes"],
+        Action: ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"],
         Resource: [queueArn("shardguard-orders-n1"), queueArn("shardguard-orders-n1-dlq")],
       },
       {
@@ -343,17 +337,11 @@ describe("IAM", () => {
     ).Properties.PolicyDocument.Statement;
     expect(granted.map((statement) => [actionsOf(statement), statement.Condition ?? null])).toEqual([
       [
-        [
-          "dynamodb:GetItem",
-          "dynamodb:Query",
-          "dynamodb:PutItem",
-          "dynamodb:UpdateItem",
-          "dynamodb:DeleteItem",
-        ],
+        ["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"],
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
       ],
       [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
-      [["sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes"], null],
+      [["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"], null],
       [["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"], null],
     ]);
   });

@@ -1,11 +1,7 @@
 import path from "node:path";
 import { App, Duration, Stack } from "aws-cdk-lib";
 import { describe, expect, it } from "vitest";
-import {
-  DEFAULT_CONTROLLER_ENTRY,
-  MAX_QUEUE_PREFIX_LENGTH,
-  resolveControllerProps,
-} from "../../cdk/controller-props.ts";
+import { DEFAULT_CONTROLLER_ENTRY, resolveControllerProps } from "../../cdk/controller-props.ts";
 import { ShardguardController, type ShardguardControllerProps } from "../../cdk/shardguard-controller.ts";
 import { parseNodeList } from "../../cdk/shardguard-stack.ts";
 import { ConfigurationError } from "../../src/core/errors.ts";
@@ -39,18 +35,23 @@ describe("ShardguardController props", () => {
     ["a character SQS rejects", "shard.guard"],
     ["a space", "shard guard"],
     ["an empty prefix", ""],
-    ["a prefix too long for <prefix>-<shard>-<node>-dlq", "p".repeat(MAX_QUEUE_PREFIX_LENGTH + 1)],
+    ["a prefix too long for <prefix>-<shard>-<node>-dlq", "p".repeat(21)],
   ])("rejects a queue prefix with %s, naming the prop", (_case, queuePrefix) => {
     expect(() => build({ queuePrefix })).toThrowError(
-      /queuePrefix: .* must be 1-26 letters, digits, '-' or '_'/,
+      /queuePrefix: invalid queue prefix ".*": must be 1-20 letters, digits, '-' or '_'/,
     );
   });
 
-  it("accepts the longest queue prefix whose queue names still fit SQS's 80 characters", () => {
-    const controller = build({ queuePrefix: "p".repeat(MAX_QUEUE_PREFIX_LENGTH) });
+  it("accepts the longest queue prefix the agents accept, and its longest queue names fit SQS", () => {
+    // Prepare
+    const controller = build({ queuePrefix: "p".repeat(20) });
 
-    expect(controller.queuePrefix).toHaveLength(26);
-    expect(`${controller.queuePrefix}-${"s".repeat(24)}-${"n".repeat(24)}-dlq`).toHaveLength(80);
+    // Act
+    const node = controller.addNode({ shard: "s".repeat(24), node: "n".repeat(24) });
+
+    // Assess
+    expect(node.deadLetterQueueName).toBe(`${"p".repeat(20)}-${"s".repeat(24)}-${"n".repeat(24)}-dlq`);
+    expect(node.deadLetterQueueName.length).toBeLessThanOrEqual(80);
   });
 
   it.each([
