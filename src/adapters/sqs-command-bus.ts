@@ -77,29 +77,21 @@ export class SqsCommandBus implements CommandBus {
   }
 
   /** Idempotent: an existing queue costs one GetQueueUrl, then the URL is cached. */
-  async ensureQueue(shard: string, nodeId: string): Promise<string> {
-    const names = queueNames(this.#prefix, shard, nodeId);
-    const key = `${shard}/${nodeId}`;
-    let url = this.#urls.get(key);
-    if (!url) {
-      url = this.#lookUpOrCreate(names.queue, names.deadLetterQueue);
-      this.#urls.set(key, url);
-      // A failed lookup must not be cached.
-      url.catch(() => this.#urls.delete(key));
-    }
-    return url;
+  ensureQueue(shard: string, nodeId: string): Promise<string> {
+    return this.#url(shard, nodeId, true);
   }
 
   /**
-   * Sends to the node's queue, creating it if the agent has not yet: a command for a node that
-   * starts later waits for it (the agent ignores it if its epoch is stale by then).
+   * Sends to the node's queue. It does not create a missing queue: the node's agent creates it
+   * when it starts, before its first heartbeat, so the controller needs only GetQueueUrl and
+   * SendMessage. A missing queue throws CoordinationUnavailable.
    */
   async send(shard: string, nodeId: string, command: Command): Promise<void> {
     const parsed = commandSchema.safeParse(command);
     if (!parsed.success) {
       throw new ConfigurationError(`refusing to send an invalid command: ${describeIssues(parsed.error)}`);
     }
-    const url = await this.ensureQueue(shard, nodeId);
+    const url = await this.#url(shard, nodeId, false);
     await this.#call(`SendMessage (${command.type} to ${shard}/${nodeId})`, shard, nodeId, () =>
       this.#sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: JSON.stringify(parsed.data) })),
     );
@@ -144,7 +136,7 @@ export class SqsCommandBus implements CommandBus {
 
   /** Deletes a command after it took effect. */
   async delete(shard: string, nodeId: string, message: ReceivedCommand): Promise<void> {
-    const url = await this.ensureQueue(shard, nodeId);
+    const url = await this.#url(shard, nodeId, false);
     await this.#call(`DeleteMessage (${shard}/${nodeId})`, shard, nodeId, () =>
       this.#sqs.send(new DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: message.receiptHandle })),
     );
@@ -159,7 +151,7 @@ export class SqsCommandBus implements CommandBus {
     if (!Number.isInteger(seconds) || seconds < 0 || seconds > 43_200) {
       throw new ConfigurationError(`visibility timeout must be 0-43200 s, got ${seconds}`);
     }
-    const url = await this.ensureQueue(shard, nodeId);
+    const url = await this.#url(shard, nodeId, false);
     await this.#call(`ChangeMessageVisibility (${shard}/${nodeId})`, shard, nodeId, () =>
       this.#sqs.send(
         new ChangeMessageVisibilityCommand({
@@ -226,15 +218,32 @@ export class SqsCommandBus implements CommandBus {
     return { command, error, receiptHandle, receiveCount, body };
   }
 
-  async #lookUpOrCreate(queueName: string, deadLetterQueueName: string): Promise<string> {
-    try {
-      const out = await this.#sqs.send(new GetQueueUrlCommand({ QueueName: queueName }));
-      if (out.QueueUrl) return out.QueueUrl;
-    } catch (error) {
-      if (classifyAwsError(error) !== "missing_resource")
-        throw this.#mapError(error, `GetQueueUrl (${queueName})`);
+  /** The queue URL from the cache, else looked up (and created when `create`); failures are not cached. */
+  async #url(shard: string, nodeId: string, create: boolean): Promise<string> {
+    const names = queueNames(this.#prefix, shard, nodeId);
+    const key = `${shard}/${nodeId}`;
+    let url = this.#urls.get(key);
+    if (!url) {
+      url = this.#lookUp(names.queue).then((found) => {
+        if (found) return found;
+        if (create) return this.#create(names.queue, names.deadLetterQueue);
+        throw new CoordinationUnavailable(
+          `SQS queue ${names.queue} does not exist: the agent of node ${nodeId} (shard ${shard}) creates it when it starts`,
+        );
+      });
+      this.#urls.set(key, url);
+      url.catch(() => this.#urls.delete(key));
     }
-    return this.#create(queueName, deadLetterQueueName);
+    return url;
+  }
+
+  async #lookUp(queueName: string): Promise<string | undefined> {
+    try {
+      return (await this.#sqs.send(new GetQueueUrlCommand({ QueueName: queueName }))).QueueUrl;
+    } catch (error) {
+      if (classifyAwsError(error) === "missing_resource") return undefined;
+      throw this.#mapError(error, `GetQueueUrl (${queueName})`);
+    }
   }
 
   async #create(queueName: string, deadLetterQueueName: string): Promise<string> {

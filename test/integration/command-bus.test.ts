@@ -87,6 +87,7 @@ describe("commands", () => {
     // Prepare
     const { bus } = adapters({ queuePrefix: prefix() });
     const command = aCommand(7);
+    await bus.ensureQueue("s1", "n2");
     await bus.send("s1", "n2", command);
 
     // Act
@@ -105,6 +106,19 @@ describe("commands", () => {
     const { bus } = adapters({ queuePrefix: prefix() });
     const bad = { ...aCommand(1), primary: undefined };
     await expect(bus.send("s1", "n1", bad)).rejects.toThrow(/primary: REPLICAOF needs the new primary/);
+  });
+
+  it("does not create a missing queue on send, and says which agent creates it", async () => {
+    // Prepare: the controller's bus, for a node whose agent never started.
+    const { bus, counter } = adapters({ queuePrefix: prefix() });
+
+    // Act
+    const sending = bus.send("s1", "ghost", aCommand(1));
+
+    // Assess
+    await expect(sending).rejects.toBeInstanceOf(CoordinationUnavailable);
+    await expect(sending).rejects.toThrow(/agent of node ghost \(shard s1\) creates it/);
+    expect(counter.snapshot()["SQS.CreateQueue"]).toBeUndefined();
   });
 
   it("moves a malformed command to the dead-letter queue while the consumer keeps receiving good ones", async () => {
@@ -158,6 +172,7 @@ describe("commands", () => {
   it("keeps a command invisible while its visibility is extended", async () => {
     // Prepare
     const { bus } = adapters({ queuePrefix: prefix(), visibilityTimeoutSeconds: 1, logger: silent });
+    await bus.ensureQueue("s1", "n4");
     await bus.send("s1", "n4", aCommand(1));
     const [first] = await bus.receive("s1", "n4", { waitSeconds: 2 });
     if (!first) throw new Error("the command was not received");
