@@ -1,0 +1,334 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Redis } from "ioredis";
+import { errorMessage, ShardguardError } from "../../src/core/errors.ts";
+import {
+  freePort,
+  type ManagedProcess,
+  requireCommand,
+  startProcess,
+  waitUntilReady,
+} from "../../src/local-stack/processes.ts";
+import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
+import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+import type { FailoverSystem, KillResult, SystemConfig } from "./types.ts";
+
+const MASTER_NAME = "mymaster";
+
+export interface SentinelOptions {
+  /** Sentinel processes. @default 3 */
+  readonly sentinels?: number;
+  /** Sentinels that must agree the primary is down. @default 2 */
+  readonly quorum?: number;
+  /**
+   * Sentinel's failover-timeout: bounds replica reconfiguration, and a failed election is retried
+   * only after twice this. Sentinel's own default is 180 s; 10 s is a common production choice.
+   * @default 10000
+   */
+  readonly failoverTimeoutMs?: number;
+  /** How long resetTrial and setup wait for every sentinel to see a healthy shard. @default 60000 */
+  readonly settleTimeoutMs?: number;
+}
+
+interface SentinelProcess {
+  readonly port: number;
+  readonly proc: ManagedProcess;
+  /** Commands: SENTINEL get-master-addr-by-name and friends. */
+  readonly client: Redis;
+  /** Pub/sub: Sentinel publishes each event (+sdown, +odown, ...) on a channel named after it. */
+  readonly subscriber: Redis;
+}
+
+/**
+ * Sentinel events that mark the end of each failover phase, in order. A phase's duration runs
+ * from the previous mark (the kill for the first) to the first time any sentinel published its event.
+ */
+const PHASE_EVENTS = [
+  ["detection", "+sdown"],
+  ["agreement", "+odown"],
+  ["election", "+elected-leader"],
+  ["promote", "+promoted-slave"],
+  ["switch", "+switch-master"],
+] as const;
+
+/** The shard's state did not settle as the benchmark expects; says what every sentinel sees. */
+export class SentinelNotSettled extends ShardguardError {
+  override name = "SentinelNotSettled";
+}
+
+/**
+ * Redis Sentinel as shipped (Debian redis-sentinel): 3 sentinels with quorum 2 watching one primary
+ * and two replicas, `down-after-milliseconds` = the benchmark's failure timeout. Clients find the
+ * primary the way Sentinel clients do, by asking sentinels for `get-master-addr-by-name`; this asks
+ * them in turn (round robin), so a client is not stuck on one sentinel that has not yet heard of the
+ * switch.
+ */
+export class SentinelSystem implements FailoverSystem {
+  readonly name = "sentinel";
+  readonly #options: Required<SentinelOptions>;
+  #log: (line: string) => void = () => {};
+  #nodes: RedisNode[] = [];
+  #sentinels: SentinelProcess[] = [];
+  #dir: string | undefined;
+  #turn = 0;
+  #killed: RedisNode | undefined;
+  /** Event channel -> first instant (performance.now()) any sentinel published it for the master since the last kill. */
+  #events = new Map<string, number>();
+
+  constructor(options: SentinelOptions = {}) {
+    this.#options = {
+      sentinels: options.sentinels ?? 3,
+      quorum: options.quorum ?? 2,
+      failoverTimeoutMs: options.failoverTimeoutMs ?? 10_000,
+      settleTimeoutMs: options.settleTimeoutMs ?? 60_000,
+    };
+  }
+
+  async setup(config: SystemConfig): Promise<void> {
+    this.#log = config.log;
+    requireCommand("redis-sentinel", ["--version"], "install it with: apt-get install -y redis-sentinel");
+    this.#nodes = await startRedisNodes(config.nodeCount);
+    const primary = this.#nodes[0]?.address;
+    if (!primary) throw new SentinelNotSettled("no redis-server node started");
+    this.#dir = mkdtempSync(join(tmpdir(), "shardguard-sentinel-"));
+    for (let index = 0; index < this.#options.sentinels; index++) {
+      this.#sentinels.push(await this.#startSentinel(index, primary, config.failureTimeoutMs));
+    }
+    this.#log(`sentinel: ${this.#sentinels.length} sentinels up, waiting until they see the whole shard`);
+    await this.#waitUntilSettled(primary);
+  }
+
+  async primaryAddress(): Promise<string | undefined> {
+    for (let asked = 0; asked < this.#sentinels.length; asked++) {
+      const sentinel = this.#sentinels[this.#turn++ % this.#sentinels.length];
+      if (!sentinel) continue;
+      try {
+        return await this.#masterAddressOf(sentinel);
+      } catch {
+        // An unreachable sentinel: a client asks the next one.
+      }
+    }
+    return undefined;
+  }
+
+  nodes(): readonly RedisNode[] {
+    return this.#nodes;
+  }
+
+  async killPrimary(): Promise<KillResult> {
+    const oldPrimary = await this.#agreedPrimary();
+    const node = this.#nodes.find((candidate) => candidate.address === oldPrimary);
+    if (!node?.running)
+      throw new SentinelNotSettled(`advertised primary ${oldPrimary} is not a running node`);
+    this.#events.clear();
+    this.#killed = node;
+    const killedAt = performance.now();
+    node.signal("SIGKILL");
+    return { killedAt, oldPrimary };
+  }
+
+  async phaseTimings(kill: KillResult): Promise<Record<string, number> | undefined> {
+    const phases: Record<string, number> = {};
+    let previous = kill.killedAt;
+    for (const [phase, event] of PHASE_EVENTS) {
+      const at = this.#events.get(event);
+      if (at === undefined) break;
+      phases[phase] = Math.max(0, at - previous);
+      previous = Math.max(previous, at);
+    }
+    return Object.keys(phases).length > 0 ? phases : undefined;
+  }
+
+  async resetTrial(): Promise<void> {
+    const killed = this.#killed;
+    if (!killed) return;
+    const newPrimary = await this.#waitForAgreedPrimary((address) => address !== killed.address);
+    this.#log(`sentinel: restarting ${killed.address} as a replica of ${newPrimary}`);
+    await killed.start({ replicaOf: newPrimary });
+    this.#killed = undefined;
+    const primaryNode = this.#nodes.find((node) => node.address === newPrimary);
+    if (!primaryNode) throw new SentinelNotSettled(`new primary ${newPrimary} is not one of the nodes`);
+    const primaryClient = primaryNode.client({ maxRetriesPerRequest: 1 });
+    const replicaClients = this.#nodes
+      .filter((node) => node !== primaryNode)
+      .map((node) => node.client({ maxRetriesPerRequest: 1 }));
+    try {
+      await waitForReplicasInSync(primaryClient, newPrimary, replicaClients, { timeoutMs: 30_000 });
+    } finally {
+      primaryClient.disconnect();
+      for (const client of replicaClients) client.disconnect();
+    }
+    await this.#waitUntilSettled(newPrimary);
+  }
+
+  async teardown(): Promise<void> {
+    for (const sentinel of this.#sentinels) {
+      sentinel.client.disconnect();
+      sentinel.subscriber.disconnect();
+    }
+    await Promise.all(this.#sentinels.map((sentinel) => sentinel.proc.stop(2000)));
+    this.#sentinels = [];
+    await Promise.all(this.#nodes.map((node) => node.destroy()));
+    this.#nodes = [];
+    if (this.#dir) rmSync(this.#dir, { recursive: true, force: true });
+    this.#dir = undefined;
+  }
+
+  async #startSentinel(index: number, primary: string, failureTimeoutMs: number): Promise<SentinelProcess> {
+    const dir = this.#dir as string;
+    const port = await freePort();
+    const [host, primaryPort] = primary.split(":");
+    const file = join(dir, `sentinel-${index + 1}.conf`);
+    // Sentinel rewrites this file as its state changes, so it lives in a writable temp dir.
+    writeFileSync(
+      file,
+      [
+        `port ${port}`,
+        "bind 127.0.0.1",
+        "protected-mode no",
+        "daemonize no",
+        `dir ${dir}`,
+        'logfile ""',
+        "loglevel warning",
+        "sentinel resolve-hostnames no",
+        `sentinel monitor ${MASTER_NAME} ${host} ${primaryPort} ${this.#options.quorum}`,
+        `sentinel down-after-milliseconds ${MASTER_NAME} ${failureTimeoutMs}`,
+        `sentinel failover-timeout ${MASTER_NAME} ${this.#options.failoverTimeoutMs}`,
+        `sentinel parallel-syncs ${MASTER_NAME} 1`,
+        "",
+      ].join("\n"),
+    );
+    const proc = startProcess(`redis-sentinel :${port}`, "redis-sentinel", [file]);
+    const client = new Redis(port, "127.0.0.1", {
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      commandTimeout: 250,
+      connectTimeout: 250,
+      retryStrategy: () => 50,
+    });
+    client.on("error", () => {});
+    await waitUntilReady(
+      proc,
+      async () => {
+        if (client.status === "wait" || client.status === "end") await client.connect();
+        return client.ping();
+      },
+      10_000,
+      `port ${port}; is the port taken?`,
+    );
+    const subscriber = new Redis(port, "127.0.0.1", { retryStrategy: () => 50 });
+    subscriber.on("error", () => {});
+    subscriber.on("pmessage", (_pattern: string, channel: string, message: string) => {
+      if (!PHASE_EVENTS.some(([, event]) => event === channel) || this.#events.has(channel)) return;
+      // +sdown and +odown also fire for replicas and sentinels; only the master's count here.
+      if ((channel === "+sdown" || channel === "+odown") && !message.startsWith(`master ${MASTER_NAME} `))
+        return;
+      this.#events.set(channel, performance.now());
+    });
+    await subscriber.psubscribe("+*");
+    return { port, proc, client, subscriber };
+  }
+
+  async #masterAddressOf(sentinel: SentinelProcess): Promise<string | undefined> {
+    const reply = (await sentinel.client.call("SENTINEL", "get-master-addr-by-name", MASTER_NAME)) as
+      | [string, string]
+      | null;
+    return reply ? `${reply[0]}:${reply[1]}` : undefined;
+  }
+
+  /** The primary every sentinel reports; throws when they disagree. */
+  async #agreedPrimary(): Promise<string> {
+    const answers = await Promise.all(this.#sentinels.map((sentinel) => this.#masterAddressOf(sentinel)));
+    const first = answers[0];
+    if (!first || answers.some((answer) => answer !== first)) {
+      throw new SentinelNotSettled(`sentinels disagree on the primary: ${answers.join(", ")}`);
+    }
+    return first;
+  }
+
+  async #waitForAgreedPrimary(accept: (address: string) => boolean): Promise<string> {
+    const deadline = performance.now() + this.#options.settleTimeoutMs;
+    let last = "";
+    while (performance.now() < deadline) {
+      try {
+        const address = await this.#agreedPrimary();
+        if (accept(address)) return address;
+        last = `all still report ${address}`;
+      } catch (error) {
+        last = errorMessage(error);
+      }
+      await sleep(50);
+    }
+    throw new SentinelNotSettled(`no new primary agreed within ${this.#options.settleTimeoutMs} ms: ${last}`);
+  }
+
+  /**
+   * Waits until every sentinel reports `primary` as a plain master (no failover in progress, not
+   * down), knows the other sentinels, and lists every replica as healthy with its link to `primary`
+   * up: only then would each sentinel consider every replica for the next failover.
+   */
+  async #waitUntilSettled(primary: string): Promise<void> {
+    const replicas = this.#nodes.length - 1;
+    const otherSentinels = this.#sentinels.length - 1;
+    const deadline = performance.now() + this.#options.settleTimeoutMs;
+    let problems: string[] = [];
+    while (performance.now() < deadline) {
+      problems = [];
+      for (const sentinel of this.#sentinels) {
+        try {
+          problems.push(...(await this.#problemsSeenBy(sentinel, primary, replicas, otherSentinels)));
+        } catch (error) {
+          problems.push(`sentinel :${sentinel.port}: ${errorMessage(error)}`);
+        }
+      }
+      if (problems.length === 0) return;
+      await sleep(100);
+    }
+    throw new SentinelNotSettled(
+      `sentinels did not settle on ${primary} within ${this.#options.settleTimeoutMs} ms: ${problems.join("; ")}`,
+    );
+  }
+
+  async #problemsSeenBy(
+    sentinel: SentinelProcess,
+    primary: string,
+    replicas: number,
+    otherSentinels: number,
+  ): Promise<string[]> {
+    const who = `sentinel :${sentinel.port}`;
+    const address = await this.#masterAddressOf(sentinel);
+    if (address !== primary) return [`${who} reports primary ${address}`];
+    const master = pairs((await sentinel.client.call("SENTINEL", "master", MASTER_NAME)) as string[]);
+    const problems: string[] = [];
+    if (master.get("flags") !== "master") problems.push(`${who} master flags ${master.get("flags")}`);
+    if (Number(master.get("num-other-sentinels")) !== otherSentinels) {
+      problems.push(`${who} knows ${master.get("num-other-sentinels")} other sentinels`);
+    }
+    const listed = ((await sentinel.client.call("SENTINEL", "replicas", MASTER_NAME)) as string[][]).map(
+      pairs,
+    );
+    const healthy = listed.filter(
+      (replica) =>
+        replica.get("flags") === "slave" &&
+        replica.get("master-link-status") === "ok" &&
+        `${replica.get("master-host")}:${replica.get("master-port")}` === primary,
+    );
+    if (healthy.length < replicas) {
+      const seen = listed.map(
+        (r) => `${r.get("name")} ${r.get("flags")} link ${r.get("master-link-status")}`,
+      );
+      problems.push(`${who} sees ${healthy.length}/${replicas} healthy replicas (${seen.join(", ")})`);
+    }
+    return problems;
+  }
+}
+
+/** SENTINEL MASTER / REPLICAS answer flat [field, value, field, value...] arrays. */
+function pairs(flat: readonly string[]): Map<string, string> {
+  const map = new Map<string, string>();
+  for (let index = 0; index + 1 < flat.length; index += 2)
+    map.set(String(flat[index]), String(flat[index + 1]));
+  return map;
+}

@@ -1,0 +1,52 @@
+import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+
+/** What every system under test is set up with, so both sides run at the same failure timeout. */
+export interface SystemConfig {
+  /** How long the primary must be unreachable before the system may fail over (Sentinel: down-after-milliseconds). */
+  readonly failureTimeoutMs: number;
+  /** redis-server nodes in the shard: one primary, the rest replicas. */
+  readonly nodeCount: number;
+  /** One line of progress for stderr. */
+  readonly log: (line: string) => void;
+}
+
+/** The primary that was killed and the instant of the kill (performance.now() ms, the writer's clock). */
+export interface KillResult {
+  readonly killedAt: number;
+  readonly oldPrimary: string;
+}
+
+/**
+ * A failover system under test. The benchmark driver owns the writer and the measurements; a
+ * system only brings its shard up, says where its primary is, kills it, and restores the shard.
+ * Adding a system is one file implementing this and one line in `registry.ts`.
+ */
+export interface FailoverSystem {
+  readonly name: string;
+  /** Starts the redis-server nodes (1 primary + replicas) and the system's own parts; resolves when it is ready to fail over. */
+  setup(config: SystemConfig): Promise<void>;
+  /**
+   * host:port of the primary as this system advertises it to clients (Sentinel: `SENTINEL
+   * get-master-addr-by-name`; Shardguard: its topology), undefined when it advertises none.
+   * The writer calls this to find where to write, so it must be as fast as a client lookup.
+   */
+  primaryAddress(): Promise<string | undefined>;
+  /** The redis-server nodes of the shard, including a killed one. */
+  nodes(): readonly RedisNode[];
+  /** SIGKILLs the redis-server the system currently has as primary; `killedAt` is taken right before the signal. */
+  killPrimary(): Promise<KillResult>;
+  /**
+   * Durations in ms of the system's failover phases for the last trial, in order, the first
+   * starting at `killedAt` (Shardguard: detection, lock, promote, confirm, repoint). Undefined when
+   * the system cannot tell.
+   */
+  phaseTimings?(kill: KillResult): Promise<Record<string, number> | undefined>;
+  /**
+   * Restores 1 primary + replicas after a trial: restarts the killed node as a replica of the new
+   * primary and waits until it is in sync and the system again sees a healthy shard, so the next
+   * trial starts from the same state.
+   */
+  resetTrial(): Promise<void>;
+  /** Stops everything setup started. Safe to call after a failed setup. */
+  teardown(): Promise<void>;
+}
