@@ -12,8 +12,13 @@ import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
 import { ENV } from "../src/config/env.ts";
+import {
+  type EventDetailType,
+  METRIC_NAMES,
+  METRICS_NAMESPACE,
+  type MetricName,
+} from "../src/controller/observability.ts";
 import type { FailoverConfig } from "../src/core/config.ts";
-import type { EventPublisher } from "../src/core/ports.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
 import {
@@ -28,7 +33,7 @@ export type { ShardguardControllerProps } from "./controller-props.ts";
 
 /** `source` of every event the controller publishes. */
 export const EVENT_SOURCE = "shardguard";
-export type ShardguardEventType = Parameters<EventPublisher["publish"]>[0];
+export type ShardguardEventType = EventDetailType;
 export const EVENT_TYPES = [
   "FailoverStarted",
   "FailoverCompleted",
@@ -37,17 +42,8 @@ export const EVENT_TYPES = [
   "ShardOnline",
 ] as const satisfies readonly ShardguardEventType[];
 
-/** Powertools metrics of the controller. */
-export const METRICS_NAMESPACE = "Shardguard";
 export const CONTROLLER_SERVICE_NAME = "shardguard-controller";
-export const CONTROLLER_METRICS = [
-  "staleHeartbeatDetected",
-  "failoverStarted",
-  "failoverCompleted",
-  "failoverAborted",
-  "shardOffline",
-] as const;
-export type ControllerMetricName = (typeof CONTROLLER_METRICS)[number];
+export type ControllerMetricName = MetricName;
 
 /**
  * What the controller does with the table: Query (shard snapshots, shard index), GetItem (topology),
@@ -430,7 +426,7 @@ export class ShardguardController extends Construct {
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: "Failovers (all shards)",
-        left: CONTROLLER_METRICS.map((metric) => this.metricController(metric, Duration.minutes(5))),
+        left: METRIC_NAMES.map((metric) => this.metricController(metric, Duration.minutes(5))),
         width: 12,
       }),
       new cloudwatch.GraphWidget({
