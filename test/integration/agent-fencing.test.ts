@@ -1,0 +1,257 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { AwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import { AgentFixture, FAST_TIMINGS, redisRole, waitFor } from "../support/agent-harness.ts";
+import { awsEnv } from "../support/aws.ts";
+import { TcpProxy } from "../support/tcp-proxy.ts";
+
+let fixture: AgentFixture;
+let proxy: TcpProxy | undefined;
+
+afterEach(async () => {
+  await proxy?.close();
+  proxy = undefined;
+  await fixture.close();
+});
+
+/** Adapters whose DynamoDB traffic goes through a proxy the test can cut: a real outage of the table. */
+async function adaptersBehindProxy(): Promise<AwsAdapters> {
+  const endpoint = new URL(awsEnv().AWS_ENDPOINT_URL_DYNAMODB ?? "");
+  proxy = new TcpProxy(endpoint.hostname, Number(endpoint.port));
+  await proxy.start();
+  return fixture.adapters({ AWS_ENDPOINT_URL_DYNAMODB: proxy.url });
+}
+
+/** "OK" or the error reply (e.g. NOREPLICAS, READONLY) of one write. */
+async function tryWrite(node: RedisNode, key = "probe"): Promise<string> {
+  const client = node.client({ maxRetriesPerRequest: 0 });
+  try {
+    return await client.set(key, String(Date.now()));
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  } finally {
+    client.disconnect();
+  }
+}
+
+async function configValue(node: RedisNode, name: string): Promise<string | undefined> {
+  const client = node.client();
+  try {
+    const reply = (await client.config("GET", name)) as string[];
+    return reply[1];
+  } finally {
+    client.disconnect();
+  }
+}
+
+async function twoNodeShard() {
+  const [primaryNode, replicaNode] = await fixture.startRedis(2);
+  if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+  await fixture.setTopology(undefined, {
+    epoch: 0,
+    primary_node_id: "n1",
+    primary_address: primaryNode.address,
+    status: "online",
+  });
+  return { primaryNode, replicaNode };
+}
+
+/** What the controller does on failover, reduced to its effects on the table and queues. */
+async function failOverTo(nodeId: string, node: RedisNode, fromEpoch: number) {
+  await fixture.setTopology(fromEpoch, {
+    epoch: fromEpoch + 1,
+    primary_node_id: nodeId,
+    primary_address: node.address,
+    status: "online",
+  });
+  await fixture.send(nodeId, fixture.command("PROMOTE", fromEpoch + 1));
+  await fixture.waitForHeartbeat(
+    nodeId,
+    (hb) => hb.role === "primary" && hb.epoch === fromEpoch + 1,
+    "promoted",
+  );
+}
+
+describe("fenced start", () => {
+  it("brings a returning old primary back as a replica before any heartbeat claims primary", async () => {
+    // Prepare: n1 was primary; while it was down, n2 was promoted at epoch 1 and took writes.
+    fixture = new AgentFixture();
+    const { primaryNode, replicaNode } = await twoNodeShard();
+    const oldAgent = await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+    await fixture.stopAgent(oldAgent);
+    primaryNode.signal("SIGKILL");
+    await failOverTo("n2", replicaNode, 0);
+    expect(await tryWrite(replicaNode, "written-after-failover")).toBe("OK");
+
+    // Act: the old primary's database comes back as a primary, then its agent starts.
+    await primaryNode.start();
+    const returning = await fixture.startAgent(primaryNode, { nodeId: "n1", stateDir: oldAgent.stateDir });
+    const rejoined = await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => hb.role === "replica" && hb.primary_link === "up",
+      "n1 replica of n2",
+    );
+
+    // Assess
+    expect(returning.heartbeats.written.length).toBeGreaterThan(0);
+    expect(returning.heartbeats.written.every((hb) => hb.role === "replica")).toBe(true);
+    expect(rejoined).toMatchObject({ primary_node_id: "n2", epoch: 1 });
+    expect(await redisRole(primaryNode)).toBe("slave");
+    expect(await tryWrite(primaryNode)).toMatch(/^READONLY/);
+    const client = primaryNode.client();
+    expect(await client.get("written-after-failover")).not.toBeNull();
+    client.disconnect();
+    expect(returning.logger.find("stepping down: not the topology's primary")?.attributes).toMatchObject({
+      primary: "n2",
+      topologyEpoch: 1,
+    });
+  });
+
+  it("steps a running primary down when the topology names a newer primary", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const { primaryNode, replicaNode } = await twoNodeShard();
+    await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+
+    // Act: n1's agent gets no command; it must notice the topology by itself.
+    const started = Date.now();
+    await failOverTo("n2", replicaNode, 0);
+    await fixture.waitForHeartbeat("n1", (hb) => hb.role === "replica" && hb.epoch === 1, "n1 stepped down");
+    const elapsedMs = Date.now() - started;
+
+    // Assess
+    expect(await redisRole(primaryNode)).toBe("slave");
+    expect(elapsedMs).toBeLessThan(5 * FAST_TIMINGS.heartbeatIntervalMs + 2000);
+  });
+});
+
+describe("self-fencing when the table is unreachable", () => {
+  it("policy fence: refuses writes after fenceTimeout and serves again once the topology confirms it", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [node] = await fixture.startRedis(1);
+    if (!node) throw new Error("redis node missing");
+    await fixture.setTopology(undefined, {
+      epoch: 0,
+      primary_node_id: "n1",
+      primary_address: node.address,
+      status: "online",
+    });
+    const aws = await adaptersBehindProxy();
+    const agent = await fixture.startAgent(node, { nodeId: "n1", fencePolicy: "fence" }, aws);
+    await fixture.waitForHeartbeat("n1", (hb) => hb.role === "primary", "n1 heartbeat");
+    const before = await tryWrite(node);
+
+    // Act
+    const cutAt = Date.now();
+    await proxy?.cut();
+    await waitFor(async () => (await tryWrite(node)).startsWith("NOREPLICAS"), "writes refused", 5000, 20);
+    const fencedAfterMs = Date.now() - cutAt;
+    const whileFenced = agent.handle.status();
+    await proxy?.start();
+    await waitFor(async () => (await tryWrite(node)) === "OK", "writes accepted again", 5000);
+
+    // Assess
+    expect(before).toBe("OK");
+    expect(fencedAfterMs).toBeGreaterThanOrEqual(
+      FAST_TIMINGS.fenceTimeoutMs - FAST_TIMINGS.heartbeatIntervalMs - 50,
+    );
+    expect(fencedAfterMs).toBeLessThan(FAST_TIMINGS.fenceTimeoutMs + 1000);
+    expect(whileFenced).toMatchObject({ role: "primary", fenced: true, storeUp: false });
+    expect(agent.handle.status().fenced).toBe(false);
+    expect(await configValue(node, "min-replicas-to-write")).toBe("0");
+    expect(agent.logger.find(/^writes fenced/)?.level).toBe("error");
+    expect(agent.logger.find("write fence lifted")).toBeDefined();
+  });
+
+  it("policy fence: a fenced primary that was replaced meanwhile returns as a replica", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const { primaryNode, replicaNode } = await twoNodeShard();
+    const aws = await adaptersBehindProxy();
+    const cutOff = await fixture.startAgent(primaryNode, { nodeId: "n1", fencePolicy: "fence" }, aws);
+    await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+
+    // Act
+    await proxy?.cut();
+    await waitFor(async () => (await tryWrite(primaryNode)).startsWith("NOREPLICAS"), "n1 fenced", 5000, 20);
+    await failOverTo("n2", replicaNode, 0);
+    await proxy?.start();
+    await fixture.waitForHeartbeat("n1", (hb) => hb.role === "replica" && hb.epoch === 1, "n1 replica of n2");
+
+    // Assess
+    expect(await redisRole(primaryNode)).toBe("slave");
+    expect(cutOff.handle.status().fenced).toBe(false);
+    expect(await configValue(primaryNode, "min-replicas-to-write")).toBe("0");
+    expect(cutOff.logger.find("write fence lifted")?.attributes.reason).toBe("replica of n2");
+  });
+
+  it("policy keep-serving: keeps its role and takes writes while the table is unreachable", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [node] = await fixture.startRedis(1);
+    if (!node) throw new Error("redis node missing");
+    await fixture.setTopology(undefined, {
+      epoch: 0,
+      primary_node_id: "n1",
+      primary_address: node.address,
+      status: "online",
+    });
+    const aws = await adaptersBehindProxy();
+    const agent = await fixture.startAgent(node, { nodeId: "n1", fencePolicy: "keep-serving" }, aws);
+    await fixture.waitForHeartbeat("n1", (hb) => hb.role === "primary", "n1 heartbeat");
+
+    // Act
+    await proxy?.cut();
+    const warned = await waitFor(
+      () => agent.logger.find(/keep-serving policy/),
+      "keep-serving log line",
+      5000,
+    );
+    await new Promise((resolve) => setTimeout(resolve, FAST_TIMINGS.fenceTimeoutMs));
+    const whileCutOff = await tryWrite(node);
+    const status = agent.handle.status();
+    await proxy?.start();
+    const resumed = await fixture.waitForHeartbeat("n1", (hb) => hb.role === "primary", "heartbeats resume");
+
+    // Assess
+    expect(warned.level).toBe("error");
+    expect(whileCutOff).toBe("OK");
+    expect(status).toMatchObject({ role: "primary", fenced: false, storeUp: false });
+    expect(status.msSinceHeartbeatWritten).toBeGreaterThan(FAST_TIMINGS.fenceTimeoutMs);
+    expect(await redisRole(node)).toBe("master");
+    expect(resumed.db_status).toBe("up");
+    expect(agent.logger.find(/^writes fenced/)).toBeUndefined();
+  });
+});
+
+describe("database down", () => {
+  it("reports the database down without advancing its last_updated, then up again", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [node] = await fixture.startRedis(1);
+    if (!node) throw new Error("redis node missing");
+    await fixture.startAgent(node, { nodeId: "n1" });
+    const healthy = await fixture.waitForHeartbeat("n1", (hb) => hb.db_status === "up", "first heartbeat");
+
+    // Act
+    node.signal("SIGKILL");
+    const down = await fixture.waitForHeartbeat("n1", (hb) => hb.db_status === "down", "reported down");
+    await new Promise((resolve) => setTimeout(resolve, 3 * FAST_TIMINGS.heartbeatIntervalMs));
+    const stillDown = await fixture.heartbeatOf("n1");
+    await node.start();
+    const up = await fixture.waitForHeartbeat("n1", (hb) => hb.db_status === "up", "reported up again");
+
+    // Assess
+    expect(down.last_updated).toBeGreaterThanOrEqual(healthy.last_updated);
+    expect(stillDown?.db_status).toBe("down");
+    expect(stillDown?.last_updated).toBe(down.last_updated);
+    expect(stillDown?.agent_updated).toBeGreaterThan(down.agent_updated ?? 0);
+    expect(up.last_updated).toBeGreaterThan(down.last_updated);
+  });
+});
