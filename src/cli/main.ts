@@ -1,6 +1,7 @@
 import { Command } from "commander";
 import { errorMessage } from "../core/errors.ts";
 import { registerAgent } from "./commands/agent.ts";
+import { registerController } from "./commands/controller.ts";
 import { registerLocalStack } from "./commands/local-stack.ts";
 
 export function buildProgram(): Command {
@@ -10,6 +11,7 @@ export function buildProgram(): Command {
     .showHelpAfterError("(run with --help for usage)");
   registerLocalStack(program);
   registerAgent(program);
+  registerController(program);
   return program;
 }
 

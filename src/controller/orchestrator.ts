@@ -82,6 +82,7 @@ export interface ControllerDeps {
 
 export type CycleOutcome =
   | "no_action"
+  | "deferred"
   | "initialized"
   | "lost_race"
   | "aborted"
@@ -145,10 +146,22 @@ function stateOf(run: Run): FailoverState {
  * One controller cycle for one shard: snapshot, decide, and carry out the decision. Safe to
  * run concurrently from any number of controllers.
  */
-export async function runShardCycle(deps: ControllerDeps, shard: string): Promise<CycleResult> {
+export async function runShardCycle(
+  deps: ControllerDeps,
+  shard: string,
+  options: { readonly act?: boolean } = {},
+): Promise<CycleResult> {
   const snapshot = await deps.store.heartbeats.snapshot(shard);
   const decision = decide(snapshot, deps.config, deps.clock.now());
   const base = { shard, decision };
+  if (decision.kind !== "none" && options.act === false) {
+    return {
+      ...base,
+      outcome: "deferred",
+      epoch: snapshot.topology?.epoch,
+      reason: `${decision.reason} (deferred: too little time left in this invocation; the next one acts)`,
+    };
+  }
   switch (decision.kind) {
     case "none":
       return { ...base, outcome: "no_action", epoch: snapshot.topology?.epoch, reason: decision.reason };

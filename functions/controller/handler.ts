@@ -1,0 +1,43 @@
+import { Logger } from "@aws-lambda-powertools/logger";
+import { Metrics } from "@aws-lambda-powertools/metrics";
+import { ControllerLoop, type LoopSummary } from "../../src/controller/loop.ts";
+import { METRICS_NAMESPACE, powertoolsLog, powertoolsMetrics } from "../../src/controller/observability.ts";
+import {
+  handleOperatorRequest,
+  isOperatorRequest,
+  type OperatorResponse,
+} from "../../src/controller/operator.ts";
+import { createControllerRuntime } from "../../src/controller/runtime.ts";
+
+/**
+ * The controller Lambda. Scheduled every minute, it loops at tickInterval until shortly before
+ * its timeout; an operator request event (`{ action, shard, to?, reason? }`) runs that request
+ * instead and returns its JSON result. Clients and configuration live at module scope: a bad
+ * SHARDGUARD_* variable fails the cold start with the variable's name.
+ */
+
+const SERVICE = "shardguard-controller";
+const logger = new Logger({ serviceName: SERVICE, persistentKeys: { component: "controller" } });
+const metrics = new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE });
+const runtime = createControllerRuntime(process.env, {
+  log: powertoolsLog(logger),
+  metrics: powertoolsMetrics(metrics),
+  requireEventBus: true,
+});
+// Module scope: a warm container keeps the per-shard "last logged state" across invocations.
+const loop = new ControllerLoop(runtime.deps);
+
+/** The part of the Lambda context the handler uses. */
+export interface ControllerContext {
+  getRemainingTimeInMillis(): number;
+  readonly awsRequestId?: string;
+}
+
+export async function handler(
+  event: unknown,
+  context: ControllerContext,
+): Promise<LoopSummary | OperatorResponse> {
+  logger.appendKeys({ request_id: context.awsRequestId });
+  if (isOperatorRequest(event)) return handleOperatorRequest(runtime.deps, event);
+  return loop.run({ remainingMs: () => context.getRemainingTimeInMillis() });
+}

@@ -1,0 +1,44 @@
+import { Logger } from "@aws-lambda-powertools/logger";
+import type { Command } from "commander";
+import { ControllerLoop } from "../../controller/loop.ts";
+import { METRIC_NAMES, MemoryMetrics, powertoolsLog } from "../../controller/observability.ts";
+import { createControllerRuntime } from "../../controller/runtime.ts";
+import { abortOnSignal } from "../signals.ts";
+
+/**
+ * `shardguard controller`: the Lambda's loop as a local process (same code), for the local stack,
+ * a demo, or a controller beside the Lambda (overlap is safe). Logs are Powertools JSON lines
+ * on stdout; events become log lines unless SHARDGUARD_EVENT_BUS names a bus.
+ */
+export function registerController(program: Command): void {
+  program
+    .command("controller")
+    .description(
+      "run the failover controller loop locally (the Lambda's code): a pass over every shard each " +
+        "tick interval until Ctrl-C; configuration from SHARDGUARD_* variables",
+    )
+    .option("--once", "one pass over the shards, then exit")
+    .option("--shard <id...>", "only these shards instead of the shard index")
+    .option("--log-level <level>", "DEBUG | INFO | WARN | ERROR", "INFO")
+    .action(async (options: { once?: boolean; shard?: string[]; logLevel: string }) => {
+      const logger = new Logger({
+        serviceName: "shardguard-controller",
+        logLevel: options.logLevel.toUpperCase() as "INFO",
+        persistentKeys: { component: "controller" },
+      });
+      const metrics = new MemoryMetrics();
+      const runtime = createControllerRuntime(process.env, { log: powertoolsLog(logger), metrics });
+      const abort = options.once ? undefined : abortOnSignal();
+      try {
+        const summary = await new ControllerLoop(runtime.deps).run({
+          once: options.once,
+          shards: options.shard,
+          signal: abort?.signal,
+        });
+        const counts = Object.fromEntries(METRIC_NAMES.map((name) => [name, metrics.get(name)]));
+        logger.info("controller stopped", { ...summary, metrics: counts });
+      } finally {
+        runtime.destroy();
+      }
+    });
+}

@@ -1,0 +1,202 @@
+import { setTimeout as delay } from "node:timers/promises";
+import type { Decision } from "../core/decide.ts";
+import { errorMessage } from "../core/errors.ts";
+import {
+  type ControllerDeps,
+  type CycleResult,
+  defaultPhaseTimeouts,
+  runShardCycle,
+} from "./orchestrator.ts";
+
+/**
+ * The controller loop: every `tickIntervalMs`, one cycle per shard of the shard index, at most
+ * `concurrency` at a time, until the caller's time is nearly up (Lambda) or it is aborted (local
+ * process). Several loops may run at once (overlapping Lambda invocations, a local controller
+ * beside the Lambda): every action is taken under the shard's lock with a compare-and-set on
+ * the epoch, so overlap costs reads, never a second failover.
+ */
+
+export interface LoopOptions {
+  /** One pass over the shards, then return. */
+  readonly once?: boolean;
+  /** Only these shards instead of the shard index. */
+  readonly shards?: readonly string[];
+  /** Time the caller has left, in ms (Lambda: `context.getRemainingTimeInMillis`). @default unlimited */
+  readonly remainingMs?: () => number;
+  /** Stop starting passes when less than this remains. @default 2 s + tickIntervalMs */
+  readonly stopBeforeMs?: number;
+  /**
+   * Start no failover when less than this remains: decisions are still logged, and the next
+   * (overlapping) invocation acts. @default the confirm timeout + 3 s
+   */
+  readonly actBudgetMs?: number;
+  /** Cycles in flight at once. @default 8 */
+  readonly concurrency?: number;
+  readonly signal?: AbortSignal;
+  /** Shard index page size. @default 100 */
+  readonly pageSize?: number;
+}
+
+export interface LoopSummary {
+  readonly passes: number;
+  readonly cycles: number;
+  /** Cycles that did something (initialized, completed, offline, aborted, stuck). */
+  readonly actions: number;
+  readonly errors: number;
+}
+
+const ACTED = new Set(["initialized", "completed", "offline", "aborted", "stuck"]);
+
+/** A small counting semaphore for bounded parallelism. */
+class Slots {
+  #free: number;
+  readonly #waiting: Array<() => void> = [];
+  constructor(size: number) {
+    this.#free = size;
+  }
+  async acquire(): Promise<void> {
+    if (this.#free > 0) {
+      this.#free -= 1;
+      return;
+    }
+    await new Promise<void>((resolve) => this.#waiting.push(resolve));
+  }
+  release(): void {
+    const next = this.#waiting.shift();
+    if (next) next();
+    else this.#free += 1;
+  }
+}
+
+/**
+ * Holds what must outlive one pass (and, at module scope in Lambda, one invocation): the last
+ * state logged per shard, so a line is written when something changes, not every tick.
+ */
+export class ControllerLoop {
+  readonly #deps: ControllerDeps;
+  readonly #lastState = new Map<string, string>();
+  readonly #offline = new Set<string>();
+  readonly #inFlight = new Map<string, Promise<void>>();
+
+  constructor(deps: ControllerDeps) {
+    this.#deps = deps;
+  }
+
+  async run(options: LoopOptions = {}): Promise<LoopSummary> {
+    const { config } = this.#deps;
+    const remaining = options.remainingMs ?? (() => Number.POSITIVE_INFINITY);
+    const stopBefore = options.stopBeforeMs ?? 2000 + config.tickIntervalMs;
+    const actBudget = options.actBudgetMs ?? defaultPhaseTimeouts(config).confirm + 3000;
+    const slots = new Slots(options.concurrency ?? 8);
+    const totals = { passes: 0, cycles: 0, actions: 0, errors: 0 };
+    this.#deps.log.debug("controller loop started", { remaining_ms: remaining() });
+    try {
+      while (!options.signal?.aborted && remaining() > stopBefore) {
+        const started = Date.now();
+        await this.#pass(options, slots, remaining() > actBudget, totals);
+        totals.passes += 1;
+        this.#deps.metrics.count("shardOffline", this.#offline.size);
+        this.#deps.metrics.flush();
+        if (options.once) break;
+        const wait = config.tickIntervalMs - (Date.now() - started);
+        if (wait > 0) await delay(wait, undefined, { signal: options.signal }).catch(() => {});
+      }
+      // Orchestrations still running finish (each bounded by its phase timeouts).
+      await Promise.allSettled([...this.#inFlight.values()]);
+    } finally {
+      this.#deps.metrics.flush();
+    }
+    this.#deps.log.debug("controller loop stopped", totals);
+    return totals;
+  }
+
+  async #pass(
+    options: LoopOptions,
+    slots: Slots,
+    act: boolean,
+    totals: { cycles: number; actions: number; errors: number },
+  ): Promise<void> {
+    const launched: Promise<void>[] = [];
+    for await (const shard of this.#shards(options)) {
+      // A shard still orchestrating from an earlier pass is not looked at again until it is done.
+      if (this.#inFlight.has(shard)) continue;
+      await slots.acquire();
+      const cycle = this.#cycle(shard, act, totals).finally(() => {
+        this.#inFlight.delete(shard);
+        slots.release();
+      });
+      this.#inFlight.set(shard, cycle);
+      launched.push(cycle);
+    }
+    // A long orchestration must not hold up detection on the other shards: wait at most a tick.
+    const tick = delay(this.#deps.config.tickIntervalMs, undefined, { signal: options.signal }).catch(
+      () => {},
+    );
+    await Promise.race([Promise.allSettled(launched), tick]);
+  }
+
+  async *#shards(options: LoopOptions): AsyncGenerator<string> {
+    if (options.shards) {
+      yield* options.shards;
+      return;
+    }
+    let token: string | undefined;
+    do {
+      const page = await this.#deps.store.shards.list(token, options.pageSize ?? 100);
+      yield* page.shards;
+      token = page.nextPageToken;
+    } while (token);
+  }
+
+  async #cycle(shard: string, act: boolean, totals: { cycles: number; actions: number; errors: number }) {
+    try {
+      const result = await runShardCycle(this.#deps, shard, { act });
+      totals.cycles += 1;
+      if (ACTED.has(result.outcome)) totals.actions += 1;
+      this.#observe(result);
+    } catch (error) {
+      totals.errors += 1;
+      this.#deps.log.error("shard cycle failed", {
+        shard,
+        error: errorMessage(error),
+        error_name: error instanceof Error ? error.name : undefined,
+      });
+      this.#lastState.delete(shard);
+    }
+  }
+
+  #observe(result: CycleResult): void {
+    const { decision } = result;
+    if (decision && isStaleDetection(decision)) this.#deps.metrics.count("staleHeartbeatDetected");
+    if (
+      result.outcome === "offline" ||
+      (decision?.kind === "none" && decision.code === "offline_no_candidate")
+    ) {
+      this.#offline.add(result.shard);
+    } else if (result.outcome !== "no_action" || decision?.kind === "none") {
+      this.#offline.delete(result.shard);
+    }
+    const state = `${decision?.kind ?? "-"}/${decision?.kind === "none" ? decision.code : ""}/${result.outcome}`;
+    const attributes = {
+      shard: result.shard,
+      decision: decision?.kind,
+      code: decision?.kind === "none" ? decision.code : undefined,
+      outcome: result.outcome,
+      epoch: result.epoch,
+      primary: result.primary,
+      reason: result.reason,
+    };
+    if (this.#lastState.get(result.shard) === state) {
+      this.#deps.log.debug("shard unchanged", attributes);
+      return;
+    }
+    this.#lastState.set(result.shard, state);
+    this.#deps.log.info(result.reason, attributes);
+  }
+}
+
+/** A cycle that found the primary's heartbeat stale, whether or not it could act on it. */
+export function isStaleDetection(decision: Decision): boolean {
+  if (decision.kind === "failover" || decision.kind === "mark_offline") return true;
+  return decision.kind === "none" && decision.primaryStale;
+}

@@ -1,0 +1,55 @@
+import { EventBridgeClient } from "@aws-sdk/client-eventbridge";
+import { createAwsAdapters } from "../adapters/aws-adapters.ts";
+import { EventBridgePublisher } from "../adapters/eventbridge-publisher.ts";
+import { ENV, failoverConfigFromEnv } from "../config/env.ts";
+import { ConfigurationError } from "../core/errors.ts";
+import type { EventPublisher } from "../core/ports.ts";
+import { type ControllerLog, type ControllerMetrics, logEventPublisher } from "./observability.ts";
+import type { ControllerDeps } from "./orchestrator.ts";
+
+export interface ControllerRuntime {
+  readonly deps: ControllerDeps;
+  destroy(): void;
+}
+
+/**
+ * Wires the controller from the environment, for the Lambda handler and the local process.
+ * Configuration is validated here, so a bad variable fails the cold start with its name.
+ */
+export function createControllerRuntime(
+  env: NodeJS.ProcessEnv,
+  options: {
+    readonly log: ControllerLog;
+    readonly metrics: ControllerMetrics;
+    /** Lambda: the event bus must be configured. Local: events become log lines without one. */
+    readonly requireEventBus?: boolean;
+  },
+): ControllerRuntime {
+  const config = failoverConfigFromEnv(env);
+  const eventBusName = env[ENV.eventBusName];
+  if (options.requireEventBus && !eventBusName) {
+    throw new ConfigurationError(`${ENV.eventBusName} must name the EventBridge bus for failover events`);
+  }
+  const aws = createAwsAdapters({ env, logger: options.log });
+  let eventBridge: EventBridgeClient | undefined;
+  let events: EventPublisher = logEventPublisher(options.log);
+  if (eventBusName) {
+    eventBridge = new EventBridgeClient({ region: env.AWS_REGION || env.AWS_DEFAULT_REGION || undefined });
+    events = new EventBridgePublisher({ client: eventBridge, eventBusName });
+  }
+  return {
+    deps: {
+      store: aws.store,
+      bus: aws.bus,
+      clock: aws.clock,
+      events,
+      config,
+      log: options.log,
+      metrics: options.metrics,
+    },
+    destroy() {
+      aws.destroy();
+      eventBridge?.destroy();
+    },
+  };
+}
