@@ -53,6 +53,8 @@ export function registerAgent(program: Command): void {
         queuePrefix: config.queuePrefix,
         logger: adapterLogger,
       });
+      // Listen before starting: a SIGTERM during start-up must still stop the agent cleanly.
+      const signalled = untilSignal();
       try {
         const agent = await startAgent(
           config.agent,
@@ -66,7 +68,7 @@ export function registerAgent(program: Command): void {
           },
           { logLevel: config.logLevel },
         );
-        await untilSignal();
+        await signalled;
         await agent.stop();
       } finally {
         aws.destroy();
