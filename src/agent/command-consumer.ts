@@ -136,9 +136,23 @@ export async function runCommandConsumer(ctx: AgentContext, signal: AbortSignal)
       if (await handleMessage(ctx, message)) {
         backoff.reset();
       } else {
-        await sleep(backoff.next(), signal);
+        // Retry on the back-off, not after the queue's whole visibility timeout (30 s): a
+        // PROMOTE that failed because the database restarted must not hold up a failover.
+        const delay = backoff.next();
+        await retryAfter(ctx, message, delay);
+        await sleep(delay, signal);
       }
     }
+  }
+}
+
+async function retryAfter(ctx: AgentContext, message: ReceivedCommand, delayMs: number): Promise<void> {
+  try {
+    await ctx.deps.commands.extendVisibility(ctx.shard, ctx.nodeId, message, Math.ceil(delayMs / 1000));
+  } catch (error) {
+    ctx.logger.debug("could not shorten a failed command's visibility; it returns after its timeout", {
+      error: errorMessage(error),
+    });
   }
 }
 

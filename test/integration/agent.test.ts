@@ -235,6 +235,30 @@ describe("agent commands", () => {
     expect(replica.handle.status().role).toBe("primary");
   });
 
+  it("retries a command that failed while its database was down soon after the database returns", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [primaryNode, replicaNode] = await fixture.startRedis(2);
+    if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "replica link up");
+    replicaNode.signal("SIGKILL");
+    await fixture.waitForHeartbeat("n2", (hb) => hb.db_status === "down", "reported down");
+
+    // Act
+    await fixture.send("n2", fixture.command("PROMOTE", 1));
+    await waitFor(() => replica.logger.find("command failed; left for redelivery"), "failed attempt");
+    await replicaNode.start({ replicaOf: primaryNode.address });
+    const backAt = Date.now();
+    await fixture.waitForHeartbeat("n2", (hb) => hb.role === "primary" && hb.epoch === 1, "promoted", 15_000);
+    const retriedWithinMs = Date.now() - backAt;
+
+    // Assess: well within the queue's 30 s visibility timeout.
+    expect(retriedWithinMs).toBeLessThan(8000);
+    expect(await redisRole(replicaNode)).toBe("master");
+  });
+
   it("holds writes on PAUSE_WRITES for the given time", async () => {
     // Prepare
     fixture = new AgentFixture();
