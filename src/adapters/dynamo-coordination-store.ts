@@ -247,11 +247,11 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
 }
 
 export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStore {
-  add(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
+  async add(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
     return this.#update("ADD", shard, primaryId, nodeIds);
   }
 
-  remove(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
+  async remove(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
     return this.#update("DELETE", shard, primaryId, nodeIds);
   }
 
@@ -284,8 +284,9 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
    * Conditional put: absent, expired (on the AWS-aligned clock), or already ours. "Already ours"
    * makes an SDK retry of a put that did land return true instead of a false "lost".
    */
-  acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<boolean> {
+  async acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<boolean> {
     this.requireId("shard id", shard);
+    this.#requireOwner(owner);
     this.#requireLease(leaseMs);
     const now = this.clock.now();
     const expiresAt = now + leaseMs;
@@ -311,7 +312,7 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
   }
 
   /** Extends a lease that `owner` still holds and that has not expired. */
-  renew(shard: string, owner: string, leaseMs: number): Promise<boolean> {
+  async renew(shard: string, owner: string, leaseMs: number): Promise<boolean> {
     this.requireId("shard id", shard);
     this.#requireLease(leaseMs);
     const now = this.clock.now();
@@ -339,7 +340,7 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
    * Deletes the lock if `owner` holds it. An absent lock counts as released (idempotent, so a
    * retried release does not report a lost lock); another owner's lock is left untouched -> false.
    */
-  release(shard: string, owner: string): Promise<boolean> {
+  async release(shard: string, owner: string): Promise<boolean> {
     this.requireId("shard id", shard);
     return this.conditional(`DeleteItem (lock release, shard ${shard})`, () =>
       this.documents.send(
@@ -352,6 +353,12 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
         }),
       ),
     );
+  }
+
+  #requireOwner(owner: string): void {
+    if (typeof owner !== "string" || owner.length === 0 || owner.length > 256) {
+      throw new ConfigurationError("lock owner must be a non-empty token of at most 256 characters");
+    }
   }
 
   #requireLease(leaseMs: number): void {
@@ -393,7 +400,7 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
    * undefined). Each write carries a fresh `write_id`; the condition also accepts our own
    * `write_id`, so an SDK retry of a write that did land is not misread as a lost race.
    */
-  compareAndSet(shard: string, expectedEpoch: number | undefined, next: Topology): Promise<boolean> {
+  async compareAndSet(shard: string, expectedEpoch: number | undefined, next: Topology): Promise<boolean> {
     this.requireId("shard id", shard);
     const parsed = topologySchema.safeParse(next);
     if (!parsed.success) {

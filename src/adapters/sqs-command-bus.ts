@@ -67,17 +67,23 @@ export class SqsCommandBus implements CommandBus {
         `maxReceiveCount must be an integer from 1 to 1000, got ${maxReceiveCount}`,
       );
     }
+    const visibility = options.visibilityTimeoutSeconds ?? 10;
+    if (!Number.isInteger(visibility) || visibility < 0 || visibility > 43_200) {
+      throw new ConfigurationError(
+        `visibility timeout must be an integer from 0 to 43200 s, got ${visibility}`,
+      );
+    }
     this.#sqs = options.sqs;
     this.#prefix = options.queuePrefix;
     this.#maxReceiveCount = maxReceiveCount;
-    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? 10;
+    this.#visibilityTimeoutSeconds = visibility;
     this.#retentionSeconds = options.messageRetentionSeconds ?? 86_400;
     this.#managedSse = options.managedSse ?? true;
     this.#logger = options.logger ?? jsonLineLogger;
   }
 
   /** Idempotent: an existing queue costs one GetQueueUrl, then the URL is cached. */
-  ensureQueue(shard: string, nodeId: string): Promise<string> {
+  async ensureQueue(shard: string, nodeId: string): Promise<string> {
     return this.#url(shard, nodeId, true);
   }
 
@@ -103,7 +109,10 @@ export class SqsCommandBus implements CommandBus {
     options: { signal?: AbortSignal; waitSeconds?: number; maxMessages?: number } = {},
   ): Promise<ReceivedCommand[]> {
     const { signal } = options;
-    const waitSeconds = Math.min(Math.max(options.waitSeconds ?? MAX_WAIT_SECONDS, 0), MAX_WAIT_SECONDS);
+    const requested = options.waitSeconds ?? MAX_WAIT_SECONDS;
+    const waitSeconds = Number.isFinite(requested)
+      ? Math.min(Math.max(Math.floor(requested), 0), MAX_WAIT_SECONDS)
+      : MAX_WAIT_SECONDS;
     if (signal?.aborted) return [];
     const url = await this.ensureQueue(shard, nodeId);
     if (signal?.aborted) return [];
