@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
+import { ENV } from "../config/env.ts";
 import { describeIssues, parseFailoverConfig } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { addressSchema, idSchema } from "../core/model.ts";
@@ -84,33 +85,33 @@ interface Field {
  * Passwords have no flag so that they never show in `ps`.
  */
 export const AGENT_FIELDS = [
-  { key: "shard", kind: "string", flag: "--shard", env: "SHARDGUARD_SHARD" },
-  { key: "nodeId", kind: "string", flag: "--node-id", env: "SHARDGUARD_NODE_ID" },
-  { key: "redis", kind: "string", flag: "--redis", env: "SHARDGUARD_REDIS" },
-  { key: "address", kind: "string", flag: "--address", env: "SHARDGUARD_ADDRESS" },
-  { key: "priority", kind: "integer", flag: "--priority", env: "SHARDGUARD_PRIORITY" },
-  { key: "stateDir", kind: "string", flag: "--state-dir", env: "SHARDGUARD_STATE_DIR" },
-  { key: "fencePolicy", kind: "string", flag: "--fence-policy", env: "SHARDGUARD_FENCE_POLICY" },
+  { key: "shard", kind: "string", flag: "--shard", env: ENV.shard },
+  { key: "nodeId", kind: "string", flag: "--node-id", env: ENV.nodeId },
+  { key: "redis", kind: "string", flag: "--redis", env: ENV.redis },
+  { key: "address", kind: "string", flag: "--address", env: ENV.address },
+  { key: "priority", kind: "integer", flag: "--priority", env: ENV.priority },
+  { key: "stateDir", kind: "string", flag: "--state-dir", env: ENV.stateDir },
+  { key: "fencePolicy", kind: "string", flag: "--fence-policy", env: ENV.fencePolicy },
   {
     key: "heartbeatIntervalMs",
     kind: "integer",
     flag: "--heartbeat-interval-ms",
-    env: "SHARDGUARD_HEARTBEAT_INTERVAL_MS",
+    env: ENV.heartbeatIntervalMs,
   },
-  { key: "fenceTimeoutMs", kind: "integer", flag: "--fence-timeout-ms", env: "SHARDGUARD_FENCE_TIMEOUT_MS" },
-  { key: "failureTimeoutMs", kind: "integer", env: "SHARDGUARD_FAILURE_TIMEOUT_MS" },
-  { key: "storeTimeoutMs", kind: "integer", env: "SHARDGUARD_STORE_TIMEOUT_MS" },
-  { key: "redisTimeoutMs", kind: "integer", env: "SHARDGUARD_REDIS_TIMEOUT_MS" },
-  { key: "commandWaitSeconds", kind: "integer", env: "SHARDGUARD_COMMAND_WAIT_SECONDS" },
-  { key: "redisUsername", kind: "string", env: "SHARDGUARD_REDIS_USERNAME" },
-  { key: "redisPassword", kind: "string", env: "SHARDGUARD_REDIS_PASSWORD" },
-  { key: "table", kind: "string", env: "SHARDGUARD_TABLE" },
-  { key: "queuePrefix", kind: "string", env: "SHARDGUARD_QUEUE_PREFIX" },
-  { key: "logLevel", kind: "string", flag: "--log-level", env: "SHARDGUARD_LOG_LEVEL" },
+  { key: "fenceTimeoutMs", kind: "integer", flag: "--fence-timeout-ms", env: ENV.fenceTimeoutMs },
+  { key: "failureTimeoutMs", kind: "integer", env: ENV.failureTimeoutMs },
+  { key: "storeTimeoutMs", kind: "integer", env: ENV.storeTimeoutMs },
+  { key: "redisTimeoutMs", kind: "integer", env: ENV.redisTimeoutMs },
+  { key: "commandWaitSeconds", kind: "integer", env: ENV.commandWaitSeconds },
+  { key: "redisUsername", kind: "string", env: ENV.redisUsername },
+  { key: "redisPassword", kind: "string", env: ENV.redisPassword },
+  { key: "table", kind: "string", env: ENV.table },
+  { key: "queuePrefix", kind: "string", env: ENV.queuePrefix },
+  { key: "logLevel", kind: "string", flag: "--log-level", env: ENV.logLevel },
 ] as const satisfies readonly Field[];
 
 /** The variable that names a JSON config file when `--config` is not given. */
-export const CONFIG_ENV = "SHARDGUARD_AGENT_CONFIG";
+export const CONFIG_ENV = ENV.agentConfig;
 
 const processOnlySchema = z.object({
   table: z.string().min(3).max(255).default(DEFAULT_TABLE_NAME),

@@ -18,6 +18,21 @@ export const ENV = {
   maxLagOnFailover: "SHARDGUARD_MAX_LAG_ON_FAILOVER",
   quorum: "SHARDGUARD_QUORUM",
   cooldownMs: "SHARDGUARD_COOLDOWN_MS",
+  // The node agent (docs/agent.md); each also has a flag or config-file key.
+  shard: "SHARDGUARD_SHARD",
+  nodeId: "SHARDGUARD_NODE_ID",
+  redis: "SHARDGUARD_REDIS",
+  address: "SHARDGUARD_ADDRESS",
+  priority: "SHARDGUARD_PRIORITY",
+  stateDir: "SHARDGUARD_STATE_DIR",
+  fencePolicy: "SHARDGUARD_FENCE_POLICY",
+  storeTimeoutMs: "SHARDGUARD_STORE_TIMEOUT_MS",
+  redisTimeoutMs: "SHARDGUARD_REDIS_TIMEOUT_MS",
+  commandWaitSeconds: "SHARDGUARD_COMMAND_WAIT_SECONDS",
+  redisUsername: "SHARDGUARD_REDIS_USERNAME",
+  redisPassword: "SHARDGUARD_REDIS_PASSWORD",
+  logLevel: "SHARDGUARD_LOG_LEVEL",
+  agentConfig: "SHARDGUARD_AGENT_CONFIG",
 } as const;
 
 const NUMERIC_KEYS = [
