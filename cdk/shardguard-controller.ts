@@ -11,6 +11,7 @@ import { NodejsFunction, OutputFormat } from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
+import { EVENT_SOURCE } from "../src/adapters/eventbridge-publisher.ts";
 import { ENV } from "../src/config/env.ts";
 import {
   type EventDetailType,
@@ -31,8 +32,6 @@ import { ShardguardNode, type ShardguardNodeOptions } from "./shardguard-node.ts
 
 export type { ShardguardControllerProps } from "./controller-props.ts";
 
-/** `source` of every event the controller publishes. */
-export const EVENT_SOURCE = "shardguard";
 export type ShardguardEventType = EventDetailType;
 export const EVENT_TYPES = [
   "FailoverStarted",

@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { App, Stack } from "aws-cdk-lib";
+import { type App, Stack } from "aws-cdk-lib";
 import { Annotations, Match, Template } from "aws-cdk-lib/assertions";
 import * as iam from "aws-cdk-lib/aws-iam";
 import { AwsSolutionsChecks } from "cdk-nag";
@@ -8,9 +8,10 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { ShardguardController } from "../../cdk/shardguard-controller.ts";
 import { ShardguardStack } from "../../cdk/shardguard-stack.ts";
 import { ENV, failoverConfigFromEnv } from "../../src/config/env.ts";
+import { DEFAULT_CONFIG, type FailoverConfig } from "../../src/core/config.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../../src/core/table.ts";
+import { cdkApp, FIXTURE_ENTRY } from "../fixtures/cdk-app.ts";
 
-const FIXTURE_ENTRY = path.join(import.meta.dirname, "..", "fixtures", "controller-handler.ts");
 const ALARM_TOPIC = "arn:aws:sns:eu-west-1:123456789012:shardguard-alarms";
 
 type Statement = { Action: string | string[]; Resource: unknown; Condition?: unknown; Sid?: string };
@@ -22,7 +23,7 @@ let template: Template;
 let assemblyDir: string;
 
 beforeAll(() => {
-  app = new App();
+  app = cdkApp();
   stack = new ShardguardStack(app, "Shardguard", {
     controller: { controllerEntry: FIXTURE_ENTRY, tableName: "shardguard" },
     nodes: [{ shard: "orders", node: "n1" }],
@@ -48,8 +49,27 @@ function statementsOfRole(roleLogicalId: string): Statement[] {
   );
 }
 
+/** Sorted: with `@aws-cdk/aws-iam:minimizePolicies` (cdk.json) CDK sorts actions and merges statements. */
 function actionsOf(statement: Statement): string[] {
-  return Array.isArray(statement.Action) ? statement.Action : [statement.Action];
+  return (Array.isArray(statement.Action) ? [...statement.Action] : [statement.Action]).sort();
+}
+
+/** A single resource is rendered bare, several as a list; compare them as lists. */
+function resourcesOf(statement: Statement): unknown[] {
+  return Array.isArray(statement.Resource) ? statement.Resource : [statement.Resource];
+}
+
+/** A statement in the shape the tests compare: sorted actions, resource list, condition or null. */
+function grantOf(statement: Statement) {
+  return {
+    actions: actionsOf(statement),
+    resources: resourcesOf(statement),
+    condition: statement.Condition ?? null,
+  };
+}
+
+function expectedGrant(actions: string[], resources: unknown[], condition: unknown = null) {
+  return { actions: [...actions].sort(), resources, condition };
 }
 
 describe("coordination table", () => {
@@ -84,7 +104,7 @@ describe("coordination table", () => {
 
   it("turns deletion protection off when asked", () => {
     // Prepare: skip bundling, only the table matters here.
-    const otherApp = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+    const otherApp = cdkApp({ bundle: false });
     const otherStack = new Stack(otherApp, "Unprotected");
 
     // Act
@@ -145,7 +165,13 @@ describe("controller function", () => {
     ) as Record<string, string>;
 
     // Assess
-    for (const name of Object.values(ENV)) expect(variables).toHaveProperty(name);
+    const controllerVariables = [
+      ENV.table,
+      ENV.queuePrefix,
+      ENV.eventBusName,
+      ...Object.keys(DEFAULT_CONFIG).map((field) => ENV[field as keyof FailoverConfig]),
+    ];
+    for (const name of controllerVariables) expect(variables).toHaveProperty(name);
     expect(variables[ENV.table]).toEqual({ Ref: logicalId(stack.controller.table) });
     expect(variables[ENV.queuePrefix]).toBe("shardguard");
     expect(variables[ENV.eventBusName]).toBe("default");
@@ -196,129 +222,92 @@ describe("controller function", () => {
 });
 
 describe("IAM", () => {
+  const tableArn = () => ({ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] });
+  /** An ARN in this (environment-agnostic) stack's account and region. */
+  const arnIn = (service: string, resource: string) => ({
+    "Fn::Join": [
+      "",
+      [
+        "arn:",
+        { Ref: "AWS::Partition" },
+        `:${service}:`,
+        { Ref: "AWS::Region" },
+        ":",
+        { Ref: "AWS::AccountId" },
+        `:${resource}`,
+      ],
+    ],
+  });
+
   it("grants the controller exactly the actions it uses, each on its own resource", () => {
     // Act
     const statements = statementsOfRole(logicalId(stack.controller.controllerRole));
 
     // Assess
-    expect(
-      statements.map((statement) => ({ actions: actionsOf(statement), resource: statement.Resource })),
-    ).toEqual([
-      {
-        actions: ["logs:CreateLogStream", "logs:PutLogEvents"],
-        resource: { "Fn::GetAtt": [logicalId(stack.controller.controllerLogGroup), "Arn"] },
-      },
-      {
-        // Added by the L2 SqsDestination for the async failure destination.
-        actions: ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
-        resource: { "Fn::GetAtt": [logicalId(stack.controller.controllerFailureQueue), "Arn"] },
-      },
-      {
-        actions: [
+    expect(statements.map(grantOf)).toEqual([
+      expectedGrant(
+        ["logs:CreateLogStream", "logs:PutLogEvents"],
+        [{ "Fn::GetAtt": [logicalId(stack.controller.controllerLogGroup), "Arn"] }],
+      ),
+      // Added by the L2 SqsDestination for the async failure destination.
+      expectedGrant(
+        ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+        [{ "Fn::GetAtt": [logicalId(stack.controller.controllerFailureQueue), "Arn"] }],
+      ),
+      expectedGrant(
+        [
           "dynamodb:GetItem",
           "dynamodb:Query",
           "dynamodb:PutItem",
           "dynamodb:UpdateItem",
           "dynamodb:DeleteItem",
         ],
-        resource: [{ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] }],
-      },
-      {
-        actions: ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SendMessage"],
-        resource: {
-          "Fn::Join": [
-            "",
-            [
-              "arn:",
-              { Ref: "AWS::Partition" },
-              ":sqs:",
-              { Ref: "AWS::Region" },
-              ":",
-              { Ref: "AWS::AccountId" },
-              ":shardguard-*",
-            ],
-          ],
-        },
-      },
-      {
-        actions: ["events:PutEvents"],
-        resource: {
-          "Fn::Join": [
-            "",
-            [
-              "arn:",
-              { Ref: "AWS::Partition" },
-              ":events:",
-              { Ref: "AWS::Region" },
-              ":",
-              { Ref: "AWS::AccountId" },
-              ":event-bus/default",
-            ],
-          ],
-        },
-      },
+        [tableArn()],
+      ),
+      expectedGrant(
+        ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SendMessage"],
+        [arnIn("sqs", "shardguard-*")],
+      ),
+      expectedGrant(["events:PutEvents"], [arnIn("events", "event-bus/default")]),
     ]);
   });
 
   it("gives the agent policy its own shard partition, the shard index and its own queues only", () => {
-    // Prepare
-    const table = { "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] };
-    const queueArn = (name: string) => ({
-      "Fn::Join": [
-        "",
-        [
-          "arn:",
-          { Ref: "AWS::Partition" },
-          ":sqs:",
-          { Ref: "AWS::Region" },
-          ":",
-          { Ref: "AWS::AccountId" },
-          `:${name}`,
-        ],
-      ],
-    });
-
     // Act
     const policies = template.findResources("AWS::IAM::ManagedPolicy");
 
     // Assess
     expect(Object.keys(policies)).toHaveLength(1);
-    const document = (
+    const statements = (
       Object.values(policies)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
-    ).Properties.PolicyDocument;
-    expect(document.Statement).toEqual([
-      {
-        Sid: "OwnShardPartition",
-        Effect: "Allow",
-        Action: ["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-        Resource: table,
-        Condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
-      },
-      {
-        Sid: "RegisterShardInIndex",
-        Effect: "Allow",
-        Action: "dynamodb:PutItem",
-        Resource: table,
-        Condition: { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } },
-      },
-      {
-        Sid: "CreateOwnQueues",
-        Effect: "Allow",
-        Action: ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"],
-        Resource: [queueArn("shardguard-orders-n1"), queueArn("shardguard-orders-n1-dlq")],
-      },
-      {
-        Sid: "ConsumeOwnQueue",
-        Effect: "Allow",
-        Action: ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
-        Resource: queueArn("shardguard-orders-n1"),
-      },
+    ).Properties.PolicyDocument.Statement;
+    expect(statements.map((statement) => statement.Sid)).toEqual([
+      "OwnShardPartition",
+      "RegisterShardInIndex",
+      "CreateOwnQueues",
+      "ConsumeOwnQueue",
+    ]);
+    expect(statements.map(grantOf)).toEqual([
+      expectedGrant(["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"], [tableArn()], {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] },
+      }),
+      expectedGrant(["dynamodb:PutItem"], [tableArn()], {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] },
+      }),
+      expectedGrant(
+        ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"],
+        [arnIn("sqs", "shardguard-orders-n1"), arnIn("sqs", "shardguard-orders-n1-dlq")],
+      ),
+      expectedGrant(
+        ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
+        [arnIn("sqs", "shardguard-orders-n1")],
+      ),
     ]);
   });
 
   it("grants an existing agent role the same statements as the managed policy", () => {
     // Prepare
-    const otherApp = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+    const otherApp = cdkApp({ bundle: false });
     const otherStack = new Stack(otherApp, "Agent");
     const controller = new ShardguardController(otherStack, "Shardguard", { controllerEntry: FIXTURE_ENTRY });
     const taskRole = new iam.Role(otherStack, "TaskRole", {
@@ -329,20 +318,20 @@ describe("IAM", () => {
     controller.grantAgent(taskRole, { shard: "orders", node: "n2" });
 
     // Assess
-    const statements = Template.fromStack(otherStack).findResources("AWS::IAM::Policy", {
+    const policies = Template.fromStack(otherStack).findResources("AWS::IAM::Policy", {
       Properties: { Roles: [{ Ref: otherStack.getLogicalId(taskRole.node.defaultChild as iam.CfnRole) }] },
     });
     const granted = (
-      Object.values(statements)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
+      Object.values(policies)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
     ).Properties.PolicyDocument.Statement;
     expect(granted.map((statement) => [actionsOf(statement), statement.Condition ?? null])).toEqual([
       [
-        ["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+        ["dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"],
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
       ],
       [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
-      [["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"], null],
-      [["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"], null],
+      [["sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], null],
+      [["sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:ReceiveMessage"], null],
     ]);
   });
 
@@ -351,17 +340,12 @@ describe("IAM", () => {
     const statements = statementsOfRole(logicalId(stack.operatorRole));
 
     // Assess
-    expect(
-      statements.map((statement) => ({ actions: actionsOf(statement), resource: statement.Resource })),
-    ).toEqual([
-      {
-        actions: ["lambda:InvokeFunction"],
-        resource: { "Fn::GetAtt": [logicalId(stack.controller.controllerFunction), "Arn"] },
-      },
-      {
-        actions: ["dynamodb:GetItem", "dynamodb:Query"],
-        resource: [{ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] }],
-      },
+    expect(statements.map(grantOf)).toEqual([
+      expectedGrant(
+        ["lambda:InvokeFunction"],
+        [{ "Fn::GetAtt": [logicalId(stack.controller.controllerFunction), "Arn"] }],
+      ),
+      expectedGrant(["dynamodb:GetItem", "dynamodb:Query"], [tableArn()]),
     ]);
   });
 });
@@ -429,7 +413,7 @@ describe("events, alarms and dashboard", () => {
 
   it("offers a rule on the failover events of the event bus", () => {
     // Prepare
-    const otherApp = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+    const otherApp = cdkApp({ bundle: false });
     const otherStack = new Stack(otherApp, "Events");
     const controller = new ShardguardController(otherStack, "Shardguard", { controllerEntry: FIXTURE_ENTRY });
 

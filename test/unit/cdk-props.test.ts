@@ -1,16 +1,15 @@
 import path from "node:path";
-import { App, Duration, Stack } from "aws-cdk-lib";
+import { Duration, Stack } from "aws-cdk-lib";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_CONTROLLER_ENTRY, resolveControllerProps } from "../../cdk/controller-props.ts";
 import { ShardguardController, type ShardguardControllerProps } from "../../cdk/shardguard-controller.ts";
 import { parseNodeList } from "../../cdk/shardguard-stack.ts";
 import { ConfigurationError } from "../../src/core/errors.ts";
-
-const FIXTURE_ENTRY = path.join(import.meta.dirname, "..", "fixtures", "controller-handler.ts");
+import { cdkApp, FIXTURE_ENTRY } from "../fixtures/cdk-app.ts";
 
 /** Builds the construct in a fresh app that skips bundling: validation runs before any asset. */
 function build(props: ShardguardControllerProps): ShardguardController {
-  const app = new App({ context: { "aws:cdk:bundling-stacks": [] } });
+  const app = cdkApp({ bundle: false });
   return new ShardguardController(new Stack(app, "Props"), "Shardguard", {
     controllerEntry: FIXTURE_ENTRY,
     ...props,
