@@ -13,7 +13,7 @@ import { StateDir } from "./state-dir.ts";
 
 export type { AgentDeps } from "./context.ts";
 
-/** How long a keep-serving primary waits between two reminders that it is cut off. */
+/** How long the watchdog waits between two repeats of the same complaint (cut off, cannot fence). */
 const KEEP_SERVING_REMINDER_MS = 30_000;
 
 /** A running agent. */
@@ -147,6 +147,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
   const { fenceTimeoutMs, heartbeatIntervalMs, fencePolicy } = ctx.options;
   const tick = Math.max(25, Math.min(heartbeatIntervalMs, Math.floor(fenceTimeoutMs / 4)));
   let lastReminder = Number.NEGATIVE_INFINITY;
+  let lastFenceError = Number.NEGATIVE_INFINITY;
   return runLoop(
     "fence watchdog",
     signal,
@@ -162,6 +163,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
       });
       if (action === "none") {
         lastReminder = Number.NEGATIVE_INFINITY;
+        lastFenceError = Number.NEGATIVE_INFINITY;
         return tick;
       }
       if (action === "fence") {
@@ -174,7 +176,12 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
             if (first) await fenceWrites(ctx, `no heartbeat written for ${Math.round(msSince)} ms`);
             else await reassertFence(ctx);
           } catch (error) {
-            ctx.logger.error("could not fence writes", { ...ctx.epochContext, error: errorMessage(error) });
+            // The database may be down too: say so once per reminder period, not on every tick.
+            const now = ctx.monotonicNow();
+            if (now - lastFenceError >= KEEP_SERVING_REMINDER_MS) {
+              lastFenceError = now;
+              ctx.logger.error("could not fence writes", { ...ctx.epochContext, error: errorMessage(error) });
+            }
           }
         });
         return tick;
