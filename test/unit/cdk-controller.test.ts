@@ -438,6 +438,22 @@ describe("cdk-nag AwsSolutions", () => {
     expect(Annotations.fromStack(stack).findError("*", Match.anyValue())).toEqual([]);
   });
 
+  it("stays clean in a stack with a concrete account and region, where ARNs are literals", () => {
+    // Prepare
+    const otherApp = cdkApp({ bundle: false });
+    const otherStack = new ShardguardStack(otherApp, "Concrete", {
+      env: { account: "123456789012", region: "eu-west-1" },
+      controller: { controllerEntry: FIXTURE_ENTRY, queuePrefix: "sg" },
+      nodes: [{ shard: "orders", node: "n1" }],
+    });
+
+    // Act
+    const report = new AwsSolutionsChecks(otherApp).validateScope(otherStack);
+
+    // Assess
+    expect(report.violations).toEqual([]);
+  });
+
   it("justifies every acknowledgment with a reason", () => {
     // Act
     const acknowledged = stack.node
