@@ -17,7 +17,6 @@ import type {
   CommandType,
   FailoverPhase,
   FailoverState,
-  Heartbeat,
   Lineage,
   Topology,
 } from "../core/model.ts";
@@ -658,15 +657,22 @@ async function resume(run: Run, snapshot: ShardSnapshot): Promise<Omit<CycleResu
   if (phase === "repoint" || phase === "cleanup") return execute(run, phase);
   if (confirmed(run, snapshot)) return execute(run, "repoint");
   const target = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
-  if (
-    target !== undefined &&
-    isFresh(target, run.deps.config, run.deps.clock.now()) &&
-    target.db_status === "up"
-  ) {
-    return execute(run, "promote");
-  }
-  return retarget(run, snapshot, target);
+  const now = run.deps.clock.now();
+  const alive = target !== undefined && isFresh(target, run.deps.config, now) && target.db_status === "up";
+  // A live target gets PROMOTE again (same id) for a while; one that still has not confirmed
+  // after MAX_CONFIRM_ROUNDS confirm timeouts is treated as failed, like a dead one.
+  const attemptStarted = state.phase_started.epoch_bumped ?? state.started_at;
+  const overdue = now - attemptStarted > MAX_CONFIRM_ROUNDS * run.timeouts.confirm;
+  if (alive && !overdue) return execute(run, "promote");
+  return retarget(
+    run,
+    snapshot,
+    alive ? "did not confirm in time" : target ? "is no longer alive" : "has no heartbeat",
+  );
 }
+
+/** Confirm timeouts a live target gets before another node is promoted instead. */
+const MAX_CONFIRM_ROUNDS = 3;
 
 /** Before PROMOTE: judge the plan again as if the shard were still in its previous state. */
 async function reconsider(
@@ -745,14 +751,14 @@ async function markOfflineAt(
 }
 
 /**
- * The promoted node died before confirming. PROMOTE may still be applied by it later, so the
+ * The promoted node died (or never confirmed). PROMOTE may still be applied by it later, so the
  * replacement happens under a further epoch: the dead target, if it ever applies the old
  * PROMOTE, is behind the topology's epoch and is repointed by the REPLICAOF it finds queued.
  */
 async function retarget(
   run: Run,
   snapshot: ShardSnapshot,
-  target: Heartbeat | undefined,
+  problem: string,
 ): Promise<Omit<CycleResult, "shard" | "decision">> {
   const state = stateOf(run);
   const now = run.deps.clock.now();
@@ -764,7 +770,7 @@ async function retarget(
     state.old_primary_node_id,
   ).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
   const best = candidates[0];
-  const why = `target ${state.new_primary_node_id} ${target ? "is no longer alive" : "has no heartbeat"} after PROMOTE`;
+  const why = `target ${state.new_primary_node_id} ${problem} after PROMOTE`;
   if (best === undefined || !best.eligible) {
     const reason = `${why} and no other node is eligible (${candidates.map((c) => `${c.node_id}: ${c.reason}`).join("; ") || "none"})`;
     return markOffline(run, reason, state.old_primary_node_id, candidates, state.lineage);

@@ -1,7 +1,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
-import { aScriptedShard, CONFIG, controller, cycleUntil } from "../support/scripted-shard.ts";
+import { aScriptedShard, CONFIG, controller, cycleUntil, TIMEOUTS } from "../support/scripted-shard.ts";
 
 /** The orchestrator on the local stack with scripted nodes (test/support/scripted-shard.ts). */
 
@@ -163,5 +163,31 @@ describe("orchestrator on the local stack", () => {
       "ShardOnline",
     ]);
     expect(metrics.get("failoverCompleted")).toBe(1);
+  });
+
+  it("replaces a promoted node that never confirms with the next candidate under a further epoch", async () => {
+    // Prepare: r1 is alive but its agent never applies a command.
+    const shard = aScriptedShard();
+    shard.node("p1", { role: "primary", primary: undefined, primary_link: undefined });
+    shard.node("r1", { txn: 990, responsive: false });
+    shard.node("r2", { txn: 980 });
+    await shard.start();
+    const { deps, events } = controller(shard, { timeouts: { ...TIMEOUTS, confirm: 500 } });
+    shard.kill("p1");
+
+    // Act
+    const results = await cycleUntil(deps, shard.shard, (result) => result.outcome === "completed");
+
+    // Assess
+    expect(results.map((result) => result.outcome)).toContain("stuck");
+    expect(results.at(-1)?.reason).toMatch(/r1 did not confirm in time after PROMOTE; promoting r2 instead/);
+    expect(await shard.aws.store.topology.read(shard.shard)).toMatchObject({
+      status: "online",
+      epoch: 3,
+      primary_node_id: "r2",
+    });
+    const history = await shard.aws.store.history.list(shard.shard);
+    expect(history.map((record) => [record.epoch, record.new_primary_node_id])).toEqual([[3, "r2"]]);
+    expect(events.ofType("FailoverStarted").map((event) => event.detail.new_primary)).toEqual(["r1", "r2"]);
   });
 });
