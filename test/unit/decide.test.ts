@@ -133,6 +133,15 @@ describe("decide: quorum", () => {
       expected: { kind: "failover", target: "r1" },
     },
     {
+      name: "does not promote when no fresh replica can confirm the failure (only a node claiming primary is fresh)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", role: "primary", primary_link: undefined })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+    {
       name: "counts a replica with an unreported link as not down",
       config: { quorum: "all" },
       snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r2", primary_link: undefined }).build(),
