@@ -1,0 +1,105 @@
+import { setTimeout as delay } from "node:timers/promises";
+import { afterEach, describe, expect, it } from "vitest";
+import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
+import { type ControllerDeps, type CycleResult, runShardCycle } from "../../src/controller/orchestrator.ts";
+import { parseFailoverConfig } from "../../src/core/config.ts";
+import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
+
+/**
+ * The agent against the real controller (decide + orchestrator), real redis-server processes
+ * and the local stack: the contract between the two, end to end.
+ */
+
+const CONFIG = parseFailoverConfig({
+  heartbeatIntervalMs: FAST_TIMINGS.heartbeatIntervalMs,
+  failureTimeoutMs: FAST_TIMINGS.failureTimeoutMs,
+  fenceTimeoutMs: FAST_TIMINGS.fenceTimeoutMs,
+  tickIntervalMs: 200,
+  lockLeaseMs: 5000,
+  maxLagOnFailover: 10 * 1024 * 1024,
+  quorum: "majority",
+  cooldownMs: 60_000,
+});
+
+let fixture: AgentFixture;
+
+afterEach(async () => {
+  await fixture.close();
+});
+
+function controllerDeps(): ControllerDeps {
+  return {
+    store: fixture.aws.store,
+    bus: fixture.aws.bus,
+    clock: fixture.aws.clock,
+    config: CONFIG,
+    log: silentLog,
+    events: new MemoryEventPublisher(),
+    metrics: new MemoryMetrics(),
+  };
+}
+
+async function cycleUntil(deps: ControllerDeps, accept: (result: CycleResult) => boolean, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  let last: CycleResult | undefined;
+  while (Date.now() < deadline) {
+    last = await runShardCycle(deps, fixture.shard);
+    if (accept(last)) return last;
+    await delay(CONFIG.tickIntervalMs);
+  }
+  throw new Error(`no matching controller cycle within ${ms} ms; last: ${JSON.stringify(last)}`);
+}
+
+describe("agents under the controller", () => {
+  it("fail over to the preferred replica when the primary dies, and take the old primary back as a replica", async () => {
+    // Prepare
+    fixture = new AgentFixture();
+    const [oldNode, preferredNode, otherNode] = await fixture.startRedis(3);
+    if (!oldNode || !preferredNode || !otherNode) throw new Error("redis nodes missing");
+    await fixture.startAgent(oldNode, { nodeId: "n1" });
+    const preferred = await fixture.startAgent(preferredNode, { nodeId: "n2", priority: 10 });
+    await fixture.startAgent(otherNode, { nodeId: "n3", priority: 50 });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+    await fixture.waitForHeartbeat("n3", (hb) => hb.primary_link === "up", "n3 linked");
+    const deps = controllerDeps();
+    await cycleUntil(deps, (result) => result.outcome === "initialized");
+    await cycleUntil(deps, (result) => result.outcome === "no_action" && result.decision?.kind === "none");
+    const client = oldNode.client();
+    for (let index = 0; index < 20; index++) await client.set(`before-${index}`, "v");
+    client.disconnect();
+
+    // Act
+    const killedAt = Date.now();
+    oldNode.signal("SIGKILL");
+    const completed = await cycleUntil(deps, (result) => result.outcome === "completed");
+    const failoverMs = Date.now() - killedAt;
+    await fixture.waitForHeartbeat(
+      "n3",
+      (hb) => hb.primary_node_id === "n2" && hb.primary_link === "up",
+      "n3 follows n2",
+    );
+    await oldNode.start();
+    const returned = await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => hb.db_status === "up" && hb.role === "replica" && hb.primary_link === "up",
+      "n1 back as a replica of n2",
+    );
+
+    // Assess
+    expect(completed.primary).toBe("n2");
+    expect(await fixture.aws.store.topology.read(fixture.shard)).toMatchObject({
+      primary_node_id: "n2",
+      primary_address: preferredNode.address,
+      status: "online",
+    });
+    expect(await redisRole(preferredNode)).toBe("master");
+    expect(await redisRole(otherNode)).toBe("slave");
+    expect(await redisRole(oldNode)).toBe("slave");
+    expect(returned.primary_node_id).toBe("n2");
+    expect(preferred.handle.status()).toMatchObject({ role: "primary", epoch: completed.epoch });
+    const newPrimary = preferredNode.client();
+    expect(await newPrimary.get("before-19")).toBe("v");
+    newPrimary.disconnect();
+    expect(failoverMs).toBeLessThan(10_000);
+  });
+});
