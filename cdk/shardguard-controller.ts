@@ -20,6 +20,7 @@ import {
   type MetricName,
 } from "../src/controller/observability.ts";
 import type { FailoverConfig } from "../src/core/config.ts";
+import { ShardguardError } from "../src/core/errors.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
 import {
@@ -32,17 +33,16 @@ import { ShardguardNode, type ShardguardNodeOptions } from "./shardguard-node.ts
 
 export type { ShardguardControllerProps } from "./controller-props.ts";
 
-export type ShardguardEventType = EventDetailType;
+/** Every detail-type the controller publishes (the EventPublisher port's union, as a list). */
 export const EVENT_TYPES = [
   "FailoverStarted",
   "FailoverCompleted",
   "FailoverAborted",
   "ShardOffline",
   "ShardOnline",
-] as const satisfies readonly ShardguardEventType[];
+] as const satisfies readonly EventDetailType[];
 
 export const CONTROLLER_SERVICE_NAME = "shardguard-controller";
-export type ControllerMetricName = MetricName;
 
 /**
  * What the controller does with the table: Query (shard snapshots, shard index), GetItem (topology),
@@ -247,7 +247,7 @@ export class ShardguardController extends Construct {
     id: string,
     options: {
       readonly target?: events.IRuleTarget;
-      readonly detailTypes?: readonly ShardguardEventType[];
+      readonly detailTypes?: readonly EventDetailType[];
     } = {},
   ): events.Rule {
     return new events.Rule(this, id, {
@@ -261,7 +261,7 @@ export class ShardguardController extends Construct {
    * One of the controller's metrics summed over every dimension set it is published with (Metrics
    * Insights), so the alarm does not depend on which dimensions the handler adds.
    */
-  public metricController(metric: ControllerMetricName, period = Duration.minutes(1)): cloudwatch.IMetric {
+  public metricController(metric: MetricName, period = Duration.minutes(1)): cloudwatch.IMetric {
     return new cloudwatch.MathExpression({
       expression: `SELECT SUM(${metric}) FROM ${METRICS_NAMESPACE}`,
       label: metric,
@@ -276,7 +276,7 @@ export class ShardguardController extends Construct {
     const attribute = (keyType: "HASH" | "RANGE"): dynamodb.Attribute => {
       const name = definition.KeySchema.find((key) => key.KeyType === keyType)?.AttributeName;
       const type = definition.AttributeDefinitions.find((a) => a.AttributeName === name)?.AttributeType;
-      if (!name || type !== "S") throw new Error(`table definition has no string ${keyType} key`);
+      if (!name || type !== "S") throw new ShardguardError(`table definition has no string ${keyType} key`);
       return { name, type: dynamodb.AttributeType.STRING };
     };
     return new dynamodb.Table(this, "Table", {
