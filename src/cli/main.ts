@@ -2,7 +2,9 @@ import { Command } from "commander";
 import { errorMessage } from "../core/errors.ts";
 import { registerAgent } from "./commands/agent.ts";
 import { registerController } from "./commands/controller.ts";
+import { registerInspectCommands } from "./commands/inspect.ts";
 import { registerLocalStack } from "./commands/local-stack.ts";
+import { registerOperatorActions } from "./commands/operator-actions.ts";
 
 export function buildProgram(): Command {
   const program = new Command()
@@ -12,6 +14,8 @@ export function buildProgram(): Command {
   registerLocalStack(program);
   registerAgent(program);
   registerController(program);
+  registerInspectCommands(program);
+  registerOperatorActions(program);
   return program;
 }
 

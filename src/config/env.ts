@@ -10,6 +10,8 @@ export const ENV = {
   table: "SHARDGUARD_TABLE",
   queuePrefix: "SHARDGUARD_QUEUE_PREFIX",
   eventBusName: "SHARDGUARD_EVENT_BUS",
+  /** Controller Lambda the CLI invokes for switchover, pause and resume. */
+  controllerFunction: "SHARDGUARD_CONTROLLER_FUNCTION",
   heartbeatIntervalMs: "SHARDGUARD_HEARTBEAT_INTERVAL_MS",
   failureTimeoutMs: "SHARDGUARD_FAILURE_TIMEOUT_MS",
   fenceTimeoutMs: "SHARDGUARD_FENCE_TIMEOUT_MS",

@@ -1,0 +1,162 @@
+import { Logger } from "@aws-lambda-powertools/logger";
+import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
+import type { Command } from "commander";
+import { ENV } from "../../config/env.ts";
+import { MemoryMetrics, powertoolsLog } from "../../controller/observability.ts";
+import {
+  handleOperatorRequest,
+  type OperatorRequest,
+  type OperatorResponse,
+} from "../../controller/operator.ts";
+import { createControllerRuntime } from "../../controller/runtime.ts";
+import { ShardguardError } from "../../core/errors.ts";
+import { requireKnownShard, withOperatorSession } from "../aws-session.ts";
+
+/** The controller refused or could not complete an operator request. */
+export class OperatorRequestFailed extends ShardguardError {
+  override name = "OperatorRequestFailed";
+}
+
+interface ActionOptions {
+  readonly shard: string;
+  readonly to?: string;
+  readonly reason?: string;
+  readonly wait?: boolean;
+  readonly function?: string;
+  readonly json?: boolean;
+}
+
+/**
+ * Every change to a shard runs through the controller's orchestrator. Against a deployment the
+ * CLI invokes the controller Lambda (the operator needs only lambda:InvokeFunction, see the CDK
+ * construct's grantOperatorInvoke); without a function name the same request runs in-process,
+ * e.g. against `shardguard local-stack`.
+ */
+async function submit(
+  request: OperatorRequest,
+  options: ActionOptions,
+): Promise<OperatorResponse | undefined> {
+  const functionName = options.function ?? process.env[ENV.controllerFunction];
+  await withOperatorSession(({ aws }) => requireKnownShard(aws.store, request.shard));
+  if (functionName) return invokeController(functionName, request, options.wait !== false);
+  process.stderr.write(
+    `shardguard: no ${ENV.controllerFunction}: running the ${request.action} in-process\n`,
+  );
+  return runInProcess(request);
+}
+
+async function invokeController(
+  functionName: string,
+  request: OperatorRequest,
+  wait: boolean,
+): Promise<OperatorResponse | undefined> {
+  const lambda = new LambdaClient({});
+  try {
+    const result = await lambda.send(
+      new InvokeCommand({
+        FunctionName: functionName,
+        InvocationType: wait ? "RequestResponse" : "Event",
+        Payload: new TextEncoder().encode(JSON.stringify(request)),
+      }),
+    );
+    if (!wait) return undefined;
+    const payload = result.Payload ? new TextDecoder().decode(result.Payload) : "";
+    if (result.FunctionError) {
+      throw new OperatorRequestFailed(
+        `controller ${functionName} failed (${result.FunctionError}): ${payload}`,
+      );
+    }
+    return JSON.parse(payload) as OperatorResponse;
+  } finally {
+    lambda.destroy();
+  }
+}
+
+async function runInProcess(request: OperatorRequest): Promise<OperatorResponse> {
+  const logger = new Logger({
+    serviceName: "shardguard-cli",
+    logLevel: (process.env.SHARDGUARD_LOG_LEVEL ?? "WARN") as "WARN",
+  });
+  const runtime = createControllerRuntime(process.env, {
+    log: powertoolsLog(logger),
+    metrics: new MemoryMetrics(),
+  });
+  try {
+    return await handleOperatorRequest(runtime.deps, request);
+  } finally {
+    runtime.destroy();
+  }
+}
+
+function report(
+  request: OperatorRequest,
+  response: OperatorResponse | undefined,
+  json: boolean | undefined,
+): void {
+  if (!response) {
+    process.stdout.write(
+      json
+        ? `${JSON.stringify({ ok: true, submitted: true, ...request })}\n`
+        : `${request.action} of shard ${request.shard} submitted; follow it with: shardguard status --shard ${request.shard}\n`,
+    );
+    return;
+  }
+  if (json) process.stdout.write(`${JSON.stringify(response)}\n`);
+  if (!response.ok)
+    throw new OperatorRequestFailed(`${request.action} of shard ${request.shard}: ${response.reason}`);
+  if (!json) {
+    const where = response.primary ? `; primary ${response.primary}` : "";
+    process.stdout.write(
+      `${request.action} of shard ${request.shard}: ${response.reason} (epoch ${response.epoch ?? "-"}${where})\n`,
+    );
+  }
+}
+
+function withTarget(command: Command): Command {
+  return command
+    .option(
+      "--function <name>",
+      `controller Lambda to invoke (default: $${ENV.controllerFunction}; none: in-process)`,
+    )
+    .option("--json", "machine-readable result");
+}
+
+export function registerOperatorActions(program: Command): void {
+  withTarget(
+    program
+      .command("switchover")
+      .description(
+        "planned switchover with no acknowledged-write loss: hold writes on the primary, wait until the " +
+          "target caught up, promote it through the lock/epoch/command path",
+      )
+      .requiredOption("--shard <id>", "the shard")
+      .option("--to <node>", "the replica to promote (default: the best eligible one)")
+      .option("--reason <text>", "recorded in the history")
+      .option("--wait", "with --function: wait for the result (in-process always waits)"),
+  ).action(async (options: ActionOptions) => {
+    const request: OperatorRequest = {
+      action: "switchover",
+      shard: options.shard,
+      to: options.to,
+      reason: options.reason,
+    };
+    report(request, await submit(request, { ...options, wait: options.wait === true }), options.json);
+  });
+
+  for (const action of ["pause", "resume"] as const) {
+    withTarget(
+      program
+        .command(action)
+        .description(
+          action === "pause"
+            ? "maintenance mode: the controller takes no automatic action on the shard until resume"
+            : "end maintenance mode: automatic failover applies again",
+        )
+        .requiredOption("--shard <id>", "the shard")
+        .option("--reason <text>", "why (shown by status and recorded)"),
+    ).action(async (options: ActionOptions) => {
+      const request: OperatorRequest = { action, shard: options.shard, reason: options.reason };
+      report(request, await submit(request, { ...options, wait: true }), options.json);
+    });
+  }
+}

@@ -1,0 +1,247 @@
+import { createWriteStream, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type AwsAdapters, createAwsAdapters } from "../adapters/aws-adapters.ts";
+import { ENV } from "../config/env.ts";
+import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
+import type { Heartbeat, Topology } from "../core/model.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import { type ManagedProcess, startProcess } from "../local-stack/processes.ts";
+import { type RedisNode, startRedisNodes } from "../local-stack/redis-nodes.ts";
+import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
+
+const CLI = fileURLToPath(new URL("../cli/main.ts", import.meta.url));
+
+export interface LocalClusterOptions {
+  /** redis-server nodes: node-1 starts as primary, the rest as its replicas. @default 3 */
+  readonly nodes?: number;
+  /** @default a unique id */
+  readonly shard?: string;
+  /** Controller and agent timings; agents get heartbeat and fence timeouts from it. */
+  readonly config?: FailoverConfigInput;
+  /** Controller processes to start. @default 1 */
+  readonly controllers?: number;
+  /** An already running stack (tests share one); otherwise one is started and stopped with the cluster. */
+  readonly stack?: LocalStack;
+  /** Per-node promotion priority (index = node number - 1). @default 100 each */
+  readonly priorities?: readonly number[];
+  /** Progress lines. */
+  readonly onProgress?: (line: string) => void;
+  /** How long start() waits for the shard to be online. @default 30000 */
+  readonly readyTimeoutMs?: number;
+}
+
+/**
+ * One shard the way production runs it, on this machine: redis-server nodes, one `shardguard
+ * agent` process beside each, and `shardguard controller` processes, all talking to DynamoDB and
+ * SQS through the standard SDK variables. Used by the demo, the chaos tests and the benchmark;
+ * every process is a real child process that can be SIGKILLed, SIGSTOPped or restarted.
+ */
+export class LocalCluster {
+  readonly shard: string;
+  readonly redis: RedisNode[];
+  readonly stack: LocalStack;
+  readonly aws: AwsAdapters;
+  /** Agent and controller output, one file per process. */
+  readonly logDir: string;
+  readonly env: NodeJS.ProcessEnv;
+  readonly #ownsStack: boolean;
+  readonly #agents = new Map<string, ManagedProcess>();
+  readonly #controllers: ManagedProcess[] = [];
+  readonly #stateDirs = new Map<string, string>();
+  readonly #priorities: readonly number[];
+  #controllerSerial = 0;
+
+  private constructor(
+    init: Pick<LocalCluster, "shard" | "redis" | "stack" | "aws" | "logDir" | "env"> & {
+      ownsStack: boolean;
+      priorities: readonly number[];
+    },
+  ) {
+    this.shard = init.shard;
+    this.redis = init.redis;
+    this.stack = init.stack;
+    this.aws = init.aws;
+    this.logDir = init.logDir;
+    this.env = init.env;
+    this.#ownsStack = init.ownsStack;
+    this.#priorities = init.priorities;
+  }
+
+  static async start(options: LocalClusterOptions = {}): Promise<LocalCluster> {
+    const progress = options.onProgress ?? (() => {});
+    const config = parseFailoverConfig(options.config ?? {});
+    const shard = options.shard ?? `demo-${Math.random().toString(36).slice(2, 8)}`;
+    const stack = options.stack ?? (await startLocalStack({ onProgress: progress }));
+    const ownsStack = options.stack === undefined;
+    let redis: RedisNode[] = [];
+    try {
+      progress(`starting ${options.nodes ?? 3} redis-server nodes`);
+      redis = await startRedisNodes(options.nodes ?? 3);
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        ...stack.env,
+        [ENV.heartbeatIntervalMs]: String(config.heartbeatIntervalMs),
+        [ENV.failureTimeoutMs]: String(config.failureTimeoutMs),
+        [ENV.fenceTimeoutMs]: String(config.fenceTimeoutMs),
+        [ENV.tickIntervalMs]: String(config.tickIntervalMs),
+        [ENV.lockLeaseMs]: String(config.lockLeaseMs),
+        [ENV.maxLagOnFailover]: String(config.maxLagOnFailover),
+        [ENV.quorum]: config.quorum,
+        [ENV.cooldownMs]: String(config.cooldownMs),
+        [ENV.shard]: shard,
+      };
+      const cluster = new LocalCluster({
+        shard,
+        redis,
+        stack,
+        aws: createAwsAdapters({ env, maxAttempts: 2 }),
+        logDir: mkdtempSync(join(tmpdir(), `shardguard-cluster-${shard}-`)),
+        env,
+        ownsStack,
+        priorities: options.priorities ?? [],
+      });
+      progress("starting one agent per node and the controller");
+      for (const node of redis) cluster.startAgent(node.id);
+      for (let index = 0; index < (options.controllers ?? 1); index++) cluster.startController();
+      const primary = redis[0];
+      await cluster.waitFor(
+        "the shard online with every node heartbeating",
+        async () => {
+          const snapshot = await cluster.snapshot();
+          return (
+            snapshot.topology?.status === "online" &&
+            snapshot.topology.primary_node_id === primary?.id &&
+            snapshot.nodes.length === redis.length &&
+            snapshot.nodes.every((node) => node.db_status === "up")
+          );
+        },
+        options.readyTimeoutMs ?? 30_000,
+      );
+      return cluster;
+    } catch (error) {
+      await Promise.all(redis.map((node) => node.destroy()));
+      if (ownsStack) await stack.stop();
+      throw error;
+    }
+  }
+
+  node(id: string): RedisNode {
+    const node = this.redis.find((candidate) => candidate.id === id);
+    if (!node) throw new Error(`no node ${id} in this cluster`);
+    return node;
+  }
+
+  /** Starts (or restarts) the agent beside node `id`; its state dir survives restarts. */
+  startAgent(id: string): void {
+    const node = this.node(id);
+    this.#agents.get(id)?.child.kill("SIGKILL");
+    let stateDir = this.#stateDirs.get(id);
+    if (!stateDir) {
+      stateDir = mkdtempSync(join(tmpdir(), `shardguard-agent-${id}-`));
+      this.#stateDirs.set(id, stateDir);
+    }
+    const index = this.redis.indexOf(node);
+    const args = [
+      CLI,
+      "agent",
+      "--shard",
+      this.shard,
+      "--node-id",
+      id,
+      "--redis",
+      node.address,
+      "--state-dir",
+      stateDir,
+      "--priority",
+      String(this.#priorities[index] ?? 100),
+    ];
+    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args));
+  }
+
+  /** Stops an agent: SIGTERM for a clean stop, SIGKILL for a crash. */
+  async stopAgent(id: string, signal: "SIGTERM" | "SIGKILL" = "SIGKILL"): Promise<void> {
+    const agent = this.#agents.get(id);
+    if (!agent) return;
+    if (signal === "SIGKILL") agent.child.kill("SIGKILL");
+    await agent.stop(5000);
+    this.#agents.delete(id);
+  }
+
+  startController(): ManagedProcess {
+    const serial = ++this.#controllerSerial;
+    const controller = this.#spawn(`controller ${serial}`, `controller-${serial}.log`, [
+      CLI,
+      "controller",
+      "--shard",
+      this.shard,
+    ]);
+    this.#controllers.push(controller);
+    return controller;
+  }
+
+  get controllers(): readonly ManagedProcess[] {
+    return this.#controllers.filter((proc) => proc.child.exitCode === null && proc.child.signalCode === null);
+  }
+
+  #spawn(name: string, logFile: string, args: string[]): ManagedProcess {
+    const proc = startProcess(name, process.execPath, args, { env: this.env });
+    const log = createWriteStream(join(this.logDir, logFile), { flags: "a" });
+    proc.child.stdout?.pipe(log);
+    proc.child.stderr?.pipe(log);
+    return proc;
+  }
+
+  snapshot(): Promise<ShardSnapshot> {
+    return this.aws.store.heartbeats.snapshot(this.shard);
+  }
+
+  async topology(): Promise<Topology | undefined> {
+    return this.aws.store.topology.read(this.shard);
+  }
+
+  /** The primary's host:port as the topology advertises it to clients (undefined while failing over). */
+  async primaryAddress(): Promise<string | undefined> {
+    const topology = await this.topology();
+    return topology?.status === "online" || topology?.status === "paused"
+      ? topology.primary_address
+      : undefined;
+  }
+
+  heartbeatOf(snapshot: ShardSnapshot, id: string): Heartbeat | undefined {
+    return snapshot.nodes.find((node) => node.node_id === id);
+  }
+
+  /** Polls `check` every 50 ms until it holds; throws naming `what` and the last topology on timeout. */
+  async waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    let lastError: unknown;
+    while (performance.now() < deadline) {
+      try {
+        if (await check()) return;
+      } catch (error) {
+        lastError = error;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const topology = await this.topology().catch(() => undefined);
+    const detail = lastError instanceof Error ? `; last error: ${lastError.message}` : "";
+    throw new Error(
+      `timed out after ${timeoutMs} ms waiting for ${what}; topology: ${JSON.stringify(topology)}${detail}; logs in ${this.logDir}`,
+    );
+  }
+
+  /** Stops every process this cluster started (and the stack if it started it). */
+  async stop(options: { keepLogs?: boolean } = {}): Promise<void> {
+    await Promise.all([
+      ...[...this.#agents.values()].map((agent) => agent.stop(3000)),
+      ...this.#controllers.map((controller) => controller.stop(3000)),
+    ]);
+    await Promise.all(this.redis.map((node) => node.destroy()));
+    this.aws.destroy();
+    if (this.#ownsStack) await this.stack.stop();
+    for (const dir of this.#stateDirs.values()) rmSync(dir, { recursive: true, force: true });
+    if (!options.keepLogs) rmSync(this.logDir, { recursive: true, force: true });
+  }
+}
