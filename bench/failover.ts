@@ -22,12 +22,17 @@ const log = (line: string) => process.stderr.write(`${line}\n`);
 const fmt = (value: number | undefined) =>
   value === undefined ? "-" : Math.round(value).toLocaleString("en-US");
 
-/** Polls what the system advertises as primary, from a kill until stopped, and notes every change. */
+/** One change of what the system advertises as primary. */
+interface Observation {
+  readonly at: number;
+  readonly address: string | undefined;
+}
+
+/** Polls what the system advertises as primary from a kill until stopped, keeping every change. */
 class AdvertisedPrimaryWatch {
   readonly #system: FailoverSystem;
   readonly #kill: KillResult;
-  readonly #seen: string[] = [];
-  #firstChangeAt: number | undefined;
+  readonly #changes: Observation[] = [];
   #stopped = false;
   readonly #loop: Promise<void>;
 
@@ -39,25 +44,70 @@ class AdvertisedPrimaryWatch {
 
   /** ms from the kill to the first advertised primary other than the old one. */
   get advertisedMs(): number | undefined {
-    return this.#firstChangeAt === undefined ? undefined : this.#firstChangeAt - this.#kill.killedAt;
+    const first = this.#changes.find((change) => change.address && change.address !== this.#kill.oldPrimary);
+    return first === undefined ? undefined : first.at - this.#kill.killedAt;
   }
 
-  async stop(): Promise<string[]> {
+  /** Every primary other than the old one advertised so far, in order of first appearance. */
+  get newPrimaries(): string[] {
+    const addresses = this.#changes.flatMap((change) => change.address ?? []);
+    return [...new Set(addresses)].filter((address) => address !== this.#kill.oldPrimary);
+  }
+
+  /**
+   * Primaries advertised that no kill explains: before `stableAt`, any besides the old and the new
+   * one (clients may see both while the news spreads); from `stableAt` on, any besides the new one.
+   */
+  unexplained(newPrimary: string, stableAt: number): Observation[] {
+    return this.#changes.filter(
+      (change) =>
+        change.address !== undefined &&
+        change.address !== newPrimary &&
+        (change.at >= stableAt || change.address !== this.#kill.oldPrimary),
+    );
+  }
+
+  async stop(): Promise<void> {
     this.#stopped = true;
     await this.#loop;
-    return this.#seen;
   }
 
   async #poll(pollMs: number): Promise<void> {
     while (!this.#stopped) {
       const address = await this.#system.primaryAddress().catch(() => undefined);
-      if (address && address !== this.#kill.oldPrimary) {
-        this.#firstChangeAt ??= performance.now();
-        if (!this.#seen.includes(address)) this.#seen.push(address);
+      if (this.#changes.at(-1)?.address !== address || this.#changes.length === 0) {
+        this.#changes.push({ at: performance.now(), address });
       }
       await sleep(pollMs);
     }
   }
+}
+
+/**
+ * Waits until `polls` lookups in a row advertise the same primary (with Sentinel, every sentinel
+ * has heard of the switch); returns it and when that began, or undefined if it keeps changing.
+ */
+async function waitForStablePrimary(
+  system: FailoverSystem,
+  timeoutMs: number,
+  polls = 6,
+): Promise<{ address: string; since: number } | undefined> {
+  const deadline = performance.now() + timeoutMs;
+  let current: string | undefined;
+  let since = performance.now();
+  let streak = 0;
+  while (performance.now() < deadline) {
+    const address = await system.primaryAddress().catch(() => undefined);
+    if (address === undefined || address !== current) {
+      current = address;
+      since = performance.now();
+      streak = 0;
+    }
+    streak += 1;
+    if (current !== undefined && streak >= polls) return { address: current, since };
+    await sleep(20);
+  }
+  return undefined;
 }
 
 /** SET commands that failed from `from` on (failures before a SET is sent are not writes). */
@@ -164,59 +214,86 @@ async function verifyOn(
   }
 }
 
-/** One trial: kill the primary, time the first acknowledged write on a new one, count lost writes, restore. */
+/**
+ * One trial: kill the primary, time the first acknowledged write on a new one, count the
+ * acknowledged writes it lacks, restore the shard, then keep writing through a quiet period. A primary
+ * change that the kill does not explain (a second failover, one during the quiet period) is returned
+ * as a false failover; lost writes are counted again at the end, so those a false failover loses
+ * count for this trial too.
+ */
 async function runTrial(
   trial: number,
   system: FailoverSystem,
   workload: WriteWorkload,
   config: BenchConfig,
   fromSeq: number,
-): Promise<{ result: TrialResult; nextSeq: number }> {
+): Promise<{ result: TrialResult; nextSeq: number; falseFailovers: FalseFailover[] }> {
   const failed = failedWritesCounter(workload);
   const kill = await system.killPrimary();
   const watch = new AdvertisedPrimaryWatch(system, kill, 25);
-  let ack: Awaited<ReturnType<WriteWorkload["waitForAckAfter"]>>;
-  let toSeq = fromSeq;
-  let advertisedPrimaries: string[] = [];
   try {
-    ack = await workload.waitForAckAfter(kill.killedAt, kill.oldPrimary, config.trialTimeoutMs);
+    const ack = await workload.waitForAckAfter(kill.killedAt, kill.oldPrimary, config.trialTimeoutMs);
     if (!ack) {
-      advertisedPrimaries = await watch.stop();
+      await watch.stop();
       const result: TrialResult = {
         trial,
         oldPrimary: kill.oldPrimary,
-        newPrimary: advertisedPrimaries[0],
+        newPrimary: watch.newPrimaries[0],
         failoverMs: undefined,
         advertisedMs: watch.advertisedMs,
         lostWrites: 0,
+        lostAtFailover: 0,
         lostSeqs: [],
         checkedWrites: 0,
         failedWrites: failed.since(kill.killedAt, performance.now()),
-        advertisedPrimaries,
+        advertisedPrimaries: watch.newPrimaries,
         phases: await system.phaseTimings?.(kill),
         error: `no write acknowledged by a new primary within ${config.trialTimeoutMs} ms`,
       };
-      return { result, nextSeq: fromSeq };
+      return { result, nextSeq: fromSeq, falseFailovers: [] };
     }
-    toSeq = workload.stats().nextSeq;
-    const verified = await verifyOn(workload, ack.address, { fromSeq, toSeq });
+    const atFailover = await verifyOn(workload, ack.address, { fromSeq, toSeq: workload.stats().nextSeq });
+    const stable = await waitForStablePrimary(system, 10_000);
     await system.resetTrial();
-    advertisedPrimaries = await watch.stop();
+    await watch.stop();
+    const falseFailovers: FalseFailover[] = watch
+      .unexplained(ack.address, stable?.since ?? Number.POSITIVE_INFINITY)
+      .map((change) => ({
+        when: `during trial ${trial}`,
+        from: ack.address,
+        to: change.address,
+        detail: `advertised ${change.address} ${fmt(change.at - kill.killedAt)} ms after the kill, after the failover to ${ack.address}`,
+      }));
+    if (!stable) {
+      falseFailovers.push({
+        when: `during trial ${trial}`,
+        from: ack.address,
+        to: undefined,
+        detail: "the advertised primary did not stay the same for 6 lookups in a row within 10 s",
+      });
+    }
+    const phases = await system.phaseTimings?.(kill);
+    await waitUntilSteady(system, workload, 30_000);
+    falseFailovers.push(...(await quietPeriod(system, workload, config.quietMs, `after trial ${trial}`)));
+    const toSeq = workload.stats().nextSeq;
+    const current = (await system.primaryAddress()) ?? ack.address;
+    const atEnd = await verifyOn(workload, current, { fromSeq, toSeq });
     const result: TrialResult = {
       trial,
       oldPrimary: kill.oldPrimary,
       newPrimary: ack.address,
       failoverMs: ack.at - kill.killedAt,
       advertisedMs: watch.advertisedMs,
-      lostWrites: verified.lost.length,
-      lostSeqs: verified.lost,
-      checkedWrites: verified.checked,
+      lostWrites: atEnd.lost.length,
+      lostAtFailover: atFailover.lost.length,
+      lostSeqs: atEnd.lost,
+      checkedWrites: atEnd.checked,
       failedWrites: failed.since(kill.killedAt, ack.at),
-      advertisedPrimaries,
-      phases: await system.phaseTimings?.(kill),
+      advertisedPrimaries: watch.newPrimaries,
+      phases,
       error: undefined,
     };
-    return { result, nextSeq: toSeq };
+    return { result, nextSeq: toSeq, falseFailovers };
   } finally {
     failed.dispose();
     await watch.stop();
@@ -233,7 +310,9 @@ async function runSystem(
   let quietPeriods = 0;
   let error: string | undefined;
   const tag = `[${system.name}]`;
-  const workload = new WriteWorkload({ resolvePrimary: () => system.primaryAddress(), ...config.writer });
+  // The system's client lookup exists only after setup; until then (never used) the advertised primary.
+  let resolve = () => system.primaryAddress();
+  const workload = new WriteWorkload({ resolvePrimary: () => resolve(), ...config.writer });
   let final = { checked: 0, lost: 0 };
   try {
     log(`${tag} setting up (failure timeout ${config.failureTimeoutMs} ms)`);
@@ -242,6 +321,7 @@ async function runSystem(
       nodeCount: config.nodeCount,
       log: (line) => log(`${tag} ${line}`),
     });
+    resolve = system.createResolver?.() ?? resolve;
     workload.start();
     await waitUntilSteady(system, workload, 30_000);
     log(`${tag} writer steady; quiet period of ${config.quietMs} ms`);
@@ -250,22 +330,22 @@ async function runSystem(
     let fromSeq = 0;
     for (let trial = 1; trial <= config.trials; trial++) {
       if (signal.aborted) throw new Error("interrupted");
-      const { result, nextSeq } = await runTrial(trial, system, workload, config, fromSeq);
+      const outcome = await runTrial(trial, system, workload, config, fromSeq);
+      const { result } = outcome;
       trials.push(result);
-      fromSeq = nextSeq;
+      fromSeq = outcome.nextSeq;
+      quietPeriods += result.error ? 0 : 1;
       log(
         `${tag} trial ${trial}/${config.trials}: failover ${fmt(result.failoverMs)} ms ` +
-          `(advertised ${fmt(result.advertisedMs)} ms), lost ${result.lostWrites}, ` +
-          `failed writes ${result.failedWrites}, ${result.oldPrimary} -> ${result.newPrimary ?? "?"}` +
+          `(advertised ${fmt(result.advertisedMs)} ms), lost ${result.lostAtFailover} at failover ` +
+          `and ${result.lostWrites} by the end of the trial, ${result.oldPrimary} -> ${result.newPrimary ?? "?"}` +
           (result.error ? ` — ${result.error}` : ""),
       );
-      if (result.error) throw new Error(`trial ${trial}: ${result.error}`);
-      await waitUntilSteady(system, workload, 30_000);
-      const found = await quietPeriod(system, workload, config.quietMs, `after trial ${trial}`);
-      quietPeriods += 1;
-      for (const falseFailover of found)
+      for (const falseFailover of outcome.falseFailovers) {
         log(`${tag} FALSE FAILOVER ${falseFailover.when}: ${falseFailover.detail}`);
-      falseFailovers.push(...found);
+      }
+      falseFailovers.push(...outcome.falseFailovers);
+      if (result.error) throw new Error(`trial ${trial}: ${result.error}`);
     }
   } catch (caught) {
     error = errorMessage(caught);

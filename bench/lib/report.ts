@@ -35,21 +35,26 @@ export interface TrialResult {
   readonly failoverMs: number | undefined;
   /** ms from the SIGKILL to when the system first advertised a primary other than the old one. */
   readonly advertisedMs: number | undefined;
-  /** Acknowledged writes (since the previous trial's check) that the new primary does not hold. */
+  /**
+   * Acknowledged writes of this trial's window (from the end of the previous trial to the end of this
+   * one's quiet period) that the primary at the end of the trial does not hold.
+   */
   readonly lostWrites: number;
+  /** Of the same window up to the first acknowledged write on the new primary: those the new primary lacked then. */
+  readonly lostAtFailover: number;
   readonly lostSeqs: readonly number[];
-  /** Acknowledged writes looked up on the new primary for this trial. */
+  /** Acknowledged writes looked up at the end of the trial. */
   readonly checkedWrites: number;
   /** Writes sent between the kill and the first acknowledged write on the new primary that were not acknowledged. */
   readonly failedWrites: number;
-  /** Every primary other than the old one that the system advertised after the kill; two or more is a double failover. */
+  /** Every primary other than the old one that the system advertised from the kill to the end of the reset. */
   readonly advertisedPrimaries: readonly string[];
   /** Durations of the system's own failover phases, in order, when it reports them. */
   readonly phases: Readonly<Record<string, number>> | undefined;
   readonly error: string | undefined;
 }
 
-/** A primary change nobody caused: during warm-up or a quiet period after a reset. */
+/** A primary change no kill explains: during warm-up, a quiet period, or a second failover within a trial. */
 export interface FalseFailover {
   readonly when: string;
   readonly from: string | undefined;
@@ -82,7 +87,6 @@ export interface SystemSummary {
   readonly advertisedMs: Summary | undefined;
   readonly lostWrites: { readonly total: number; readonly perTrial: Summary | undefined };
   readonly falseFailovers: number;
-  readonly doubleFailovers: number;
   readonly phases: Readonly<Record<string, Summary>>;
 }
 
@@ -146,7 +150,6 @@ export function summarizeRun(run: SystemRun): SystemSummary {
       perTrial: summarize(run.trials.map((trial) => trial.lostWrites)),
     },
     falseFailovers: run.falseFailovers.length,
-    doubleFailovers: run.trials.filter((trial) => trial.advertisedPrimaries.length > 1).length,
     phases,
   };
 }
@@ -229,10 +232,11 @@ export function formatReport(report: FailoverReport): string {
           String(trial.trial),
           ms(trial.failoverMs),
           ms(trial.advertisedMs),
+          String(trial.lostAtFailover),
           String(trial.lostWrites),
           String(trial.failedWrites),
           `${trial.oldPrimary} -> ${trial.newPrimary ?? "?"}`,
-          trial.error ?? (trial.advertisedPrimaries.length > 1 ? "double failover" : ""),
+          trial.error ?? "",
         ]),
       ),
     ),
@@ -248,9 +252,11 @@ export function formatReport(report: FailoverReport): string {
         "min ms",
         "max ms",
         "lost writes",
+        "lost at end",
+        "acked writes",
         "false failovers",
       ],
-      report.systems.map(({ name, summary, trials }) => [
+      report.systems.map(({ name, summary, trials, writer }) => [
         name,
         `${summary.successfulTrials}/${trials.length}`,
         ms(summary.failoverMs?.median),
@@ -259,6 +265,8 @@ export function formatReport(report: FailoverReport): string {
         ms(summary.failoverMs?.min),
         ms(summary.failoverMs?.max),
         String(summary.lostWrites.total),
+        String(writer.lostAtEnd),
+        String(writer.acked),
         String(summary.falseFailovers),
       ]),
     ),

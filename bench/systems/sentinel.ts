@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -60,10 +60,8 @@ export class SentinelNotSettled extends ShardguardError {
 
 /**
  * Redis Sentinel as shipped (Debian redis-sentinel): 3 sentinels with quorum 2 watching one primary
- * and two replicas, `down-after-milliseconds` = the benchmark's failure timeout. Clients find the
- * primary the way Sentinel clients do, by asking sentinels for `get-master-addr-by-name`; this asks
- * them in turn (round robin), so a client is not stuck on one sentinel that has not yet heard of the
- * switch.
+ * and two replicas, `down-after-milliseconds` = the benchmark's failure timeout. The writer finds the
+ * primary the way Sentinel clients do, by asking sentinels for `get-master-addr-by-name`.
  */
 export class SentinelSystem implements FailoverSystem {
   readonly name = "sentinel";
@@ -72,7 +70,6 @@ export class SentinelSystem implements FailoverSystem {
   #nodes: RedisNode[] = [];
   #sentinels: SentinelProcess[] = [];
   #dir: string | undefined;
-  #turn = 0;
   #killed: RedisNode | undefined;
   /** Event channel -> first instant (performance.now()) any sentinel published it for the master since the last kill. */
   #events = new Map<string, number>();
@@ -97,20 +94,51 @@ export class SentinelSystem implements FailoverSystem {
       this.#sentinels.push(await this.#startSentinel(index, primary, config.failureTimeoutMs));
     }
     this.#log(`sentinel: ${this.#sentinels.length} sentinels up, waiting until they see the whole shard`);
-    await this.#waitUntilSettled(primary);
+    await this.#waitUntilSettled();
   }
 
+  /**
+   * Sentinels learn of a switch a few ms apart; the one with the highest config epoch has the
+   * newest view, so its answer is what Sentinel as a whole advertises (no flip-flop between views).
+   */
   async primaryAddress(): Promise<string | undefined> {
-    for (let asked = 0; asked < this.#sentinels.length; asked++) {
-      const sentinel = this.#sentinels[this.#turn++ % this.#sentinels.length];
-      if (!sentinel) continue;
-      try {
-        return await this.#masterAddressOf(sentinel);
-      } catch {
-        // An unreachable sentinel: a client asks the next one.
+    const views = await Promise.all(
+      this.#sentinels.map(async (sentinel) => {
+        try {
+          const [address, master] = await Promise.all([
+            this.#masterAddressOf(sentinel),
+            sentinel.client.call("SENTINEL", "master", MASTER_NAME) as Promise<string[]>,
+          ]);
+          return address ? { address, epoch: Number(pairs(master).get("config-epoch") ?? 0) } : undefined;
+        } catch {
+          return undefined;
+        }
+      }),
+    );
+    let newest: { address: string; epoch: number } | undefined;
+    for (const view of views) if (view && (!newest || view.epoch > newest.epoch)) newest = view;
+    return newest?.address;
+  }
+
+  /**
+   * A Sentinel client's lookup: `get-master-addr-by-name` from the next sentinel in turn, moving
+   * on when one does not answer. Asking in turn, rather than always the first, keeps a client from
+   * waiting on one sentinel that has not heard of the switch yet; each resolver has its own turn.
+   */
+  createResolver(): () => Promise<string | undefined> {
+    let turn = 0;
+    return async () => {
+      for (let asked = 0; asked < this.#sentinels.length; asked++) {
+        const sentinel = this.#sentinels[turn++ % this.#sentinels.length];
+        if (!sentinel) continue;
+        try {
+          return await this.#masterAddressOf(sentinel);
+        } catch {
+          // An unreachable sentinel: a client asks the next one.
+        }
       }
-    }
-    return undefined;
+      return undefined;
+    };
   }
 
   nodes(): readonly RedisNode[] {
@@ -148,19 +176,8 @@ export class SentinelSystem implements FailoverSystem {
     this.#log(`sentinel: restarting ${killed.address} as a replica of ${newPrimary}`);
     await killed.start({ replicaOf: newPrimary });
     this.#killed = undefined;
-    const primaryNode = this.#nodes.find((node) => node.address === newPrimary);
-    if (!primaryNode) throw new SentinelNotSettled(`new primary ${newPrimary} is not one of the nodes`);
-    const primaryClient = primaryNode.client({ maxRetriesPerRequest: 1 });
-    const replicaClients = this.#nodes
-      .filter((node) => node !== primaryNode)
-      .map((node) => node.client({ maxRetriesPerRequest: 1 }));
-    try {
-      await waitForReplicasInSync(primaryClient, newPrimary, replicaClients, { timeoutMs: 30_000 });
-    } finally {
-      primaryClient.disconnect();
-      for (const client of replicaClients) client.disconnect();
-    }
-    await this.#waitUntilSettled(newPrimary);
+    const settled = await this.#waitUntilSettled();
+    if (settled !== newPrimary) this.#log(`sentinel: primary moved on to ${settled} during the reset`);
   }
 
   async teardown(): Promise<void> {
@@ -190,7 +207,7 @@ export class SentinelSystem implements FailoverSystem {
         "protected-mode no",
         "daemonize no",
         `dir ${dir}`,
-        'logfile ""',
+        `logfile ${join(dir, `sentinel-${index + 1}.log`)}`,
         "loglevel warning",
         "sentinel resolve-hostnames no",
         `sentinel monitor ${MASTER_NAME} ${host} ${primaryPort} ${this.#options.quorum}`,
@@ -265,30 +282,64 @@ export class SentinelSystem implements FailoverSystem {
   }
 
   /**
-   * Waits until every sentinel reports `primary` as a plain master (no failover in progress, not
-   * down), knows the other sentinels, and lists every replica as healthy with its link to `primary`
-   * up: only then would each sentinel consider every replica for the next failover.
+   * Waits until all sentinels agree on one primary and each reports it as a plain master (no
+   * failover in progress, not down), knows the other sentinels, and lists every replica as healthy
+   * with its link to that primary up, and the replicas have caught up with it: only then would each
+   * sentinel consider every replica for the next failover. Follows the primary if Sentinel fails
+   * over again meanwhile (the driver reports that as a failover nobody caused); returns it.
    */
-  async #waitUntilSettled(primary: string): Promise<void> {
+  async #waitUntilSettled(): Promise<string> {
     const replicas = this.#nodes.length - 1;
     const otherSentinels = this.#sentinels.length - 1;
     const deadline = performance.now() + this.#options.settleTimeoutMs;
     let problems: string[] = [];
     while (performance.now() < deadline) {
       problems = [];
-      for (const sentinel of this.#sentinels) {
-        try {
+      let primary: string | undefined;
+      try {
+        primary = await this.#agreedPrimary();
+        for (const sentinel of this.#sentinels) {
           problems.push(...(await this.#problemsSeenBy(sentinel, primary, replicas, otherSentinels)));
-        } catch (error) {
-          problems.push(`sentinel :${sentinel.port}: ${errorMessage(error)}`);
         }
+        if (problems.length === 0) {
+          await this.#waitForReplicasOf(primary);
+          return primary;
+        }
+      } catch (error) {
+        problems.push(errorMessage(error));
       }
-      if (problems.length === 0) return;
       await sleep(100);
     }
     throw new SentinelNotSettled(
-      `sentinels did not settle on ${primary} within ${this.#options.settleTimeoutMs} ms: ${problems.join("; ")}`,
+      `sentinels did not settle within ${this.#options.settleTimeoutMs} ms: ${problems.join("; ")}; ` +
+        `recent sentinel events: ${this.#recentEvents().join(" | ")}`,
     );
+  }
+
+  async #waitForReplicasOf(primary: string): Promise<void> {
+    const primaryNode = this.#nodes.find((node) => node.address === primary);
+    if (!primaryNode) throw new SentinelNotSettled(`primary ${primary} is not one of the nodes`);
+    const primaryClient = primaryNode.client({ maxRetriesPerRequest: 1 });
+    const replicaClients = this.#nodes
+      .filter((node) => node !== primaryNode)
+      .map((node) => node.client({ maxRetriesPerRequest: 1 }));
+    try {
+      await waitForReplicasInSync(primaryClient, primary, replicaClients, { timeoutMs: 5000 });
+    } finally {
+      primaryClient.disconnect();
+      for (const client of replicaClients) client.disconnect();
+    }
+  }
+
+  /** The last lines of every sentinel's log, for an error that must say what Sentinel did. */
+  #recentEvents(lines = 6): string[] {
+    const dir = this.#dir;
+    if (!dir) return [];
+    return this.#sentinels.map((sentinel, index) => {
+      const file = join(dir, `sentinel-${index + 1}.log`);
+      const tail = existsSync(file) ? readFileSync(file, "utf8").trim().split("\n").slice(-lines) : [];
+      return `:${sentinel.port} ${tail.join(" / ")}`;
+    });
   }
 
   async #problemsSeenBy(

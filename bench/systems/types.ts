@@ -26,11 +26,17 @@ export interface FailoverSystem {
   /** Starts the redis-server nodes (1 primary + replicas) and the system's own parts; resolves when it is ready to fail over. */
   setup(config: SystemConfig): Promise<void>;
   /**
-   * host:port of the primary as this system advertises it to clients (Sentinel: `SENTINEL
-   * get-master-addr-by-name`; Shardguard: its topology), undefined when it advertises none.
-   * The writer calls this to find where to write, so it must be as fast as a client lookup.
+   * host:port of the primary as this system advertises it now, from its newest view (Sentinel:
+   * the answer of the sentinel with the highest config epoch; Shardguard: its topology), undefined
+   * when it advertises none. The driver polls it to time the switch and to catch false failovers.
    */
   primaryAddress(): Promise<string | undefined>;
+  /**
+   * How a client of this system finds the primary, with its own state (Sentinel: ask the sentinels
+   * in turn). The writer resolves through this after every failed write, so it must be as fast as a
+   * client lookup. When absent, the writer calls `primaryAddress()`.
+   */
+  createResolver?(): () => Promise<string | undefined>;
   /** The redis-server nodes of the shard, including a killed one. */
   nodes(): readonly RedisNode[];
   /** SIGKILLs the redis-server the system currently has as primary; `killedAt` is taken right before the signal. */

@@ -42,6 +42,7 @@ function aTrial(
     failoverMs,
     advertisedMs: failoverMs === undefined ? undefined : failoverMs - 20,
     lostWrites: 0,
+    lostAtFailover: 0,
     lostSeqs: [],
     checkedWrites: 100,
     failedWrites: 1,
