@@ -3,7 +3,7 @@ import { PolicyStatement } from "aws-cdk-lib/aws-iam";
 import type { IConstruct } from "constructs";
 import { type QueueNames, queueNames } from "../src/adapters/queue-names.ts";
 import { ConfigurationError } from "../src/core/errors.ts";
-import { ID_PATTERN } from "../src/core/model.ts";
+import { ID_PATTERN, ID_RULE } from "../src/core/model.ts";
 import { keys } from "../src/core/table.ts";
 
 /** One node's agent: the shard it serves and its node id. */
@@ -52,9 +52,7 @@ export function validateIdentity(identity: AgentIdentity): void {
   for (const field of ["shard", "node"] as const) {
     const value = identity[field];
     if (!Token.isUnresolved(value) && !ID_PATTERN.test(value)) {
-      problems.push(
-        `${field}: "${value}" must be 1-24 letters, digits, '-' or '_', starting with a letter or digit`,
-      );
+      problems.push(`${field}: "${value}" ${ID_RULE}`);
     }
   }
   if (problems.length > 0) throw new ConfigurationError(`Shardguard agent: ${problems.join("; ")}`);

@@ -40,7 +40,7 @@ export interface ShardguardControllerProps {
    */
   readonly pointInTimeRecoveryPeriod?: Duration;
   /**
-   * Prefix of every node's command queue: `<prefix>-<shard>-<node>` and `<prefix>-<shard>-<node>-dlq`
+   * Prefix of every node's command queue: `<prefix>_<shard>_<node>` and `<prefix>_<shard>_<node>_dlq`
    * (1-20 letters, digits, '-' or '_', so the longest name fits SQS's 80 characters). Agents create
    * their own queues under it; the controller may send only to queues under it.
    * @default "shardguard"

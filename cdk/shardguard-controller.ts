@@ -12,6 +12,7 @@ import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
 import { EVENT_SOURCE } from "../src/adapters/eventbridge-publisher.ts";
+import { queueNamePattern } from "../src/adapters/queue-names.ts";
 import { ENV } from "../src/config/env.ts";
 import {
   type EventDetailType,
@@ -371,7 +372,7 @@ export class ShardguardController extends Construct {
     this.table.grant(this.controllerRole, ...CONTROLLER_TABLE_ACTIONS);
     const queuesUnderPrefix = Stack.of(this).formatArn({
       service: "sqs",
-      resource: `${this.queuePrefix}-*`,
+      resource: queueNamePattern(this.queuePrefix),
       arnFormat: ArnFormat.NO_RESOURCE_NAME,
     });
     this.controllerRole.addToPrincipalPolicy(
@@ -384,7 +385,7 @@ export class ShardguardController extends Construct {
     const stack = Stack.of(this);
     const literalOr = (value: string, pseudo: string) =>
       Token.isUnresolved(value) ? `<AWS::${pseudo}>` : value;
-    const nagArn = `arn:${literalOr(stack.partition, "Partition")}:sqs:${literalOr(stack.region, "Region")}:${literalOr(stack.account, "AccountId")}:${this.queuePrefix}-*`;
+    const nagArn = `arn:${literalOr(stack.partition, "Partition")}:sqs:${literalOr(stack.region, "Region")}:${literalOr(stack.account, "AccountId")}:${queueNamePattern(this.queuePrefix)}`;
     Validations.of(this.controllerRole.node.findChild("DefaultPolicy")).acknowledge({
       id: `AwsSolutions-IAM5[Resource::${nagArn}]`,
       reason:

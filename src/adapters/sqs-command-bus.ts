@@ -19,7 +19,7 @@ import { queueNames, validateQueuePrefix } from "./queue-names.ts";
 
 export interface SqsCommandBusOptions {
   readonly sqs: SQSClient;
-  /** Queue names are `<prefix>-<shard>-<node>` (+ `-dlq`). */
+  /** Queue names are `<prefix>_<shard>_<node>` (+ `_dlq`). */
   readonly queuePrefix: string;
   /** Receives before an unparseable command moves to the dead-letter queue. @default 3 */
   readonly maxReceiveCount?: number;

@@ -6,11 +6,14 @@ import { z } from "zod";
  * `primary_node_id`). Everything read from DynamoDB or SQS is parsed with these schemas.
  */
 
-/** Shard and node ids: short enough that `<prefix>-<shard>-<node>-dlq` fits SQS's 80 characters. */
-export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$/;
-export const idSchema = z
-  .string()
-  .regex(ID_PATTERN, "must be 1-24 letters, digits, '-' or '_', starting with a letter or digit");
+/**
+ * Shard and node ids: short enough that `<prefix>_<shard>_<node>_dlq` fits SQS's 80 characters, and
+ * without `_`, the separator of queue names, so (shard "a-b", node "c") and (shard "a", node "b-c")
+ * can never share a queue.
+ */
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9-]{0,23}$/;
+export const ID_RULE = "must be 1-24 letters, digits or '-', starting with a letter or digit";
+export const idSchema = z.string().regex(ID_PATTERN, ID_RULE);
 
 /** host:port as other nodes reach it. */
 export const addressSchema = z.string().regex(/^[^\s:]+:\d{1,5}$/, "must be host:port");

@@ -67,11 +67,11 @@ describe("queues", () => {
     // Assess
     expect(again).toBe(first);
     expect(fromAnotherProcess).toBe(first);
-    expect(first).toMatch(new RegExp(`/${queuePrefix}-s1-n1$`));
+    expect(first).toMatch(new RegExp(`/${queuePrefix}_s1_n1$`));
     expect(counter.snapshot()["SQS.CreateQueue"]?.calls).toBe(2);
     const redrive = JSON.parse(attributes.Attributes?.RedrivePolicy ?? "{}");
     expect(redrive).toMatchObject({ maxReceiveCount: 4 });
-    expect(redrive.deadLetterTargetArn).toMatch(new RegExp(`:${queuePrefix}-s1-n1-dlq$`));
+    expect(redrive.deadLetterTargetArn).toMatch(new RegExp(`:${queuePrefix}_s1_n1_dlq$`));
     expect(attributes.Attributes).toMatchObject({ VisibilityTimeout: "45", SqsManagedSseEnabled: "true" });
   });
 

@@ -266,7 +266,7 @@ describe("IAM", () => {
       ),
       expectedGrant(
         ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SendMessage"],
-        [arnIn("sqs", "shardguard-*")],
+        [arnIn("sqs", "shardguard_*")],
       ),
       expectedGrant(["events:PutEvents"], [arnIn("events", "event-bus/default")]),
     ]);
@@ -296,11 +296,11 @@ describe("IAM", () => {
       }),
       expectedGrant(
         ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"],
-        [arnIn("sqs", "shardguard-orders-n1"), arnIn("sqs", "shardguard-orders-n1-dlq")],
+        [arnIn("sqs", "shardguard_orders_n1"), arnIn("sqs", "shardguard_orders_n1_dlq")],
       ),
       expectedGrant(
         ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
-        [arnIn("sqs", "shardguard-orders-n1")],
+        [arnIn("sqs", "shardguard_orders_n1")],
       ),
     ]);
   });
@@ -392,7 +392,7 @@ describe("events, alarms and dashboard", () => {
     template.hasResourceProperties("AWS::CloudWatch::Alarm", {
       Namespace: "AWS/SQS",
       MetricName: "ApproximateNumberOfMessagesVisible",
-      Dimensions: [{ Name: "QueueName", Value: "shardguard-orders-n1-dlq" }],
+      Dimensions: [{ Name: "QueueName", Value: "shardguard_orders_n1_dlq" }],
       Statistic: "Maximum",
     });
   });
@@ -466,7 +466,7 @@ describe("cdk-nag AwsSolutions", () => {
 
     // Assess
     expect(acknowledged.map((rule) => rule.id).sort()).toEqual([
-      "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:shardguard-*]",
+      "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:shardguard_*]",
       "AwsSolutions-SQS3",
     ]);
     for (const rule of acknowledged) expect(rule.reason.length).toBeGreaterThan(40);

@@ -34,7 +34,7 @@ describe("ShardguardController props", () => {
     ["a character SQS rejects", "shard.guard"],
     ["a space", "shard guard"],
     ["an empty prefix", ""],
-    ["a prefix too long for <prefix>-<shard>-<node>-dlq", "p".repeat(21)],
+    ["a prefix too long for <prefix>_<shard>_<node>_dlq", "p".repeat(21)],
   ])("rejects a queue prefix with %s, naming the prop", (_case, queuePrefix) => {
     expect(() => build({ queuePrefix })).toThrowError(
       /queuePrefix: invalid queue prefix ".*": must be 1-20 letters, digits, '-' or '_'/,
@@ -49,7 +49,7 @@ describe("ShardguardController props", () => {
     const node = controller.addNode({ shard: "s".repeat(24), node: "n".repeat(24) });
 
     // Assess
-    expect(node.deadLetterQueueName).toBe(`${"p".repeat(20)}-${"s".repeat(24)}-${"n".repeat(24)}-dlq`);
+    expect(node.deadLetterQueueName).toBe(`${"p".repeat(20)}_${"s".repeat(24)}_${"n".repeat(24)}_dlq`);
     expect(node.deadLetterQueueName.length).toBeLessThanOrEqual(80);
   });
 

@@ -4,9 +4,9 @@ import { ConfigurationError } from "../../src/core/errors.ts";
 
 describe("queue names", () => {
   it("names a node's queue and dead-letter queue from prefix, shard and node", () => {
-    expect(queueNames("shardguard", "orders-1", "node_a")).toEqual({
-      queue: "shardguard-orders-1-node_a",
-      deadLetterQueue: "shardguard-orders-1-node_a-dlq",
+    expect(queueNames("shardguard", "orders-1", "node-a")).toEqual({
+      queue: "shardguard_orders-1_node-a",
+      deadLetterQueue: "shardguard_orders-1_node-a_dlq",
     });
   });
 
