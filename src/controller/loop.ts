@@ -89,11 +89,20 @@ export class ControllerLoop {
     const actBudget = options.actBudgetMs ?? defaultPhaseTimeouts(config).confirm + 3000;
     const slots = new Slots(options.concurrency ?? 8);
     const totals = { passes: 0, cycles: 0, actions: 0, errors: 0 };
-    this.#deps.log.debug("controller loop started", { remaining_ms: remaining() });
+    const left = remaining();
+    this.#deps.log.debug("controller loop started", {
+      remaining_ms: Number.isFinite(left) ? left : undefined,
+    });
     try {
       while (!options.signal?.aborted && remaining() > stopBefore) {
         const started = Date.now();
-        await this.#pass(options, slots, remaining() > actBudget, totals);
+        try {
+          await this.#pass(options, slots, remaining() > actBudget, totals);
+        } catch (error) {
+          // Listing the shards failed (store unreachable): log, and try again next tick.
+          totals.errors += 1;
+          this.#deps.log.error("controller pass failed", { error: errorMessage(error) });
+        }
         totals.passes += 1;
         this.#deps.metrics.count("shardOffline", this.#offline.size);
         this.#deps.metrics.flush();
