@@ -3,7 +3,7 @@ import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { Backoff } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import { assessTopology, topologyPrimary } from "./fencing.ts";
+import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { runLoop, withStoreTimeout } from "./loop.ts";
 import { becomeReplicaOf, liftFence } from "./node-control.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
@@ -66,23 +66,39 @@ async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | undefine
   }
 }
 
-/** Demotes, repoints or lifts the write fence as the topology requires. Returns fresh INFO. */
-async function reconcile(ctx: AgentContext, snapshot: ShardSnapshot): Promise<ReplicationInfo | undefined> {
+function verdictFor(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): TopologyVerdict {
+  return assessTopology(snapshot.topology, {
+    nodeId: ctx.nodeId,
+    role: info.role,
+    replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+    highestEpoch: ctx.highestEpoch,
+    promotedEpoch: ctx.state.state.promoted_epoch,
+  });
+}
+
+function mayLiftFence(ctx: AgentContext, verdict: TopologyVerdict, info: ReplicationInfo): boolean {
+  return (
+    verdict.kind === "keep" && verdict.primaryConfirmed && info.role === "primary" && !!ctx.state.state.fence
+  );
+}
+
+/**
+ * Demotes, repoints or lifts the write fence as the topology requires. Returns fresh INFO and
+ * the role generation it belongs to.
+ */
+async function reconcile(
+  ctx: AgentContext,
+  snapshot: ShardSnapshot,
+): Promise<{ info: ReplicationInfo; generation: number }> {
   return ctx.roleLock.run(async () => {
     // Re-read under the lock: a command may have changed the role since the cycle began.
     const info = await ctx.db.replicationInfo();
-    const verdict = assessTopology(snapshot.topology, {
-      nodeId: ctx.nodeId,
-      role: info.role,
-      replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
-      highestEpoch: ctx.highestEpoch,
-      promotedEpoch: ctx.state.state.promoted_epoch,
-    });
+    const verdict = verdictFor(ctx, snapshot, info);
     if (verdict.kind === "keep") {
-      if (verdict.primaryConfirmed && info.role === "primary" && ctx.state.state.fence) {
+      if (mayLiftFence(ctx, verdict, info)) {
         await liftFence(ctx, `coordination store reachable and ${verdict.reason}`);
       }
-      return info;
+      return { info, generation: ctx.roleGeneration };
     }
     ctx.logger.warn(
       verdict.kind === "demote"
@@ -98,7 +114,7 @@ async function reconcile(ctx: AgentContext, snapshot: ShardSnapshot): Promise<Re
     );
     const next = await becomeReplicaOf(ctx, verdict.target);
     ctx.state.update({ highest_epoch: Math.max(ctx.highestEpoch, verdict.epoch), promoted_epoch: undefined });
-    return next;
+    return { info: next, generation: ctx.roleGeneration };
   });
 }
 
@@ -195,20 +211,24 @@ async function maintainReplicaSet(
  * the heartbeat write, the replica set, and shard registration.
  */
 export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
-  let info = await readInfo(ctx);
-  const snapshot = await readSnapshot(ctx);
+  // Captured before INFO: a role change after this point makes this cycle's heartbeat stale.
+  let generation = ctx.roleGeneration;
+  const [firstInfo, snapshot] = await Promise.all([readInfo(ctx), readSnapshot(ctx)]);
+  let info = firstInfo;
   if (info && snapshot) {
-    try {
-      info = await reconcile(ctx, snapshot);
-    } catch (error) {
-      ctx.logger.error("could not align the database with the topology", {
-        ...ctx.epochContext,
-        error: errorMessage(error),
-      });
-      info = undefined;
+    const verdict = verdictFor(ctx, snapshot, info);
+    if (verdict.kind !== "keep" || mayLiftFence(ctx, verdict, info)) {
+      try {
+        ({ info, generation } = await reconcile(ctx, snapshot));
+      } catch (error) {
+        ctx.logger.error("could not align the database with the topology", {
+          ...ctx.epochContext,
+          error: errorMessage(error),
+        });
+        info = undefined;
+      }
     }
   }
-  const generation = ctx.roleGeneration;
   const now = ctx.deps.clock.now();
   const heartbeat = info ? heartbeatFromInfo(ctx, info, now) : downHeartbeat(ctx, snapshot, now);
   let written = false;

@@ -66,6 +66,8 @@ describe("agents under the controller", () => {
     await cycleUntil(deps, (result) => result.outcome === "no_action" && result.decision?.kind === "none");
     const client = oldNode.client();
     for (let index = 0; index < 20; index++) await client.set(`before-${index}`, "v");
+    // Replication is asynchronous: only writes both replicas acknowledged must survive the kill.
+    expect(await client.call("WAIT", "2", "2000")).toBe(2);
     client.disconnect();
 
     // Act
