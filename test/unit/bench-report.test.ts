@@ -161,3 +161,27 @@ describe("the failover report", () => {
     ]);
   });
 });
+
+describe("the printed report", () => {
+  it("puts every per-trial value under its own header", () => {
+    // Prepare
+    const report = buildReport(config, machine, [
+      aRun("sentinel", [aTrial(1, 4321, { lostAtFailover: 2, lostWrites: 5, failedWrites: 7 })]),
+    ]);
+
+    // Act
+    const lines = formatReport(report).split("\n");
+    const header = lines.find((line) => line.startsWith("system") && line.includes("lost at failover")) ?? "";
+    const row = lines[lines.indexOf(header) + 2] ?? "";
+    const valueUnder = (column: string) => {
+      const end = header.indexOf(column) + column.length;
+      return row.slice(0, end).trim().split(/\s+/).at(-1);
+    };
+
+    // Assess
+    expect(valueUnder("failover ms")).toBe("4,321");
+    expect(valueUnder("lost at failover")).toBe("2");
+    expect(valueUnder("lost in trial")).toBe("5");
+    expect(valueUnder("failed writes")).toBe("7");
+  });
+});
