@@ -1,0 +1,63 @@
+import { describe, expect, it } from "vitest";
+import { ControllerLoop } from "../../src/controller/loop.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "../../src/controller/observability.ts";
+import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
+import { CoordinationUnavailable } from "../../src/core/errors.ts";
+import { aConfig } from "../support/builders.ts";
+
+// An unreachable table is what no emulator shows on demand: the shard index here always throws.
+function depsWithUnreachableIndex() {
+  const errors: Array<Record<string, unknown>> = [];
+  const log = {
+    debug() {},
+    info() {},
+    warn() {},
+    error: (_: string, attributes = {}) => errors.push(attributes),
+  };
+  const store = {
+    shards: {
+      list: async () => {
+        throw new CoordinationUnavailable("Query (shard index) failed: connect ECONNREFUSED");
+      },
+    },
+  };
+  const deps = {
+    store,
+    config: aConfig({ tickIntervalMs: 100 }),
+    log,
+    metrics: new MemoryMetrics(),
+    events: new MemoryEventPublisher(),
+  } as unknown as ControllerDeps;
+  return { deps, errors };
+}
+
+describe("controller loop resilience", () => {
+  it("keeps looping when listing the shards fails, logging each failure", async () => {
+    // Prepare
+    const { deps, errors } = depsWithUnreachableIndex();
+    const end = Date.now() + 700;
+
+    // Act
+    const summary = await new ControllerLoop(deps).run({
+      remainingMs: () => end - Date.now(),
+      stopBeforeMs: 200,
+    });
+
+    // Assess
+    expect(summary.passes).toBeGreaterThanOrEqual(3);
+    expect(summary.errors).toBe(summary.passes);
+    expect(errors[0]).toEqual({ error: "Query (shard index) failed: connect ECONNREFUSED" });
+    expect(Date.now()).toBeLessThan(end);
+  });
+
+  it("starts no pass when less than stopBeforeMs remains", async () => {
+    // Prepare
+    const { deps } = depsWithUnreachableIndex();
+
+    // Act
+    const summary = await new ControllerLoop(deps).run({ remainingMs: () => 1000, stopBeforeMs: 1500 });
+
+    // Assess
+    expect(summary).toEqual({ passes: 0, cycles: 0, actions: 0, errors: 0 });
+  });
+});
