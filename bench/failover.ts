@@ -10,6 +10,7 @@ import {
   buildReport,
   type FalseFailover,
   formatReport,
+  loadAverage,
   machineInfo,
   type SystemRun,
   type TrialResult,
@@ -456,7 +457,7 @@ export function buildProgram(): Command {
         if (!factory || abort.signal.aborted) continue;
         runs.push(await runSystem(factory(config), config, abort.signal));
       }
-      const report = buildReport(config, machine, runs);
+      const report = buildReport(config, { ...machine, loadAverageAtEnd: loadAverage() }, runs);
       process.stdout.write(`${formatReport(report)}\n`);
       const paths = writeReport(report, options.out);
       log(`wrote ${paths.json} and ${paths.svg}`);

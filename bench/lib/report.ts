@@ -96,7 +96,10 @@ export interface MachineInfo {
   readonly node: string;
   readonly platform: string;
   readonly totalMemoryGiB: number;
+  /** 1, 5 and 15 minute load averages when the run started; on a shared machine, read results against them. */
   readonly loadAverage: readonly number[];
+  /** The same when the run ended. */
+  readonly loadAverageAtEnd?: readonly number[];
   readonly redisServer: string;
 }
 
@@ -127,9 +130,13 @@ export function machineInfo(): MachineInfo {
     node: process.version,
     platform: `${os.platform()} ${os.release()} ${os.arch()}`,
     totalMemoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
-    loadAverage: os.loadavg().map((load) => Math.round(load * 100) / 100),
+    loadAverage: loadAverage(),
     redisServer: version.stdout?.trim() || "redis-server not found",
   };
+}
+
+export function loadAverage(): number[] {
+  return os.loadavg().map((load) => Math.round(load * 100) / 100);
 }
 
 export function summarizeRun(run: SystemRun): SystemSummary {
@@ -213,6 +220,8 @@ export function formatReport(report: FailoverReport): string {
   const out: string[] = [
     `Failover benchmark: ${config.trials} trials per system, failure timeout ${config.failureTimeoutMs} ms, ` +
       `${machine.cpus} CPUs, node ${machine.node}, ${machine.redisServer.split(" ").slice(0, 3).join(" ")}`,
+    `Load average at start ${machine.loadAverage.join(" ")}` +
+      (machine.loadAverageAtEnd ? `, at end ${machine.loadAverageAtEnd.join(" ")}` : ""),
     "",
     "Per trial: ms from SIGKILL of the primary to the first write acknowledged by the new primary",
     formatTable(
