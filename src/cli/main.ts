@@ -2,6 +2,7 @@ import { Command } from "commander";
 import { errorMessage } from "../core/errors.ts";
 import { registerAgent } from "./commands/agent.ts";
 import { registerController } from "./commands/controller.ts";
+import { registerDemo } from "./commands/demo.ts";
 import { registerInspectCommands } from "./commands/inspect.ts";
 import { registerLocalStack } from "./commands/local-stack.ts";
 import { registerOperatorActions } from "./commands/operator-actions.ts";
@@ -16,6 +17,7 @@ export function buildProgram(): Command {
   registerController(program);
   registerInspectCommands(program);
   registerOperatorActions(program);
+  registerDemo(program);
   return program;
 }
 
