@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -78,6 +79,31 @@ describe("the agent's state dir", () => {
     // Assess
     expect(readFileSync(join(dir, "agent.lock"), "utf8").trim()).toBe(String(process.pid));
     state.release();
+  });
+
+  it("takes over the lock of a killed agent that its parent has not reaped yet", async () => {
+    // Prepare: `sleep 5` never reaps the background `sleep 0`, which stays a zombie.
+    const parent = spawn("sh", ["-c", "sleep 0 & echo $!; exec sleep 5"], {
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    const zombie = await new Promise<number>((resolve) =>
+      parent.stdout.once("data", (data) => resolve(Number(data))),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const dir = aStateDir();
+    writeFileSync(join(dir, "agent.lock"), `${zombie}\n`);
+
+    // Act
+    const opened = () => StateDir.open(dir, { shard: "s1", now: 1 });
+
+    // Assess
+    try {
+      expect(readFileSync(`/proc/${zombie}/stat`, "utf8")).toMatch(/\) Z /);
+      const state = opened();
+      state.release();
+    } finally {
+      parent.kill("SIGKILL");
+    }
   });
 
   it("remembers applied commands and the highest epoch across restarts", () => {
