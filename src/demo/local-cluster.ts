@@ -1,4 +1,4 @@
-import { createWriteStream, mkdtempSync, rmSync } from "node:fs";
+import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -169,6 +169,52 @@ export class LocalCluster {
     this.#agents.delete(id);
   }
 
+  /**
+   * Sends a signal to the agent process beside node `id` (SIGSTOP/SIGCONT to freeze it: its
+   * heartbeats stop while its database lives). False when no agent runs there.
+   */
+  signalAgent(id: string, signal: NodeJS.Signals): boolean {
+    const agent = this.#agents.get(id);
+    if (!agent || agent.child.exitCode !== null || agent.child.signalCode !== null) return false;
+    return agent.child.kill(signal);
+  }
+
+  /** The pid of the agent process beside node `id`, while it runs. */
+  agentPid(id: string): number | undefined {
+    const child = this.#agents.get(id)?.child;
+    return child && child.exitCode === null && child.signalCode === null ? child.pid : undefined;
+  }
+
+  /**
+   * The JSON lines of one process's log (`agent-<id>.log`, `controller-<n>.log`) written so far;
+   * lines that are not JSON objects (a crash trace) are skipped.
+   */
+  logLines(file: string): Array<Record<string, unknown>> {
+    const path = join(this.logDir, file);
+    if (!existsSync(path)) return [];
+    const lines: Array<Record<string, unknown>> = [];
+    for (const line of readFileSync(path, "utf8").split("\n")) {
+      if (!line.startsWith("{")) continue;
+      try {
+        const parsed: unknown = JSON.parse(line);
+        if (parsed !== null && typeof parsed === "object") lines.push(parsed as Record<string, unknown>);
+      } catch {
+        // A line cut by a kill mid-write: not a record.
+      }
+    }
+    return lines;
+  }
+
+  /** Every controller's log lines, each tagged with its file name under `log_file`. */
+  controllerLogLines(): Array<Record<string, unknown>> {
+    const lines: Array<Record<string, unknown>> = [];
+    for (let serial = 1; serial <= this.#controllerSerial; serial++) {
+      const file = `controller-${serial}.log`;
+      for (const line of this.logLines(file)) lines.push({ ...line, log_file: file });
+    }
+    return lines;
+  }
+
   startController(): ManagedProcess {
     const serial = ++this.#controllerSerial;
     const controller = this.#spawn(`controller ${serial}`, `controller-${serial}.log`, [
@@ -234,6 +280,10 @@ export class LocalCluster {
 
   /** Stops every process this cluster started (and the stack if it started it). */
   async stop(options: { keepLogs?: boolean } = {}): Promise<void> {
+    // A SIGSTOPped process acts on SIGTERM only once continued; without this, stop waits its grace.
+    for (const proc of [...this.#agents.values(), ...this.#controllers]) {
+      if (proc.child.exitCode === null && proc.child.signalCode === null) proc.child.kill("SIGCONT");
+    }
     await Promise.all([
       ...[...this.#agents.values()].map((agent) => agent.stop(3000)),
       ...this.#controllers.map((controller) => controller.stop(3000)),
