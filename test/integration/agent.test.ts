@@ -1,9 +1,26 @@
-import { SendMessageCommand } from "@aws-sdk/client-sqs";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { GetQueueAttributesCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import { afterEach, describe, expect, it } from "vitest";
-import { AgentFixture, redisRole, waitFor } from "../support/agent-harness.ts";
+import { RedisDatabase } from "../../src/agent/database.ts";
+import { AgentFixture, RecordingLogger, redisRole, waitFor } from "../support/agent-harness.ts";
 import { sqsClient } from "../support/aws.ts";
 
 let fixture: AgentFixture;
+
+/** A real database connection whose promotion is slowed down: a command still running when the agent stops. */
+class SlowPromotion extends RedisDatabase {
+  private readonly onPromote: () => void;
+  constructor(address: string, onPromote: () => void) {
+    super({ address, commandTimeoutMs: 1000, logger: new RecordingLogger() });
+    this.onPromote = onPromote;
+  }
+  override async promote() {
+    this.onPromote();
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    await super.promote();
+  }
+}
 
 afterEach(async () => {
   await fixture.close();
@@ -257,6 +274,45 @@ describe("agent commands", () => {
     // Assess: well within the queue's 30 s visibility timeout.
     expect(retriedWithinMs).toBeLessThan(8000);
     expect(await redisRole(replicaNode)).toBe("master");
+  });
+
+  it("finishes a command in flight when stopped, and deletes it only after it took effect", async () => {
+    // Prepare: a database whose promotion takes 800 ms, so that the stop lands mid-command.
+    fixture = new AgentFixture();
+    const [primaryNode, replicaNode] = await fixture.startRedis(2);
+    if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    let promoting: () => void = () => {};
+    const promotionStarted = new Promise<void>((resolve) => {
+      promoting = resolve;
+    });
+    const slow = new SlowPromotion(replicaNode.address, promoting);
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" }, fixture.aws, { database: slow });
+    const promote = fixture.command("PROMOTE", 1);
+
+    // Act
+    await fixture.send("n2", promote);
+    await promotionStarted;
+    await replica.handle.stop();
+
+    // Assess
+    expect(await redisRole(replicaNode)).toBe("master");
+    expect(await fixture.heartbeatOf("n2")).toMatchObject({ role: "primary", epoch: 1 });
+    const state = JSON.parse(readFileSync(join(replica.stateDir, "state.json"), "utf8"));
+    expect(state.applied_command_ids).toContain(promote.command_id);
+    const queueUrl = await fixture.aws.bus.ensureQueue(fixture.shard, "n2");
+    const sqs = sqsClient();
+    const { Attributes } = await sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: queueUrl,
+        AttributeNames: ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+      }),
+    );
+    sqs.destroy();
+    expect(Attributes).toMatchObject({
+      ApproximateNumberOfMessages: "0",
+      ApproximateNumberOfMessagesNotVisible: "0",
+    });
   });
 
   it("holds writes on PAUSE_WRITES for the given time", async () => {

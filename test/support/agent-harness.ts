@@ -2,7 +2,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
-import { type AgentDeps, type AgentHandle, startAgent } from "../../src/agent/agent.ts";
+import {
+  type AgentDeps,
+  type AgentHandle,
+  type StartAgentExtras,
+  startAgent,
+} from "../../src/agent/agent.ts";
 import type { AgentLogger } from "../../src/agent/log.ts";
 import type { AgentOptionsInput } from "../../src/agent/options.ts";
 import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
@@ -152,6 +157,7 @@ export class AgentFixture {
     node: RedisNode,
     options: Partial<AgentOptionsInput> = {},
     aws: AwsAdapters = this.aws,
+    extras: StartAgentExtras = {},
   ): Promise<TestAgent> {
     const logger = new RecordingLogger();
     const heartbeats = new RecordingHeartbeatStore(aws.store.heartbeats);
@@ -159,6 +165,7 @@ export class AgentFixture {
     const handle = await startAgent(
       { shard: this.shard, redis: node.address, stateDir, ...FAST_TIMINGS, ...options },
       this.depsFrom(aws, heartbeats, logger),
+      extras,
     );
     const agent = { handle, logger, heartbeats, stateDir };
     this.agents.push(agent);
