@@ -14,6 +14,8 @@ export interface Database {
   configSet(values: Readonly<Record<string, string>>): Promise<void>;
   /** `CLIENT PAUSE <ms> WRITE`: holds writes (not reads) for a planned switchover. */
   pauseWrites(timeoutMs: number): Promise<void>;
+  /** `CLIENT UNPAUSE`: ends a pause early. */
+  resumeWrites(): Promise<void>;
   /** Resolves once connected, or after `timeoutMs` (the loops report a database that stays down). */
   waitReady(timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
@@ -100,6 +102,10 @@ export class RedisDatabase implements Database {
 
   async pauseWrites(timeoutMs: number): Promise<void> {
     await this.client.call("CLIENT", "PAUSE", String(timeoutMs), "WRITE");
+  }
+
+  async resumeWrites(): Promise<void> {
+    await this.client.call("CLIENT", "UNPAUSE");
   }
 
   async waitReady(timeoutMs: number): Promise<boolean> {

@@ -64,6 +64,10 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
     (candidate) => followsPrimary(candidate, target.address),
     `REPLICAOF ${target.address}`,
   );
+  // A paused replica does not apply its replication stream either: the pause a switchover put on
+  // this old primary must end now, or the node lags until the pause expires and a following
+  // switchover cannot catch up. Writes held by the pause now fail with READONLY, unacknowledged.
+  await ctx.db.resumeWrites();
   // A replica refuses writes anyway; the operator's settings must be back for its next promotion.
   await liftFence(ctx, `replica of ${target.node_id}`);
   return info;
