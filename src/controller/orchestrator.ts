@@ -819,7 +819,12 @@ export async function requestSwitchover(
   let release = true;
   try {
     const again = await deps.store.heartbeats.snapshot(shard);
-    const replan = planSwitchover(again, deps.config, deps.clock.now(), { to: request.to, lockOwner: owner });
+    // Pin the target chosen before locking: under write load the "best" replica by offset changes
+    // from one read to the next, and that alone must not abort the switchover.
+    const replan = planSwitchover(again, deps.config, deps.clock.now(), {
+      to: plan.target.node_id,
+      lockOwner: owner,
+    });
     if (
       replan.kind === "refused" ||
       replan.target.node_id !== plan.target.node_id ||
@@ -835,7 +840,7 @@ export async function requestSwitchover(
       topology: again.topology as Topology,
       lastRenewal: lockedAt,
     };
-    const reason = request.reason ? `${replan.reason}: ${request.reason}` : replan.reason;
+    const reason = request.reason ? `${plan.reason}: ${request.reason}` : plan.reason;
     await bumpEpoch(run, {
       kind: "switchover",
       old_primary_node_id: replan.oldPrimary.node_id,
