@@ -1,0 +1,167 @@
+import type { FailoverConfigInput } from "../../src/core/config.ts";
+import { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import type { LocalStack } from "../../src/local-stack/stack.ts";
+import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+import type { FailoverSystem, KillResult, SystemConfig } from "./types.ts";
+
+export interface ShardguardBenchOptions {
+  /** Agent heartbeat interval. @default failureTimeoutMs / 3 (the shipped 1 s : 3 s ratio) */
+  readonly heartbeatIntervalMs?: number;
+  /** Controller tick. @default heartbeatIntervalMs / 2, at most 1000 */
+  readonly tickIntervalMs?: number;
+  /** A running local stack to share (the driver starts one for the run). */
+  readonly stack?: LocalStack;
+}
+
+/**
+ * Shardguard as it runs in production, on this machine: one `shardguard agent` process beside each
+ * redis-server, a `shardguard controller` process (the Lambda's loop), DynamoDB Local and fauxqs.
+ * Clients find the primary in the topology item, as the primary resolver does. Cool-down is off so
+ * back-to-back trials can fail over; everything else is the shipped behaviour (quorum majority).
+ */
+export class ShardguardSystem implements FailoverSystem {
+  readonly name = "shardguard";
+  readonly #options: ShardguardBenchOptions;
+  #cluster: LocalCluster | undefined;
+  #killed: { node: RedisNode; wallMs: number; epoch: number } | undefined;
+  #log: (line: string) => void = () => {};
+
+  constructor(options: ShardguardBenchOptions = {}) {
+    this.#options = options;
+  }
+
+  /** The timings the run used, for the report. */
+  timings(failureTimeoutMs: number): Required<
+    Pick<FailoverConfigInput, "heartbeatIntervalMs" | "tickIntervalMs">
+  > & {
+    failureTimeoutMs: number;
+    fenceTimeoutMs: number;
+  } {
+    const heartbeatIntervalMs = this.#options.heartbeatIntervalMs ?? Math.round(failureTimeoutMs / 3);
+    return {
+      failureTimeoutMs,
+      heartbeatIntervalMs,
+      tickIntervalMs: this.#options.tickIntervalMs ?? Math.min(1000, Math.round(heartbeatIntervalMs / 2)),
+      fenceTimeoutMs: Math.round((heartbeatIntervalMs + failureTimeoutMs) / 2),
+    };
+  }
+
+  async setup(config: SystemConfig): Promise<void> {
+    this.#log = config.log;
+    const timings = this.timings(config.failureTimeoutMs);
+    this.#log(
+      `shardguard: starting a ${config.nodeCount}-node shard, agents and a controller (${JSON.stringify(timings)})`,
+    );
+    this.#cluster = await LocalCluster.start({
+      nodes: config.nodeCount,
+      stack: this.#options.stack,
+      config: { ...timings, cooldownMs: 0 },
+      onProgress: (line) => this.#log(`shardguard: ${line}`),
+    });
+  }
+
+  #require(): LocalCluster {
+    if (!this.#cluster) throw new Error("shardguard system is not set up");
+    return this.#cluster;
+  }
+
+  primaryAddress(): Promise<string | undefined> {
+    return this.#require().primaryAddress();
+  }
+
+  nodes(): readonly RedisNode[] {
+    return this.#cluster?.redis ?? [];
+  }
+
+  async killPrimary(): Promise<KillResult> {
+    const cluster = this.#require();
+    const topology = await cluster.topology();
+    const node = cluster.redis.find((candidate) => candidate.id === topology?.primary_node_id);
+    if (!node?.running || topology?.status !== "online") {
+      throw new Error(`shard not ready to kill: ${JSON.stringify(topology)}`);
+    }
+    const wallMs = Date.now();
+    const killedAt = performance.now();
+    node.signal("SIGKILL");
+    this.#killed = { node, wallMs, epoch: topology.epoch };
+    return { killedAt, oldPrimary: node.address };
+  }
+
+  /**
+   * detection: kill -> the controller took the lock (the failover's start); then the orchestrator's
+   * own phase durations from the history record: lock (locked + epoch CAS), promote, confirm,
+   * repoint (REPLICAOF to the others + cleanup of the old primary's records).
+   */
+  async phaseTimings(_kill: KillResult): Promise<Record<string, number> | undefined> {
+    const killed = this.#killed;
+    if (!killed) return undefined;
+    const cluster = this.#require();
+    const record = (await cluster.aws.store.history.list(cluster.shard, 1))[0];
+    if (!record || record.epoch <= killed.epoch) return undefined;
+    const phases = record.phase_timings;
+    const total = Object.values(phases).reduce((sum, ms) => sum + ms, 0);
+    const startedAt = record.at - total;
+    return {
+      detection: Math.max(0, startedAt - killed.wallMs),
+      lock: (phases.locked ?? 0) + (phases.epoch_bumped ?? 0),
+      promote: phases.promote ?? 0,
+      confirm: phases.confirm ?? 0,
+      repoint: (phases.repoint ?? 0) + (phases.cleanup ?? 0),
+    };
+  }
+
+  async resetTrial(): Promise<void> {
+    const killed = this.#killed;
+    if (!killed) return;
+    const cluster = this.#require();
+    await cluster.waitFor(
+      "a new primary",
+      async () => {
+        const topology = await cluster.topology();
+        return topology?.status === "online" && topology.epoch > killed.epoch;
+      },
+      60_000,
+    );
+    const topology = await cluster.topology();
+    this.#log(
+      `shardguard: restarting ${killed.node.id}; its agent makes it a replica of ${topology?.primary_node_id}`,
+    );
+    await killed.node.start();
+    this.#killed = undefined;
+    await cluster.waitFor(
+      "every node following the new primary",
+      async () => {
+        const snapshot = await cluster.snapshot();
+        const primary = snapshot.topology?.primary_node_id;
+        return (
+          snapshot.nodes.length === cluster.redis.length &&
+          snapshot.nodes.every(
+            (node) =>
+              node.db_status === "up" &&
+              (node.node_id === primary ||
+                (node.role === "replica" && node.primary_node_id === primary && node.primary_link === "up")),
+          )
+        );
+      },
+      60_000,
+    );
+    const primaryNode = cluster.redis.find((node) => node.id === topology?.primary_node_id);
+    if (!primaryNode) return;
+    const primaryClient = primaryNode.client({ maxRetriesPerRequest: 1 });
+    const replicaClients = cluster.redis
+      .filter((node) => node !== primaryNode)
+      .map((node) => node.client({ maxRetriesPerRequest: 1 }));
+    try {
+      await waitForReplicasInSync(primaryClient, primaryNode.address, replicaClients, { timeoutMs: 15_000 });
+    } finally {
+      primaryClient.disconnect();
+      for (const client of replicaClients) client.disconnect();
+    }
+  }
+
+  async teardown(): Promise<void> {
+    await this.#cluster?.stop();
+    this.#cluster = undefined;
+  }
+}
