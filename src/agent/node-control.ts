@@ -1,4 +1,4 @@
-import { ShardguardError } from "../core/errors.ts";
+import { errorMessage, ShardguardError } from "../core/errors.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { splitAddress } from "./database.ts";
@@ -67,7 +67,12 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
   // A paused replica does not apply its replication stream either: the pause a switchover put on
   // this old primary must end now, or the node lags until the pause expires and a following
   // switchover cannot catch up. Writes held by the pause now fail with READONLY, unacknowledged.
-  await ctx.db.resumeWrites();
+  try {
+    await ctx.db.resumeWrites();
+  } catch (error) {
+    // Databases without CLIENT UNPAUSE (Redis < 6.2) end the pause at its timeout; the move stands.
+    ctx.logger.warn("could not end a write pause after becoming a replica", { error: errorMessage(error) });
+  }
   // A replica refuses writes anyway; the operator's settings must be back for its next promotion.
   await liftFence(ctx, `replica of ${target.node_id}`);
   return info;
