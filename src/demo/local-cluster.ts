@@ -11,7 +11,10 @@ import { type ManagedProcess, startProcess } from "../local-stack/processes.ts";
 import { type RedisNode, startRedisNodes } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 
-const CLI = fileURLToPath(new URL("../cli/main.ts", import.meta.url));
+/** The CLI beside this module: the TypeScript source in a checkout, the compiled file in a package. */
+const CLI = fileURLToPath(
+  new URL(`../cli/main.${import.meta.url.endsWith(".ts") ? "ts" : "js"}`, import.meta.url),
+);
 
 export interface LocalClusterOptions {
   /** redis-server nodes: node-1 starts as primary, the rest as its replicas. @default 3 */
