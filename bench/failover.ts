@@ -20,6 +20,10 @@ import { SYSTEMS } from "./systems/registry.ts";
 import type { FailoverSystem, KillResult } from "./systems/types.ts";
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
+/** Sub-millisecond digits are noise here; keep one decimal in the JSON. */
+const tenth = (value: number) => Math.round(value * 10) / 10;
+/** A false failover can lose thousands of writes; the JSON keeps the first of them, the count keeps all. */
+const MAX_LISTED_LOST = 200;
 const fmt = (value: number | undefined) =>
   value === undefined ? "-" : Math.round(value).toLocaleString("en-US");
 
@@ -273,7 +277,9 @@ async function runTrial(
         detail: "the advertised primary did not stay the same for 6 lookups in a row within 10 s",
       });
     }
-    const phases = await system.phaseTimings?.(kill);
+    const reported = await system.phaseTimings?.(kill);
+    const phases =
+      reported && Object.fromEntries(Object.entries(reported).map(([name, ms]) => [name, tenth(ms)]));
     await waitUntilSteady(system, workload, 30_000);
     falseFailovers.push(...(await quietPeriod(system, workload, config.quietMs, `after trial ${trial}`)));
     const toSeq = workload.stats().nextSeq;
@@ -283,11 +289,11 @@ async function runTrial(
       trial,
       oldPrimary: kill.oldPrimary,
       newPrimary: ack.address,
-      failoverMs: ack.at - kill.killedAt,
-      advertisedMs: watch.advertisedMs,
+      failoverMs: tenth(ack.at - kill.killedAt),
+      advertisedMs: watch.advertisedMs === undefined ? undefined : tenth(watch.advertisedMs),
       lostWrites: atEnd.lost.length,
       lostAtFailover: atFailover.lost.length,
-      lostSeqs: atEnd.lost,
+      lostSeqs: atEnd.lost.slice(0, MAX_LISTED_LOST),
       checkedWrites: atEnd.checked,
       failedWrites: failed.since(kill.killedAt, ack.at),
       advertisedPrimaries: watch.newPrimaries,

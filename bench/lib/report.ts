@@ -42,6 +42,7 @@ export interface TrialResult {
   readonly lostWrites: number;
   /** Of the same window up to the first acknowledged write on the new primary: those the new primary lacked then. */
   readonly lostAtFailover: number;
+  /** Sequence numbers of the lost writes (the first 200). */
   readonly lostSeqs: readonly number[];
   /** Acknowledged writes looked up at the end of the trial. */
   readonly checkedWrites: number;
