@@ -1,0 +1,210 @@
+import type { Redis } from "ioredis";
+import type { FailoverConfigInput } from "../../src/core/config.ts";
+import type { HistoryRecord, Topology } from "../../src/core/model.ts";
+import { LocalCluster, type LocalClusterOptions } from "../../src/demo/local-cluster.ts";
+import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import { uniqueName } from "./aws.ts";
+
+/**
+ * Timings for the chaos tests: a failover within a few seconds, while leaving room for the
+ * scheduling noise of many processes on two shared cores (the tests assert outcomes, not speed).
+ * No cool-down, so a second, unwanted failover would be visible instead of suppressed; a short
+ * lease, so a controller killed while holding the lock delays the next one by 3 s only.
+ */
+export const CHAOS_CONFIG = {
+  heartbeatIntervalMs: 250,
+  failureTimeoutMs: 1000,
+  fenceTimeoutMs: 600,
+  tickIntervalMs: 200,
+  lockLeaseMs: 3000,
+  cooldownMs: 0,
+} as const satisfies FailoverConfigInput;
+
+/** Generous bound for anything that waits on processes (start, failover, rejoin). */
+export const WAIT_MS = 30_000;
+
+/** A cluster of real processes on its own shard; the caller stops it (afterEach). */
+export function startChaosCluster(options: LocalClusterOptions = {}): Promise<LocalCluster> {
+  return LocalCluster.start({
+    shard: uniqueName("chaos"),
+    config: CHAOS_CONFIG,
+    readyTimeoutMs: WAIT_MS,
+    ...options,
+  });
+}
+
+/** Waits until the shard is online again at an epoch above `fromEpoch` and returns that topology. */
+export async function waitForNewPrimary(cluster: LocalCluster, fromEpoch: number): Promise<Topology> {
+  let found: Topology | undefined;
+  await cluster.waitFor(
+    `the shard online at an epoch above ${fromEpoch}`,
+    async () => {
+      const topology = await cluster.topology();
+      if (topology?.status === "online" && topology.epoch > fromEpoch) found = topology;
+      return found !== undefined;
+    },
+    WAIT_MS,
+  );
+  return found as Topology;
+}
+
+/** Waits until each of `ids` reports itself a linked replica of `primaryId` (heartbeat and ROLE). */
+export async function waitForFollowers(
+  cluster: LocalCluster,
+  primaryId: string,
+  ids: readonly string[],
+): Promise<void> {
+  const primary = cluster.node(primaryId);
+  await cluster.waitFor(
+    `${ids.join(", ")} following ${primaryId}`,
+    async () => {
+      const snapshot = await cluster.snapshot();
+      for (const id of ids) {
+        const heartbeat = cluster.heartbeatOf(snapshot, id);
+        if (heartbeat?.role !== "replica" || heartbeat.primary_node_id !== primaryId) return false;
+        if (heartbeat.primary_link !== "up") return false;
+        const role = await roleOf(cluster.node(id));
+        if (role.role !== "slave" || role.primaryPort !== primary.port || role.state !== "connected")
+          return false;
+      }
+      return true;
+    },
+    WAIT_MS,
+  );
+}
+
+export interface RoleReply {
+  readonly role: "master" | "slave" | "unreachable";
+  /** Replica: the port of the primary it follows. */
+  readonly primaryPort?: number;
+  /** Replica: connect, connecting, sync or connected. */
+  readonly state?: string;
+  /** Primary: its replication offset; replica: the offset it processed. */
+  readonly offset?: number;
+}
+
+/** One short-lived client for one question: the real answer of the server, no cached state. */
+export async function withClient<T>(node: RedisNode, use: (client: Redis) => Promise<T>): Promise<T> {
+  const client = node.client({
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 2000,
+    commandTimeout: 2000,
+  });
+  client.on("error", () => {});
+  try {
+    await client.connect();
+    return await use(client);
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** `ROLE` as the server answers it. */
+export async function roleOf(node: RedisNode): Promise<RoleReply> {
+  try {
+    const reply = (await withClient(node, (client) => client.call("ROLE"))) as unknown[];
+    if (reply[0] === "master") return { role: "master", offset: Number(reply[1]) };
+    return {
+      role: "slave",
+      primaryPort: Number(reply[2]),
+      state: String(reply[3]),
+      offset: Number(reply[4]),
+    };
+  } catch {
+    return { role: "unreachable" };
+  }
+}
+
+export interface WriteProbe {
+  readonly node: string;
+  readonly role: RoleReply["role"];
+  /** The server acknowledged the write. */
+  readonly accepted: boolean;
+  /** Why it refused (READONLY, NOREPLICAS, connection error). */
+  readonly refusal?: string;
+}
+
+/** Asks a node's role and tries one real write on it. */
+export async function probeWrite(node: RedisNode, key: string): Promise<WriteProbe> {
+  const { role } = await roleOf(node);
+  try {
+    await withClient(node, (client) => client.set(key, String(Date.now())));
+    return { node: node.id, role, accepted: true };
+  } catch (error) {
+    return {
+      node: node.id,
+      role,
+      accepted: false,
+      refusal: error instanceof Error ? error.message : String(error),
+    };
+  }
+}
+
+/**
+ * Writes `count` keys `<prefix>:<n>` to a node and waits until `replicas` replicas acknowledged
+ * them (Redis WAIT), so that exactly what the test expects to survive has reached them.
+ */
+export async function writeKeys(
+  node: RedisNode,
+  prefix: string,
+  count: number,
+  replicas: number,
+): Promise<void> {
+  await withClient(node, async (client) => {
+    const pipeline = client.pipeline();
+    for (let index = 0; index < count; index++)
+      pipeline.set(`${prefix}:${index}`, `${prefix}-value-${index}`.padEnd(100, "."));
+    await pipeline.exec();
+    if (replicas > 0) {
+      const acked = Number(await client.call("WAIT", String(replicas), "5000"));
+      if (acked < replicas) throw new Error(`only ${acked} of ${replicas} replicas acknowledged ${prefix}`);
+    }
+  });
+}
+
+/** How many of the keys `<prefix>:0..count-1` a node holds. */
+export async function countKeys(node: RedisNode, prefix: string, count: number): Promise<number> {
+  return withClient(node, async (client) => {
+    const keys = Array.from({ length: count }, (_, index) => `${prefix}:${index}`);
+    const values = await client.mget(...keys);
+    return values.filter((value) => value !== null).length;
+  });
+}
+
+/** Log records (from `LocalCluster.logLines`) whose `message` matches. */
+export function linesWith(
+  lines: ReadonlyArray<Record<string, unknown>>,
+  message: string | RegExp,
+): Array<Record<string, unknown>> {
+  return lines.filter((line) => {
+    const text = String(line.message ?? "");
+    return typeof message === "string" ? text === message : message.test(text);
+  });
+}
+
+/** The one history record of `epoch`, or a clear failure. */
+export async function historyAt(cluster: LocalCluster, epoch: number): Promise<HistoryRecord> {
+  const records = await cluster.aws.store.history.list(cluster.shard, 100);
+  const record = records.find((candidate) => candidate.epoch === epoch);
+  if (!record)
+    throw new Error(`no history record at epoch ${epoch}; have ${records.map((r) => r.epoch).join(", ")}`);
+  return record;
+}
+
+/**
+ * A replica notices a frozen (not crashed) primary only after its `repl-timeout` (Redis default
+ * 60 s): the TCP connection stays open, so `master_link_status` stays `up` and, under the majority
+ * quorum, no failover happens before that (measured: 58.5 s with the defaults). These settings
+ * bound it to ~2 s; the primary pings its replicas every second so an idle link never times out.
+ * Set on every node, as any of them may become the primary.
+ */
+export async function shortenReplicationTimeout(cluster: LocalCluster): Promise<void> {
+  for (const node of cluster.redis) {
+    await withClient(node, async (client) => {
+      await client.config("SET", "repl-ping-replica-period", "1");
+      await client.config("SET", "repl-timeout", "2");
+    });
+  }
+}
