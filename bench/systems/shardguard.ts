@@ -25,6 +25,8 @@ export class ShardguardSystem implements FailoverSystem {
   readonly #options: ShardguardBenchOptions;
   #cluster: LocalCluster | undefined;
   #killed: { node: RedisNode; wallMs: number; epoch: number } | undefined;
+  /** The last kill, kept after resetTrial: the driver asks for phase timings after the reset. */
+  #lastKill: { wallMs: number; epoch: number } | undefined;
   #log: (line: string) => void = () => {};
 
   constructor(options: ShardguardBenchOptions = {}) {
@@ -85,6 +87,7 @@ export class ShardguardSystem implements FailoverSystem {
     const killedAt = performance.now();
     node.signal("SIGKILL");
     this.#killed = { node, wallMs, epoch: topology.epoch };
+    this.#lastKill = { wallMs, epoch: topology.epoch };
     return { killedAt, oldPrimary: node.address };
   }
 
@@ -94,7 +97,7 @@ export class ShardguardSystem implements FailoverSystem {
    * repoint (REPLICAOF to the others + cleanup of the old primary's records).
    */
   async phaseTimings(_kill: KillResult): Promise<Record<string, number> | undefined> {
-    const killed = this.#killed;
+    const killed = this.#lastKill;
     if (!killed) return undefined;
     const cluster = this.#require();
     const record = (await cluster.aws.store.history.list(cluster.shard, 1))[0];
