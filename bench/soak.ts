@@ -20,8 +20,9 @@ import { loadAverage, machineInfo } from "./lib/report.ts";
  * is ever killed, so every change of epoch is a false failover. A freeze near the failure timeout
  * does make the primary's heartbeat stale; what the soak measures is whether the controller then
  * fails over anyway (it must not: the replicas still see their primary, so the majority quorum is
- * not met) and how often it had to be held back. A writer writes all along; its acknowledged
- * writes are checked on the final primary.
+ * not met) and how often it had to be held back. Optionally every agent is also stalled at once
+ * now and then (`--stall-all-every`), as when the agents' path to the table fails for all of them.
+ * A writer writes all along; its acknowledged writes are checked on the final primary.
  */
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -35,6 +36,11 @@ export interface SoakOptions {
   readonly freezeMaxMs: number;
   /** Mean pause between two freezes of the same agent, ms (exponentially distributed). */
   readonly meanGapMs: number;
+  /**
+   * Mean pause between two stalls of every agent at once (a correlated stall: the agents' path to
+   * the table, or their host), ms; 0 for none.
+   */
+  readonly stallAllEveryMs: number;
   readonly seed: number;
   /** Write continuously and check the acknowledged writes at the end. */
   readonly writes: boolean;
@@ -55,7 +61,13 @@ export interface SoakReport {
   readonly shard: string;
   readonly minutes: number;
   readonly config: FailoverConfig;
-  readonly jitter: { freezeMinMs: number; freezeMaxMs: number; meanGapMs: number; seed: number };
+  readonly jitter: {
+    freezeMinMs: number;
+    freezeMaxMs: number;
+    meanGapMs: number;
+    stallAllEveryMs: number;
+    seed: number;
+  };
   readonly freezes: {
     readonly total: number;
     readonly byNode: Readonly<Record<string, number>>;
@@ -65,6 +77,8 @@ export interface SoakReport {
     readonly ofPrimary: number;
     /** Samples in which every agent was frozen at once. */
     readonly allFrozenSamples: number;
+    /** Stalls of every agent at once (`stallAllEveryMs`). */
+    readonly stallsOfAll: number;
   };
   /** Epoch changes without a kill. */
   readonly falseFailovers: number;
@@ -113,38 +127,76 @@ interface FreezeStats {
   frozenMs: number;
   longestMs: number;
   ofPrimary: number;
-  frozenNow: Set<string>;
+  stallsOfAll: number;
 }
 
-/** Freezes one agent again and again until `signal`; always leaves it running. */
-async function jitterAgent(
-  cluster: LocalCluster,
-  id: string,
+/**
+ * SIGSTOP/SIGCONT with a count per agent: an agent frozen by its own jitter and by a stall of all
+ * agents at once runs again only when both are over.
+ */
+class Freezer {
+  readonly #cluster: LocalCluster;
+  readonly #holds = new Map<string, number>();
+
+  constructor(cluster: LocalCluster) {
+    this.#cluster = cluster;
+  }
+
+  freeze(id: string): boolean {
+    const holds = this.#holds.get(id) ?? 0;
+    if (holds === 0 && !this.#cluster.signalAgent(id, "SIGSTOP")) return false;
+    this.#holds.set(id, holds + 1);
+    return true;
+  }
+
+  thaw(id: string): void {
+    const holds = (this.#holds.get(id) ?? 0) - 1;
+    this.#holds.set(id, Math.max(0, holds));
+    if (holds <= 0) this.#cluster.signalAgent(id, "SIGCONT");
+  }
+
+  get frozen(): number {
+    return [...this.#holds.values()].filter((holds) => holds > 0).length;
+  }
+}
+
+/** Freezes `ids` together for one random sub-failure-timeout period; always thaws them. */
+async function freezeFor(
+  freezer: Freezer,
+  ids: readonly string[],
   options: SoakOptions,
   next: () => number,
   stats: FreezeStats,
-  currentPrimary: () => string | undefined,
-  signal: AbortSignal,
+  primary: string | undefined,
 ): Promise<void> {
-  while (!signal.aborted) {
-    const gap = -Math.log(1 - next()) * options.meanGapMs;
-    await sleep(gap, undefined, { signal }).catch(() => {});
-    if (signal.aborted) return;
-    const freezeMs = options.freezeMinMs + next() * (options.freezeMaxMs - options.freezeMinMs);
-    if (!cluster.signalAgent(id, "SIGSTOP")) continue;
-    stats.frozenNow.add(id);
-    try {
+  const freezeMs = options.freezeMinMs + next() * (options.freezeMaxMs - options.freezeMinMs);
+  const frozen = ids.filter((id) => freezer.freeze(id));
+  try {
+    for (const id of frozen) {
       stats.total += 1;
       stats.byNode[id] = (stats.byNode[id] ?? 0) + 1;
-      if (currentPrimary() === id) stats.ofPrimary += 1;
-      stats.longestMs = Math.max(stats.longestMs, freezeMs);
-      stats.frozenMs += freezeMs;
-      // Not abortable: the freeze always ends with SIGCONT.
-      await sleep(freezeMs);
-    } finally {
-      cluster.signalAgent(id, "SIGCONT");
-      stats.frozenNow.delete(id);
+      if (primary === id) stats.ofPrimary += 1;
     }
+    stats.longestMs = Math.max(stats.longestMs, freezeMs);
+    stats.frozenMs += freezeMs * frozen.length;
+    // Not abortable: a freeze always ends with SIGCONT.
+    await sleep(freezeMs);
+  } finally {
+    for (const id of frozen) freezer.thaw(id);
+  }
+}
+
+/** Repeats `round` after exponentially distributed pauses of mean `meanGapMs` until `signal`. */
+async function everySoOften(
+  meanGapMs: number,
+  next: () => number,
+  signal: AbortSignal,
+  round: () => Promise<void>,
+): Promise<void> {
+  while (!signal.aborted) {
+    await sleep(-Math.log(1 - next()) * meanGapMs, undefined, { signal }).catch(() => {});
+    if (signal.aborted) return;
+    await round();
   }
 }
 
@@ -177,8 +229,9 @@ export async function runSoak(
     frozenMs: 0,
     longestMs: 0,
     ofPrimary: 0,
-    frozenNow: new Set(),
+    stallsOfAll: 0,
   };
+  const freezer = new Freezer(cluster);
   const changes: Array<Omit<EpochChange, "kind" | "reason">> = [];
   const sampleMs = 100;
   const stale = { samples: 0, episodes: 0, maxAgeMs: 0, inEpisode: false };
@@ -192,9 +245,20 @@ export async function runSoak(
     );
     writer?.start();
     const next = random(options.seed);
-    const jitters = cluster.redis.map((node) =>
-      jitterAgent(cluster, node.id, options, next, freezes, () => primary, inject.signal),
+    const ids = cluster.redis.map((node) => node.id);
+    const jitters = ids.map((id) =>
+      everySoOften(options.meanGapMs, next, inject.signal, () =>
+        freezeFor(freezer, [id], options, next, freezes, primary),
+      ),
     );
+    if (options.stallAllEveryMs > 0) {
+      jitters.push(
+        everySoOften(options.stallAllEveryMs, next, inject.signal, () => {
+          freezes.stallsOfAll += 1;
+          return freezeFor(freezer, ids, options, next, freezes, primary);
+        }),
+      );
+    }
     const started = performance.now();
     const endAt = started + options.minutes * 60_000;
     let lastReport = started;
@@ -221,7 +285,7 @@ export async function runSoak(
         if (isStale && !stale.inEpisode) stale.episodes += 1;
         stale.inEpisode = isStale;
       }
-      if (freezes.frozenNow.size === cluster.redis.length) allFrozenSamples += 1;
+      if (freezer.frozen === cluster.redis.length) allFrozenSamples += 1;
       if (performance.now() - lastReport > 60_000) {
         lastReport = performance.now();
         progress(
@@ -273,6 +337,7 @@ export async function runSoak(
         freezeMinMs: options.freezeMinMs,
         freezeMaxMs: options.freezeMaxMs,
         meanGapMs: options.meanGapMs,
+        stallAllEveryMs: options.stallAllEveryMs,
         seed: options.seed,
       },
       freezes: {
@@ -282,6 +347,7 @@ export async function runSoak(
         longestMs: Math.round(freezes.longestMs),
         ofPrimary: freezes.ofPrimary,
         allFrozenSamples,
+        stallsOfAll: freezes.stallsOfAll,
       },
       falseFailovers: epochChanges.length,
       epochChanges,
@@ -314,7 +380,7 @@ export function formatSoakReport(report: SoakReport): string {
       .map(([node, count]) => `${node} ${count}`)
       .join(
         ", ",
-      )}; ${freezes.ofPrimary} of the primary's agent), ${freezes.totalFrozenS} s in all, longest ${freezes.longestMs} ms, every agent frozen at once in ${freezes.allFrozenSamples} samples`,
+      )}; ${freezes.ofPrimary} of the primary's agent), ${freezes.totalFrozenS} s in all, longest ${freezes.longestMs} ms, every agent frozen at once in ${freezes.allFrozenSamples} samples (${freezes.stallsOfAll} deliberate stalls of all agents)`,
     `primary heartbeat stale (> failure timeout) in ${primaryStale.episodes} episodes (${primaryStale.samples} samples of ${primaryStale.sampleMs} ms), oldest ${primaryStale.maxAgeMs} ms; controller held back by the quorum ${primaryStale.heldBackByQuorum} times`,
     `FALSE FAILOVERS (epoch changes with no kill): ${report.falseFailovers}`,
     ...report.epochChanges.map(
@@ -351,6 +417,7 @@ interface CliOptions {
   freezeMin?: number;
   freezeMax?: number;
   meanGap: number;
+  stallAllEvery: number;
   seed: number;
   writes: boolean;
   json?: boolean;
@@ -395,6 +462,12 @@ export function buildProgram(): Command {
       parseIntegerOption(0, 600_000),
       3000,
     )
+    .option(
+      "--stall-all-every <ms>",
+      "mean pause between stalls of every agent at once (0: none)",
+      parseIntegerOption(0, 3_600_000),
+      0,
+    )
     .option("--seed <n>", "seed of the freeze schedule", parseIntegerOption(0, 2 ** 31), 1)
     .option("--no-writes", "no writer")
     .option("--json", "print the report as JSON on stdout")
@@ -423,6 +496,7 @@ export function buildProgram(): Command {
           freezeMinMs,
           freezeMaxMs,
           meanGapMs: options.meanGap,
+          stallAllEveryMs: options.stallAllEvery,
           seed: options.seed,
           writes: options.writes,
         },
