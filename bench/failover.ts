@@ -17,6 +17,7 @@ import {
   writeReport,
 } from "./lib/report.ts";
 import { SYSTEMS } from "./systems/registry.ts";
+import { shardguardTimings } from "./systems/shardguard.ts";
 import type { FailoverSystem, KillResult } from "./systems/types.ts";
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -451,6 +452,7 @@ export function buildProgram(): Command {
         quietMs: options.quietMs,
         trialTimeoutMs: options.trialTimeout ?? options.failureTimeout + 30_000,
         sentinel: { sentinels: 3, quorum: 2, failoverTimeoutMs: options.sentinelFailoverTimeout },
+        shardguard: shardguardTimings(options.failureTimeout),
         writer: { commandTimeoutMs: 250, writeIntervalMs: 2, retryDelayMs: 10 },
       };
       const abort = abortOnSignal();

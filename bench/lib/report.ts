@@ -20,6 +20,12 @@ export interface BenchConfig {
     readonly quorum: number;
     readonly failoverTimeoutMs: number;
   };
+  /** Shardguard's timings at this failure timeout (heartbeat, tick, fence), quorum majority, no cool-down. */
+  readonly shardguard: {
+    readonly heartbeatIntervalMs: number;
+    readonly tickIntervalMs: number;
+    readonly fenceTimeoutMs: number;
+  };
   readonly writer: {
     readonly commandTimeoutMs: number;
     readonly writeIntervalMs: number;

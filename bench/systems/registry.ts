@@ -8,5 +8,5 @@ export type SystemFactory = (config: BenchConfig) => FailoverSystem;
 /** Systems `--systems` can name; a new system is one line here. Runs follow this order. */
 export const SYSTEMS: Readonly<Record<string, SystemFactory>> = {
   sentinel: (config) => new SentinelSystem(config.sentinel),
-  shardguard: () => new ShardguardSystem(),
+  shardguard: (config) => new ShardguardSystem(config.shardguard),
 };

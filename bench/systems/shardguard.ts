@@ -1,17 +1,27 @@
-import type { FailoverConfigInput } from "../../src/core/config.ts";
 import { LocalCluster } from "../../src/demo/local-cluster.ts";
 import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
-import type { LocalStack } from "../../src/local-stack/stack.ts";
 import { waitForReplicasInSync } from "../../src/workload/replication.ts";
 import type { FailoverSystem, KillResult, SystemConfig } from "./types.ts";
 
-export interface ShardguardBenchOptions {
-  /** Agent heartbeat interval. @default failureTimeoutMs / 3 (the shipped 1 s : 3 s ratio) */
-  readonly heartbeatIntervalMs?: number;
-  /** Controller tick. @default heartbeatIntervalMs / 2, at most 1000 */
-  readonly tickIntervalMs?: number;
-  /** A running local stack to share (the driver starts one for the run). */
-  readonly stack?: LocalStack;
+/** Shardguard's timings besides the shared failure timeout. */
+export interface ShardguardTimings {
+  readonly heartbeatIntervalMs: number;
+  readonly tickIntervalMs: number;
+  readonly fenceTimeoutMs: number;
+}
+
+/**
+ * The timings the benchmark runs Shardguard with at a given failure timeout: the shipped 1 s : 3 s
+ * heartbeat-to-timeout ratio, a controller tick of half a heartbeat (at most 1 s) and a fence
+ * timeout halfway between heartbeat and failure timeout.
+ */
+export function shardguardTimings(failureTimeoutMs: number): ShardguardTimings {
+  const heartbeatIntervalMs = Math.round(failureTimeoutMs / 3);
+  return {
+    heartbeatIntervalMs,
+    tickIntervalMs: Math.min(1000, Math.round(heartbeatIntervalMs / 2)),
+    fenceTimeoutMs: Math.round((heartbeatIntervalMs + failureTimeoutMs) / 2),
+  };
 }
 
 /**
@@ -22,42 +32,25 @@ export interface ShardguardBenchOptions {
  */
 export class ShardguardSystem implements FailoverSystem {
   readonly name = "shardguard";
-  readonly #options: ShardguardBenchOptions;
+  readonly #timings: ShardguardTimings;
   #cluster: LocalCluster | undefined;
   #killed: { node: RedisNode; wallMs: number; epoch: number } | undefined;
   /** The last kill, kept after resetTrial: the driver asks for phase timings after the reset. */
   #lastKill: { wallMs: number; epoch: number } | undefined;
   #log: (line: string) => void = () => {};
 
-  constructor(options: ShardguardBenchOptions = {}) {
-    this.#options = options;
-  }
-
-  /** The timings the run used, for the report. */
-  timings(failureTimeoutMs: number): Required<
-    Pick<FailoverConfigInput, "heartbeatIntervalMs" | "tickIntervalMs">
-  > & {
-    failureTimeoutMs: number;
-    fenceTimeoutMs: number;
-  } {
-    const heartbeatIntervalMs = this.#options.heartbeatIntervalMs ?? Math.round(failureTimeoutMs / 3);
-    return {
-      failureTimeoutMs,
-      heartbeatIntervalMs,
-      tickIntervalMs: this.#options.tickIntervalMs ?? Math.min(1000, Math.round(heartbeatIntervalMs / 2)),
-      fenceTimeoutMs: Math.round((heartbeatIntervalMs + failureTimeoutMs) / 2),
-    };
+  constructor(timings: ShardguardTimings) {
+    this.#timings = timings;
   }
 
   async setup(config: SystemConfig): Promise<void> {
     this.#log = config.log;
-    const timings = this.timings(config.failureTimeoutMs);
+    const timings = { ...this.#timings, failureTimeoutMs: config.failureTimeoutMs };
     this.#log(
       `shardguard: starting a ${config.nodeCount}-node shard, agents and a controller (${JSON.stringify(timings)})`,
     );
     this.#cluster = await LocalCluster.start({
       nodes: config.nodeCount,
-      stack: this.#options.stack,
       config: { ...timings, cooldownMs: 0 },
       onProgress: (line) => this.#log(`shardguard: ${line}`),
     });

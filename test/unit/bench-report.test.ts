@@ -17,6 +17,7 @@ const config: BenchConfig = {
   quietMs: 5000,
   trialTimeoutMs: 33_000,
   sentinel: { sentinels: 3, quorum: 2, failoverTimeoutMs: 10_000 },
+  shardguard: { heartbeatIntervalMs: 1000, tickIntervalMs: 500, fenceTimeoutMs: 2000 },
   writer: { commandTimeoutMs: 250, writeIntervalMs: 2, retryDelayMs: 10 },
 };
 
