@@ -77,9 +77,12 @@ export function assessTopology(topology: Topology | undefined, view: LocalView):
   }
   const primary = topologyPrimary(topology);
   if (primary === undefined) {
+    // An offline shard has no confirmed primary: the controller may bring another node online,
+    // and whatever this node accepted meanwhile would be discarded when it steps down. A write
+    // fence stays until the topology names this node again.
     return {
       kind: "keep",
-      primaryConfirmed: view.role === "primary",
+      primaryConfirmed: false,
       reason: `topology at epoch ${topology.epoch} (${topology.status}) names no primary`,
     };
   }

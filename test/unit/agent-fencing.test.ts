@@ -131,6 +131,17 @@ describe("fencing by the topology", () => {
     expect(assessTopology(aFailoverTo("n5", "promote"), primaryView({ nodeId: "n2" })).kind).toBe("demote");
   });
 
+  it("does not confirm a primary while the topology names none (shard offline), so its write fence stays", () => {
+    // Prepare
+    const offline = aTopology({ status: "offline", primary_node_id: undefined, primary_address: undefined });
+
+    // Act
+    const verdict = assessTopology(offline, primaryView({ highestEpoch: 3 }));
+
+    // Assess
+    expect(verdict).toMatchObject({ kind: "keep", primaryConfirmed: false });
+  });
+
   it("lets a primary with no topology yet serve: the controller adopts it", () => {
     expect(assessTopology(undefined, primaryView())).toMatchObject({ kind: "keep", primaryConfirmed: true });
   });
