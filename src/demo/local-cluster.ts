@@ -182,12 +182,6 @@ export class LocalCluster {
     return agent.child.kill(signal);
   }
 
-  /** The pid of the agent process beside node `id`, while it runs. */
-  agentPid(id: string): number | undefined {
-    const child = this.#agents.get(id)?.child;
-    return child && child.exitCode === null && child.signalCode === null ? child.pid : undefined;
-  }
-
   /**
    * The JSON lines of one process's log (`agent-<id>.log`, `controller-<n>.log`) written so far;
    * lines that are not JSON objects (a crash trace) are skipped.
