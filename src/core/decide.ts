@@ -103,6 +103,14 @@ export function isFresh(heartbeat: Heartbeat, config: FailoverConfig, now: numbe
   return heartbeatAgeMs(heartbeat, now) <= config.failureTimeoutMs;
 }
 
+/**
+ * The agent itself was heard within `failureTimeoutMs` (its last write, whatever its database's
+ * state). Heartbeats written before `agent_updated` existed count by `last_updated`.
+ */
+export function isAgentHeard(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
+  return now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000 <= config.failureTimeoutMs;
+}
+
 /** How many `down` reports the quorum mode needs out of `voters` fresh replicas. */
 export function quorumNeeded(mode: FailoverConfig["quorum"], voters: number): number {
   switch (mode) {
@@ -380,6 +388,18 @@ function decideOnline(
   );
   const down = voters.filter((node) => node.primary_link === "down").length;
   const needed = quorumNeeded(config.quorum, voters.length);
+  // Not one agent heard: the controller cannot tell a dead shard from agents cut off from the
+  // table or stalled while every database serves. Marking it offline is then no harmless status:
+  // the next tick brings it online with whichever node is heard first, possibly not the primary
+  // that kept taking writes, which lose them when it steps down. Wait until some agent reports.
+  if (config.quorum !== "none" && !snapshot.nodes.some((node) => isAgentHeard(node, config, now))) {
+    return none(
+      "quorum_not_met",
+      `${staleness}, and no agent of the shard was heard for more than ${config.failureTimeoutMs} ms: ` +
+        "a dead shard cannot be told from agents cut off from the table; not failing over or marking it offline",
+      true,
+    );
+  }
   const quorumMet = voters.length === 0 ? config.quorum === "none" || !anyEligible : down >= needed;
   if (!quorumMet) {
     return none(

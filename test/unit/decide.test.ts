@@ -254,12 +254,31 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "mark_offline", epoch: 3 },
     },
     {
-      name: "marks the shard offline when the primary is stale and no other node is fresh",
+      name: "marks the shard offline when the primary is stale and the other agents report their databases down",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", ageMs: 9000, db_status: "down", agent_updated: (NOW - 100) * 1000 })
+          .withNode({ node_id: "r2", ageMs: 9000, db_status: "down", agent_updated: (NOW - 100) * 1000 })
+          .build(),
+      expected: { kind: "mark_offline" },
+    },
+    {
+      name: "neither fails over nor marks the shard offline when no agent at all was heard (agents cut off or stalled)",
       snapshot: () =>
         aShardWithStalePrimary()
           .withNode({ node_id: "r1", ageMs: 9000 })
           .withNode({ node_id: "r2", ageMs: 9000 })
           .build(),
+      expected: { kind: "none", code: "quorum_not_met", primaryStale: true },
+    },
+    {
+      name: "marks the shard offline with no agent heard when the quorum mode is none",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      config: { quorum: "none" },
       expected: { kind: "mark_offline" },
     },
     {
