@@ -91,6 +91,8 @@ export interface SoakReport {
     readonly maxAgeMs: number;
     /** Controller log: times it found the primary stale and held back because the quorum was not met. */
     readonly heldBackByQuorum: number;
+    /** Controller log: times it held back because not one agent of the shard was heard. */
+    readonly heldBackNoAgentHeard: number;
   };
   readonly writes:
     | {
@@ -304,9 +306,9 @@ export async function runSoak(
       const record = history.find((candidate) => candidate.epoch === change.epoch);
       return { ...change, kind: record?.kind, reason: record?.reason };
     });
-    const heldBackByQuorum = cluster
-      .controllerLogLines()
-      .filter((line) => line.code === "quorum_not_met").length;
+    const decisions = cluster.controllerLogLines();
+    const heldBackByQuorum = decisions.filter((line) => line.code === "quorum_not_met").length;
+    const heldBackNoAgentHeard = decisions.filter((line) => line.code === "no_agent_heard").length;
     let writes: SoakReport["writes"];
     if (writer) {
       const finalPrimary = cluster.redis.find((node) => node.address === writer.stats().lastAck?.address);
@@ -357,6 +359,7 @@ export async function runSoak(
         episodes: stale.episodes,
         maxAgeMs: Math.round(stale.maxAgeMs),
         heldBackByQuorum,
+        heldBackNoAgentHeard,
       },
       writes,
       selfFences,
@@ -381,7 +384,7 @@ export function formatSoakReport(report: SoakReport): string {
       .join(
         ", ",
       )}; ${freezes.ofPrimary} of the primary's agent), ${freezes.totalFrozenS} s in all, longest ${freezes.longestMs} ms, every agent frozen at once in ${freezes.allFrozenSamples} samples (${freezes.stallsOfAll} deliberate stalls of all agents)`,
-    `primary heartbeat stale (> failure timeout) in ${primaryStale.episodes} episodes (${primaryStale.samples} samples of ${primaryStale.sampleMs} ms), oldest ${primaryStale.maxAgeMs} ms; controller held back by the quorum ${primaryStale.heldBackByQuorum} times`,
+    `primary heartbeat stale (> failure timeout) in ${primaryStale.episodes} episodes (${primaryStale.samples} samples of ${primaryStale.sampleMs} ms), oldest ${primaryStale.maxAgeMs} ms; controller held back by the quorum ${primaryStale.heldBackByQuorum} times, for want of any agent heard ${primaryStale.heldBackNoAgentHeard} times`,
     `FALSE FAILOVERS (epoch changes with no kill): ${report.falseFailovers}`,
     ...report.epochChanges.map(
       (change) =>

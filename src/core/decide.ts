@@ -23,6 +23,7 @@ export type NoActionCode =
   | "locked"
   | "healthy"
   | "quorum_not_met"
+  | "no_agent_heard"
   | "offline_no_candidate"
   | "inconsistent_topology";
 
@@ -394,7 +395,7 @@ function decideOnline(
   // that kept taking writes, which lose them when it steps down. Wait until some agent reports.
   if (config.quorum !== "none" && !snapshot.nodes.some((node) => isAgentHeard(node, config, now))) {
     return none(
-      "quorum_not_met",
+      "no_agent_heard",
       `${staleness}, and no agent of the shard was heard for more than ${config.failureTimeoutMs} ms: ` +
         "a dead shard cannot be told from agents cut off from the table; not failing over or marking it offline",
       true,

@@ -269,7 +269,7 @@ describe("decide: no eligible candidate and offline shards", () => {
           .withNode({ node_id: "r1", ageMs: 9000 })
           .withNode({ node_id: "r2", ageMs: 9000 })
           .build(),
-      expected: { kind: "none", code: "quorum_not_met", primaryStale: true },
+      expected: { kind: "none", code: "no_agent_heard", primaryStale: true },
     },
     {
       name: "marks the shard offline with no agent heard when the quorum mode is none",
