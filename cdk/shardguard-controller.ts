@@ -93,6 +93,8 @@ export class ShardguardController extends Construct {
   public readonly config: FailoverConfig;
   public readonly failoverAlarm: cloudwatch.Alarm;
   public readonly shardOfflineAlarm: cloudwatch.Alarm;
+  /** A primary stays stale without a failover for 3 minutes (quorum not met, no agent heard, paused). */
+  public readonly primaryStaleAlarm: cloudwatch.Alarm;
   public readonly controllerErrorsAlarm: cloudwatch.Alarm;
   public readonly controllerThrottlesAlarm: cloudwatch.Alarm;
   public readonly controllerNotRunningAlarm: cloudwatch.Alarm;
@@ -148,6 +150,16 @@ export class ShardguardController extends Construct {
     this.shardOfflineAlarm = this.metricAlarm("ShardOfflineAlarm", this.metricController("shardOffline"), {
       description: "Shardguard marked a shard offline: its primary is stale and no replica is eligible.",
     });
+    this.primaryStaleAlarm = this.metricAlarm(
+      "PrimaryStaleAlarm",
+      this.metricController("staleHeartbeatDetected"),
+      {
+        description:
+          "A shard's primary heartbeat has been stale for 3 minutes without a failover completing: the quorum " +
+          "holds it back, no agent of the shard is heard, or the shard is paused. See the controller's log reason.",
+        evaluationPeriods: 3,
+      },
+    );
     this.controllerErrorsAlarm = this.metricAlarm(
       "ControllerErrorsAlarm",
       this.controllerFunction.metricErrors({ period: Duration.minutes(5), statistic: "Sum" }),
@@ -400,13 +412,15 @@ export class ShardguardController extends Construct {
       readonly description: string;
       readonly comparisonOperator?: cloudwatch.ComparisonOperator;
       readonly treatMissingData?: cloudwatch.TreatMissingData;
+      /** @default 1 */
+      readonly evaluationPeriods?: number;
     },
   ): cloudwatch.Alarm {
     const alarm = new cloudwatch.Alarm(this, id, {
       metric,
       alarmDescription: options.description,
       threshold: 1,
-      evaluationPeriods: 1,
+      evaluationPeriods: options.evaluationPeriods ?? 1,
       comparisonOperator:
         options.comparisonOperator ?? cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       treatMissingData: options.treatMissingData ?? cloudwatch.TreatMissingData.NOT_BREACHING,

@@ -361,6 +361,15 @@ describe("events, alarms and dashboard", () => {
     template.hasResourceProperties("AWS::CloudWatch::Alarm", metricsInsights("shardOffline"));
   });
 
+  it("alarms when a primary stays stale for three minutes without a failover", () => {
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+      Metrics: [
+        Match.objectLike({ Expression: "SELECT SUM(staleHeartbeatDetected) FROM Shardguard", Period: 60 }),
+      ],
+      EvaluationPeriods: 3,
+    });
+  });
+
   it("alarms on controller errors, throttles and a controller that stopped running", () => {
     for (const metric of ["Errors", "Throttles"]) {
       template.hasResourceProperties("AWS::CloudWatch::Alarm", {
@@ -399,7 +408,7 @@ describe("events, alarms and dashboard", () => {
 
   it("sends every alarm to the alarm topic", () => {
     const alarms = Object.values(template.findResources("AWS::CloudWatch::Alarm"));
-    expect(alarms).toHaveLength(7);
+    expect(alarms).toHaveLength(8);
     for (const alarm of alarms) {
       expect((alarm as { Properties: { AlarmActions: string[] } }).Properties.AlarmActions).toEqual([
         ALARM_TOPIC,
