@@ -91,6 +91,36 @@ describe("shardguard local-stack", () => {
     expect(startedPids.filter(alive)).toEqual([]);
   });
 
+  it("stops what it started when SIGTERM arrives during start-up", async () => {
+    // Prepare
+    const child = spawn(process.execPath, [CLI, "local-stack", "--redis", "1", "--json"], {
+      env: cleanEnv(),
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const seen = new Set<number>();
+    const watch = setInterval(() => {
+      if (child.pid) for (const pid of descendants(child.pid)) seen.add(pid);
+    }, 50);
+
+    // Act: signal as soon as the first emulator process exists, long before the stack is ready.
+    await new Promise<void>((resolve) => {
+      const check = setInterval(() => {
+        if (seen.size > 0) {
+          clearInterval(check);
+          resolve();
+        }
+      }, 20);
+    });
+    child.kill("SIGTERM");
+    const code = await exited;
+    clearInterval(watch);
+
+    // Assess
+    expect(code).toBe(0);
+    expect([...seen].filter(alive)).toEqual([]);
+  });
+
   it("fails within seconds with a one-line hint when java is missing", () => {
     // Prepare: a PATH with node only.
     const env = cleanEnv({ PATH: dirname(process.execPath) });

@@ -19,17 +19,26 @@ export function registerLocalStack(program: Command): void {
     .option("--json", "print only the JSON line on stdout (progress still goes to stderr)")
     .action(async (options: { redis: number; json?: boolean }) => {
       const progress = (line: string) => process.stderr.write(`local-stack: ${line}\n`);
+      // Listen before starting: a SIGINT/SIGTERM during start-up must still stop what was started
+      // (without a listener Node dies at once and the exit hooks never run).
+      let signalled: NodeJS.Signals | undefined;
+      const signal = untilSignal().then((received) => {
+        signalled = received;
+        progress(`${received} received, stopping`);
+        return received;
+      });
       const stack = await startLocalStack({ redis: options.redis, onProgress: progress });
+      if (signalled) {
+        await stack.stop();
+        return;
+      }
       const line = { ...stack.env, redis: stack.redis.map((node) => node.address) };
       process.stdout.write(`${JSON.stringify(line)}\n`);
       if (!options.json) {
-        progress(
-          "ready; export the variables above to use it, e.g. eval \"$(… | jq -r 'to_entries[] | ...')\"",
-        );
+        progress("ready; the line above holds the environment for any AWS SDK tool (see the README)");
         progress("press Ctrl-C to stop");
       }
-      const signal = await untilSignal();
-      progress(`${signal} received, stopping`);
+      await signal;
       await stack.stop();
     });
 }
