@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:net";
 import { dirname } from "node:path";
 import { createInterface } from "node:readline";
@@ -19,8 +19,10 @@ function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return env;
 }
 
+/** Child PIDs of `pid`; `ps` exits 1 when there are none. */
 function descendants(pid: number): number[] {
-  const out = execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" }).trim();
+  const listed = spawnSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" });
+  const out = listed.stdout.trim();
   return out ? out.split(/\s+/).map(Number) : [];
 }
 
