@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
+import { parseReplicationInfo } from "../agent/redis-info.ts";
 import { errorMessage, ShardguardError } from "../core/errors.ts";
 
 /** The few `INFO replication` fields the workload needs to tell that replicas caught up. */
@@ -12,23 +13,14 @@ export interface ReplicationState {
   readonly linkUp: boolean;
 }
 
+/** The workload's view of `INFO replication`, read with the agent's parser (one parser of that text). */
 export function parseReplicationState(text: string): ReplicationState {
-  const fields = new Map<string, string>();
-  for (const line of text.split(/\r?\n/)) {
-    const colon = line.indexOf(":");
-    if (colon > 0 && !line.startsWith("#")) fields.set(line.slice(0, colon), line.slice(colon + 1).trim());
-  }
-  const role = fields.get("role");
-  if (role !== "master" && role !== "slave") {
-    throw new ShardguardError(`INFO replication has no usable role (got ${JSON.stringify(role)})`);
-  }
-  const host = fields.get("master_host");
-  const port = fields.get("master_port");
+  const info = parseReplicationInfo(text);
   return {
-    role,
-    offset: Number(fields.get("master_repl_offset") ?? 0) || 0,
-    primaryAddress: host && port ? `${host}:${port}` : undefined,
-    linkUp: fields.get("master_link_status") === "up",
+    role: info.role === "primary" ? "master" : "slave",
+    offset: info.offset,
+    primaryAddress: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+    linkUp: info.primary?.link === "up",
   };
 }
 
