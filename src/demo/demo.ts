@@ -63,24 +63,17 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   });
   const { failureTimeoutMs } = parseFailoverConfig(options.config);
   const writer = new WriteWorkload({ resolvePrimary: () => cluster.primaryAddress() });
-  let snapshot: ShardSnapshot | undefined;
   let frame: NodeJS.Timeout | undefined;
-  const draw = () => {
-    if (!snapshot) return;
+  const draw = (snapshot: ShardSnapshot) => {
     const stats = writer.stats();
     const view = renderShardStatus(shardStatus(snapshot, cluster.aws.clock.now(), failureTimeoutMs));
     const writes = `writer: ${stats.acked} acknowledged, ${stats.failedWrites} failed, writing to ${stats.address ?? "-"}`;
     options.out(`\x1b[H\x1b[J${view}\n\n${writes}\n\n${events.slice(-14).join("\n")}\n`);
   };
-  const watch = setInterval(() => {
-    cluster
-      .snapshot()
-      .then((next) => {
-        snapshot = next;
-      })
-      .catch(() => {});
-  }, FRAME_MS);
-  if (options.live) frame = setInterval(draw, FRAME_MS);
+  // Only a terminal gets the live frame; without one, status blocks are printed at the key moments.
+  // A failed read only skips a frame; the next one, 250 ms later, reads again.
+  const redraw = () => cluster.snapshot().then(draw, () => {});
+  if (options.live) frame = setInterval(redraw, FRAME_MS);
   const printStatus = async () => {
     const now = await cluster.snapshot();
     options.out(`${renderShardStatus(shardStatus(now, cluster.aws.clock.now(), failureTimeoutMs))}\n`);
@@ -149,7 +142,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     }
     const stats = writer.stats();
     event(`writes acknowledged: ${stats.acked}; acknowledged writes lost: ${lost}`);
-    if (options.live) draw();
+    if (options.live) await redraw();
     const promotedCandidate = history?.candidates.find(
       (candidate) => candidate.node_id === history.new_primary_node_id,
     );
@@ -179,7 +172,6 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       old_primary_rejoined_as_replica: rejoined,
     };
   } finally {
-    clearInterval(watch);
     if (frame) clearInterval(frame);
     await writer.stop();
     event("stopping everything the demo started");
