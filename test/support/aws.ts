@@ -7,29 +7,25 @@ export function awsEnv(): Record<string, string> {
   return inject("awsEnv");
 }
 
-/** SDK clients configured only through the standard variables, as a user's tool would be. */
-export function dynamoClient(): DynamoDBClient {
+/** Plain SDK client settings from the standard variables, as a user's tool would build them. */
+function clientConfig(endpointVariable: "AWS_ENDPOINT_URL_DYNAMODB" | "AWS_ENDPOINT_URL_SQS") {
   const env = awsEnv();
-  return new DynamoDBClient({
+  return {
     region: env.AWS_REGION,
-    endpoint: env.AWS_ENDPOINT_URL_DYNAMODB,
+    endpoint: env[endpointVariable],
     credentials: {
       accessKeyId: env.AWS_ACCESS_KEY_ID ?? "",
       secretAccessKey: env.AWS_SECRET_ACCESS_KEY ?? "",
     },
-  });
+  };
+}
+
+export function dynamoClient(): DynamoDBClient {
+  return new DynamoDBClient(clientConfig("AWS_ENDPOINT_URL_DYNAMODB"));
 }
 
 export function sqsClient(): SQSClient {
-  const env = awsEnv();
-  return new SQSClient({
-    region: env.AWS_REGION,
-    endpoint: env.AWS_ENDPOINT_URL_SQS,
-    credentials: {
-      accessKeyId: env.AWS_ACCESS_KEY_ID ?? "",
-      secretAccessKey: env.AWS_SECRET_ACCESS_KEY ?? "",
-    },
-  });
+  return new SQSClient(clientConfig("AWS_ENDPOINT_URL_SQS"));
 }
 
 export function tableName(): string {
