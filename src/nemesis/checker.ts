@@ -1,0 +1,337 @@
+import type { EpochValue, FaultValue, Op, ProbeValue, WriteValue } from "./history.ts";
+
+/**
+ * The nemesis checker: a pure function of the history and the final reads of every node. No I/O,
+ * no clock; the same inputs always give the same verdict.
+ *
+ * Rules (shared/DESIGN.md "Guarantees"):
+ * - (a) every write a replica acknowledged (`WAIT` answered >= 1) is on the final primary;
+ * - (b) no sample outside a fence window saw two nodes accept a write; a window of `fenceWindowMs`
+ *   opens at every observed epoch change and at every heal (a woken or restarted node may take
+ *   writes until its agent's next cycle demotes it);
+ * - (c) writes the primary alone acknowledged (`WAIT` answered 0) and that are missing are
+ *   `asyncOnly` losses: reported, not a violation;
+ * - (d) the shard ends with exactly one primary, every live node following it with its link up,
+ *   and the topology naming it;
+ * - (e) every epoch change has a cause: a fault active at that moment, or healed at most
+ *   `causeWindowMs` before it.
+ * Without a final read the verdict is `"unknown"`, never a pass; verdicts merge false > unknown > true.
+ */
+
+export interface FinalNodeRead {
+  readonly node: string;
+  /** False when the node is down (killed and not restarted) or did not answer. */
+  readonly reachable: boolean;
+  /** From ROLE / INFO replication. */
+  readonly role?: "master" | "slave";
+  /** A replica: the node id it follows (mapped from its master host:port). */
+  readonly following?: string;
+  /** A replica: master_link_status is up. */
+  readonly linkUp?: boolean;
+  /** Sequence numbers of the workload's keys this node holds. */
+  readonly seqs?: readonly number[];
+}
+
+export interface FinalRead {
+  readonly nodes: readonly FinalNodeRead[];
+  /** The topology's primary and status at the end. */
+  readonly topologyPrimary?: string;
+  readonly topologyStatus?: string;
+}
+
+export interface CheckOptions {
+  /** How long after an epoch change or a heal two writable nodes are tolerated. */
+  readonly fenceWindowMs: number;
+  /** How long after a fault was healed an epoch change may still be blamed on it. */
+  readonly causeWindowMs: number;
+}
+
+export type Verdict = true | false | "unknown";
+
+export interface TwoWritableSample {
+  readonly t: number;
+  readonly nodes: readonly string[];
+}
+
+export interface CheckResult {
+  readonly valid: Verdict;
+  /** (a) Replica-acknowledged writes missing from the final primary (sequence numbers). */
+  readonly lost: readonly number[];
+  /** Keys on the final primary that the writer never attempted. */
+  readonly unexpected: readonly number[];
+  /** Writes that completed `fail` or `info` and are on the final primary anyway. */
+  readonly recovered: readonly number[];
+  /** (c) Writes acknowledged by the primary alone and missing from the final primary. */
+  readonly asyncOnly: readonly number[];
+  /** (b) Samples outside every fence window in which two or more nodes accepted a write. */
+  readonly twoWritable: readonly TwoWritableSample[];
+  readonly violations: readonly string[];
+  readonly stats: {
+    readonly attempted: number;
+    readonly acked: number;
+    readonly ackedByReplica: number;
+    readonly ackedAsyncOnly: number;
+    readonly failed: number;
+    readonly indeterminate: number;
+    readonly samples: number;
+    /** Samples with two writable nodes inside a fence window (tolerated). */
+    readonly twoWritableInWindow: number;
+    readonly epochChanges: number;
+    readonly finalPrimary: string | undefined;
+  };
+}
+
+export const DEFAULT_CHECK_OPTIONS: CheckOptions = { fenceWindowMs: 3000, causeWindowMs: 15_000 };
+
+export function mergeVerdicts(...verdicts: Verdict[]): Verdict {
+  if (verdicts.includes(false)) return false;
+  if (verdicts.includes("unknown")) return "unknown";
+  return true;
+}
+
+const fmt = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+function summarize(seqs: readonly number[], limit = 10): string {
+  const shown = seqs.slice(0, limit).join(", ");
+  return seqs.length > limit ? `${shown}, … (${seqs.length} in all)` : shown;
+}
+
+export function check(
+  history: readonly Op[],
+  final: FinalRead | undefined,
+  options: CheckOptions = DEFAULT_CHECK_OPTIONS,
+): CheckResult {
+  const violations: string[] = [];
+  const verdicts: Verdict[] = [];
+
+  // Writes: the last completion of each seq wins (there is exactly one per invoke).
+  const attempted = new Set<number>();
+  const completion = new Map<number, { type: Op["type"]; replicas: number | undefined; node?: string }>();
+  for (const op of history) {
+    if (op.process !== "writer" || op.f !== "write") continue;
+    const value = op.value as WriteValue | undefined;
+    if (value === undefined || typeof value.seq !== "number") continue;
+    if (op.type === "invoke") attempted.add(value.seq);
+    else completion.set(value.seq, { type: op.type, replicas: value.replicas, node: op.node });
+  }
+  let ackedByReplica = 0;
+  let ackedAsyncOnly = 0;
+  let failed = 0;
+  let indeterminate = 0;
+  for (const done of completion.values()) {
+    if (done.type === "ok" && (done.replicas ?? 0) >= 1) ackedByReplica++;
+    else if (done.type === "ok") ackedAsyncOnly++;
+    else if (done.type === "fail") failed++;
+    else indeterminate++;
+  }
+
+  // (b) two writable nodes outside every fence window.
+  const windowOpeners: number[] = [];
+  const epochChanges: Array<{ t: number; value: EpochValue }> = [];
+  for (const op of history) {
+    if (op.process === "observer" && op.f === "epoch") {
+      const value = op.value as EpochValue;
+      windowOpeners.push(op.t);
+      if (value.previousEpoch !== undefined) epochChanges.push({ t: op.t, value });
+    } else if (op.process === "nemesis" && op.f === "heal") {
+      windowOpeners.push(op.t);
+    }
+  }
+  const inWindow = (t: number) => windowOpeners.some((at) => at <= t && t < at + options.fenceWindowMs);
+  const twoWritable: TwoWritableSample[] = [];
+  let samples = 0;
+  let twoWritableInWindow = 0;
+  for (const op of history) {
+    if (op.process !== "sampler" || op.f !== "probe" || op.type !== "ok") continue;
+    samples++;
+    const value = op.value as ProbeValue;
+    if (value.writable.length < 2) continue;
+    if (inWindow(op.t)) twoWritableInWindow++;
+    else twoWritable.push({ t: op.t, nodes: [...value.writable].sort() });
+  }
+  if (twoWritable.length > 0) {
+    const first = twoWritable[0] as TwoWritableSample;
+    const last = twoWritable[twoWritable.length - 1] as TwoWritableSample;
+    violations.push(
+      `(b) two writable nodes: ${twoWritable.length} samples outside the ${options.fenceWindowMs} ms fence window, ` +
+        `first at t=${fmt(first.t)} (${first.nodes.join(", ")}), last at t=${fmt(last.t)} (${last.nodes.join(", ")})`,
+    );
+    verdicts.push(false);
+  }
+
+  // (e) every epoch change has a cause.
+  const faults = new Map<number, { kind: string; target: string; from: number; to: number }>();
+  for (const op of history) {
+    if (op.process !== "nemesis") continue;
+    const value = op.value as FaultValue;
+    if (op.f === "inject") {
+      faults.set(value.id, {
+        kind: value.kind,
+        target: value.target,
+        from: op.t,
+        to: Number.POSITIVE_INFINITY,
+      });
+    } else if (op.f === "heal") {
+      const fault = faults.get(value.id);
+      if (fault) fault.to = op.t;
+      else faults.set(value.id, { kind: value.kind, target: value.target, from: op.t, to: op.t });
+    }
+  }
+  for (const change of epochChanges) {
+    const cause = [...faults.values()].find(
+      (fault) => fault.from <= change.t && change.t <= fault.to + options.causeWindowMs,
+    );
+    if (!cause) {
+      violations.push(
+        `(e) epoch ${change.value.previousEpoch} -> ${change.value.epoch} at t=${fmt(change.t)} ` +
+          `(primary ${change.value.previousPrimary ?? "none"} -> ${change.value.primary ?? "none"}) ` +
+          `with no fault active or healed within ${fmt(options.causeWindowMs)} before it`,
+      );
+      verdicts.push(false);
+    }
+  }
+
+  // Without final reads, nothing about the data can be said.
+  if (final === undefined) {
+    return {
+      valid: mergeVerdicts(...verdicts, "unknown"),
+      lost: [],
+      unexpected: [],
+      recovered: [],
+      asyncOnly: [],
+      twoWritable,
+      violations: [...violations, "no final read: the data rules (a, c, d) were not checked"],
+      stats: {
+        attempted: attempted.size,
+        acked: ackedByReplica + ackedAsyncOnly,
+        ackedByReplica,
+        ackedAsyncOnly,
+        failed,
+        indeterminate,
+        samples,
+        twoWritableInWindow,
+        epochChanges: epochChanges.length,
+        finalPrimary: undefined,
+      },
+    };
+  }
+
+  // (d) one primary, every live node following it.
+  const live = final.nodes.filter((node) => node.reachable);
+  const masters = live.filter((node) => node.role === "master");
+  let finalPrimary: string | undefined;
+  if (masters.length !== 1) {
+    violations.push(
+      `(d) the shard ends with ${masters.length} primaries${masters.length > 0 ? ` (${masters.map((m) => m.node).join(", ")})` : ""}, not one`,
+    );
+    verdicts.push(false);
+    if (final.topologyPrimary && masters.some((m) => m.node === final.topologyPrimary)) {
+      finalPrimary = final.topologyPrimary;
+    }
+  } else {
+    finalPrimary = (masters[0] as FinalNodeRead).node;
+    const strays = live.filter(
+      (node) => node.node !== finalPrimary && (node.following !== finalPrimary || node.linkUp !== true),
+    );
+    if (strays.length > 0) {
+      violations.push(
+        `(d) live nodes not following the primary ${finalPrimary}: ${strays
+          .map(
+            (node) =>
+              `${node.node} (${node.role ?? "?"} of ${node.following ?? "none"}, link ${node.linkUp ? "up" : "down"})`,
+          )
+          .join(", ")}`,
+      );
+      verdicts.push(false);
+    }
+    if (final.topologyPrimary !== undefined && final.topologyPrimary !== finalPrimary) {
+      violations.push(`(d) the topology names ${final.topologyPrimary} but ${finalPrimary} is the primary`);
+      verdicts.push(false);
+    }
+  }
+
+  const primaryRead = final.nodes.find((node) => node.node === finalPrimary);
+  if (finalPrimary === undefined || primaryRead?.seqs === undefined) {
+    violations.push("no final primary could be read: the data rules (a, c) were not checked");
+    verdicts.push("unknown");
+    return {
+      valid: mergeVerdicts(...verdicts),
+      lost: [],
+      unexpected: [],
+      recovered: [],
+      asyncOnly: [],
+      twoWritable,
+      violations,
+      stats: {
+        attempted: attempted.size,
+        acked: ackedByReplica + ackedAsyncOnly,
+        ackedByReplica,
+        ackedAsyncOnly,
+        failed,
+        indeterminate,
+        samples,
+        twoWritableInWindow,
+        epochChanges: epochChanges.length,
+        finalPrimary,
+      },
+    };
+  }
+
+  // (a), (c) and the set checker's unexpected / recovered.
+  const present = new Set(primaryRead.seqs);
+  const lost: number[] = [];
+  const asyncOnly: number[] = [];
+  const recovered: number[] = [];
+  const failedButPresent: number[] = [];
+  for (const [seq, done] of [...completion.entries()].sort((x, y) => x[0] - y[0])) {
+    const here = present.has(seq);
+    if (done.type === "ok") {
+      if (here) continue;
+      if ((done.replicas ?? 0) >= 1) lost.push(seq);
+      else asyncOnly.push(seq);
+    } else if (here) {
+      recovered.push(seq);
+      if (done.type === "fail") failedButPresent.push(seq);
+    }
+  }
+  const unexpected = [...present].filter((seq) => !attempted.has(seq)).sort((x, y) => x - y);
+  if (lost.length > 0) {
+    violations.push(
+      `(a) ${lost.length} replica-acknowledged writes missing from the final primary ${finalPrimary}: seq ${summarize(lost)}`,
+    );
+    verdicts.push(false);
+  }
+  if (unexpected.length > 0) {
+    violations.push(
+      `${unexpected.length} keys on the final primary were never written: seq ${summarize(unexpected)}`,
+    );
+    verdicts.push(false);
+  }
+  if (failedButPresent.length > 0) {
+    violations.push(
+      `${failedButPresent.length} writes that were refused are on the final primary: seq ${summarize(failedButPresent)}`,
+    );
+    verdicts.push(false);
+  }
+  return {
+    valid: mergeVerdicts(...verdicts),
+    lost,
+    unexpected,
+    recovered,
+    asyncOnly,
+    twoWritable,
+    violations,
+    stats: {
+      attempted: attempted.size,
+      acked: ackedByReplica + ackedAsyncOnly,
+      ackedByReplica,
+      ackedAsyncOnly,
+      failed,
+      indeterminate,
+      samples,
+      twoWritableInWindow,
+      epochChanges: epochChanges.length,
+      finalPrimary,
+    },
+  };
+}

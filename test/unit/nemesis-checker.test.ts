@@ -1,0 +1,301 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { type CheckOptions, check, type FinalNodeRead, type FinalRead } from "../../src/nemesis/checker.ts";
+import type { Op, OpInput } from "../../src/nemesis/history.ts";
+
+const OPTIONS: CheckOptions = { fenceWindowMs: 3000, causeWindowMs: 10_000 };
+
+/** A tiny history builder: ops in the order given, at the times given. */
+function build(inputs: Array<OpInput & { t: number }>): Op[] {
+  return inputs.map((input, index) => ({ index, ...input }));
+}
+
+function write(t: number, seq: number, outcome: "ok" | "fail" | "info", replicas = 1, node = "n1") {
+  return [
+    { t, process: "writer", type: "invoke", f: "write", value: { seq }, node },
+    {
+      t: t + 1,
+      process: "writer",
+      type: outcome,
+      f: "write",
+      value: outcome === "ok" ? { seq, replicas } : { seq, error: "x" },
+      node,
+    },
+  ] as Array<OpInput & { t: number }>;
+}
+
+function probe(t: number, writable: string[]): OpInput & { t: number } {
+  return { t, process: "sampler", type: "ok", f: "probe", value: { writable, refused: [], unreachable: [] } };
+}
+
+function fault(t: number, f: "inject" | "heal", id: number, kind = "kill-redis"): OpInput & { t: number } {
+  return { t, process: "nemesis", type: "info", f, value: { id, kind, target: "primary", nodes: ["n1"] } };
+}
+
+function epoch(t: number, from: number, to: number, primary: string): OpInput & { t: number } {
+  return {
+    t,
+    process: "observer",
+    type: "info",
+    f: "epoch",
+    value: { epoch: to, primary, status: "online", previousEpoch: from, previousPrimary: "n1" },
+  };
+}
+
+function healthy(primary: string, seqs: number[], replicas = ["n2", "n3"]): FinalRead {
+  const nodes: FinalNodeRead[] = [
+    { node: primary, reachable: true, role: "master", seqs },
+    ...replicas.map((node) => ({
+      node,
+      reachable: true,
+      role: "slave" as const,
+      following: primary,
+      linkUp: true,
+      seqs,
+    })),
+  ];
+  return { nodes, topologyPrimary: primary, topologyStatus: "online" };
+}
+
+describe("nemesis checker", () => {
+  it("fails a history with one lost write and one two-writable window, naming both", () => {
+    // Prepare: seq 2 acknowledged by a replica and missing; two writable nodes 10 s after the last window.
+    const history = build([...write(100, 1, "ok"), ...write(200, 2, "ok"), probe(20_000, ["n1", "n2"])]);
+
+    // Act
+    const result = check(history, healthy("n1", [1]), OPTIONS);
+
+    // Assess
+    expect(result.valid).toBe(false);
+    expect(result.lost).toEqual([2]);
+    expect(result.twoWritable).toEqual([{ t: 20_000, nodes: ["n1", "n2"] }]);
+    expect(result.violations.some((v) => v.startsWith("(a)") && v.includes("seq 2"))).toBe(true);
+    expect(result.violations.some((v) => v.startsWith("(b)") && v.includes("n1, n2"))).toBe(true);
+  });
+
+  it("passes a clean history", () => {
+    const history = build([...write(0, 1, "ok"), ...write(10, 2, "ok"), probe(20, ["n1"])]);
+    const result = check(history, healthy("n1", [1, 2]), OPTIONS);
+    expect(result).toMatchObject({ valid: true, lost: [], violations: [] });
+    expect(result.stats).toMatchObject({ attempted: 2, acked: 2, ackedByReplica: 2, samples: 1 });
+  });
+
+  it("is unknown, never a pass, without a final read", () => {
+    const history = build([...write(0, 1, "ok")]);
+    const result = check(history, undefined, OPTIONS);
+    expect(result.valid).toBe("unknown");
+    expect(result.violations.join(" ")).toContain("no final read");
+  });
+
+  it("stays false without a final read when a sampled rule failed", () => {
+    const history = build([probe(50_000, ["n1", "n2"])]);
+    expect(check(history, undefined, OPTIONS).valid).toBe(false);
+  });
+
+  describe("rule by rule", () => {
+    const table: Array<{
+      rule: string;
+      history: Op[];
+      final: FinalRead;
+      valid: boolean | "unknown";
+      expect: string | null;
+    }> = [
+      {
+        rule: "(a) a replica-acknowledged write missing is lost",
+        history: build(write(0, 7, "ok", 2)),
+        final: healthy("n1", []),
+        valid: false,
+        expect: "(a) 1 replica-acknowledged",
+      },
+      {
+        rule: "(b) two writable nodes inside the fence window after an epoch change are tolerated",
+        history: build([
+          fault(0, "inject", 1),
+          epoch(5000, 1, 2, "n2"),
+          probe(6000, ["n1", "n2"]),
+          fault(7000, "heal", 1),
+        ]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: true,
+        expect: null,
+      },
+      {
+        rule: "(b) two writable nodes after the fence window are a violation",
+        history: build([
+          fault(0, "inject", 1),
+          epoch(5000, 1, 2, "n2"),
+          probe(8001, ["n1", "n2"]),
+          fault(20_000, "heal", 1),
+        ]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: false,
+        expect: "(b) two writable nodes",
+      },
+      {
+        rule: "(b) a heal opens a window (a woken node demotes itself within it)",
+        history: build([
+          fault(0, "inject", 1, "pause-redis"),
+          fault(9000, "heal", 1, "pause-redis"),
+          probe(10_000, ["n1", "n2"]),
+        ]),
+        final: healthy("n1", []),
+        valid: true,
+        expect: null,
+      },
+      {
+        rule: "(c) a write acknowledged by the primary alone and missing is reported, not a violation",
+        history: build(write(0, 3, "ok", 0)),
+        final: healthy("n1", []),
+        valid: true,
+        expect: null,
+      },
+      {
+        rule: "(d) two primaries at the end",
+        history: build([]),
+        final: {
+          nodes: [
+            { node: "n1", reachable: true, role: "master", seqs: [] },
+            { node: "n2", reachable: true, role: "master", seqs: [] },
+          ],
+          topologyPrimary: "n1",
+        },
+        valid: false,
+        expect: "(d) the shard ends with 2 primaries",
+      },
+      {
+        rule: "(d) a live replica not following the primary",
+        history: build([]),
+        final: {
+          nodes: [
+            { node: "n1", reachable: true, role: "master", seqs: [] },
+            { node: "n2", reachable: true, role: "slave", following: "n3", linkUp: false, seqs: [] },
+            { node: "n3", reachable: false },
+          ],
+          topologyPrimary: "n1",
+        },
+        valid: false,
+        expect: "(d) live nodes not following",
+      },
+      {
+        rule: "(d) a node that is down does not count",
+        history: build([]),
+        final: {
+          nodes: [
+            { node: "n1", reachable: true, role: "master", seqs: [] },
+            { node: "n2", reachable: true, role: "slave", following: "n1", linkUp: true, seqs: [] },
+            { node: "n3", reachable: false },
+          ],
+          topologyPrimary: "n1",
+        },
+        valid: true,
+        expect: null,
+      },
+      {
+        rule: "(d) no primary at all leaves the data rules unknown and the run failed",
+        history: build(write(0, 1, "ok")),
+        final: {
+          nodes: [{ node: "n1", reachable: true, role: "slave", following: "n2", linkUp: false, seqs: [] }],
+        },
+        valid: false,
+        expect: "(d) the shard ends with 0 primaries",
+      },
+      {
+        rule: "(e) an epoch change with no fault is a violation",
+        history: build([epoch(5000, 1, 2, "n2")]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: false,
+        expect: "(e) epoch 1 -> 2",
+      },
+      {
+        rule: "(e) an epoch change long after the last heal is a violation",
+        history: build([fault(0, "inject", 1), fault(1000, "heal", 1), epoch(12_000, 1, 2, "n2")]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: false,
+        expect: "(e) epoch 1 -> 2",
+      },
+      {
+        rule: "(e) an epoch change during a fault has its cause",
+        history: build([fault(0, "inject", 1), epoch(60_000, 1, 2, "n2"), fault(70_000, "heal", 1)]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: true,
+        expect: null,
+      },
+      {
+        rule: "a key never attempted is unexpected",
+        history: build([]),
+        final: healthy("n1", [99]),
+        valid: false,
+        expect: "never written",
+      },
+      {
+        rule: "an indeterminate write that landed is recovered, not a violation",
+        history: build(write(0, 4, "info")),
+        final: healthy("n1", [4]),
+        valid: true,
+        expect: null,
+      },
+    ];
+
+    it.each(table)("$rule", ({ history, final, valid, expect: expected }) => {
+      const result = check(history, final, OPTIONS);
+      expect(result.valid).toBe(valid);
+      if (expected === null) expect(result.violations).toEqual([]);
+      else expect(result.violations.some((v) => v.includes(expected))).toBe(true);
+    });
+
+    it("counts async-only losses and recovered writes", () => {
+      const history = build([...write(0, 1, "ok", 0), ...write(10, 2, "info"), ...write(20, 3, "ok", 1)]);
+      const result = check(history, healthy("n1", [2, 3]), OPTIONS);
+      expect(result).toMatchObject({ asyncOnly: [1], recovered: [2], lost: [], valid: true });
+      expect(result.stats).toMatchObject({ ackedAsyncOnly: 1, ackedByReplica: 1, indeterminate: 1 });
+    });
+  });
+
+  describe("properties", () => {
+    const outcomes = fc.array(
+      fc.record({ outcome: fc.constantFrom("ok", "fail", "info"), replicas: fc.integer({ min: 0, max: 2 }) }),
+      { maxLength: 60 },
+    );
+
+    it("a history where every acked write is in the final read has no lost writes", () => {
+      fc.assert(
+        fc.property(outcomes, fc.array(fc.boolean(), { maxLength: 60 }), (writes, extraPresent) => {
+          const ops = build(writes.flatMap((w, i) => write(i * 10, i + 1, w.outcome, w.replicas)));
+          // Every acked write is present; unacked ones may or may not be.
+          const seqs = writes
+            .map((w, i) => ({ w, seq: i + 1, extra: extraPresent[i] ?? false }))
+            .filter(({ w, extra }) => w.outcome === "ok" || (w.outcome === "info" && extra))
+            .map(({ seq }) => seq);
+          const result = check(ops, healthy("n1", seqs), OPTIONS);
+          expect(result.lost).toEqual([]);
+          expect(result.asyncOnly).toEqual([]);
+          expect(result.valid).toBe(true);
+        }),
+      );
+    });
+
+    it("every replica-acked write removed from the final read is reported lost, and only those", () => {
+      fc.assert(
+        fc.property(outcomes, fc.array(fc.boolean(), { maxLength: 60 }), (writes, drop) => {
+          const ops = build(writes.flatMap((w, i) => write(i * 10, i + 1, w.outcome, w.replicas)));
+          const acked = writes.map((w, i) => ({ w, seq: i + 1 })).filter(({ w }) => w.outcome === "ok");
+          const kept = acked.filter((_, i) => !(drop[i] ?? false));
+          const result = check(
+            ops,
+            healthy(
+              "n1",
+              kept.map(({ seq }) => seq),
+            ),
+            OPTIONS,
+          );
+          const expectedLost = acked
+            .filter((_, i) => drop[i] ?? false)
+            .filter(({ w }) => w.replicas >= 1)
+            .map(({ seq }) => seq);
+          expect(result.lost).toEqual(expectedLost);
+          expect(result.valid).toBe(expectedLost.length === 0);
+        }),
+      );
+    });
+  });
+});
