@@ -58,6 +58,8 @@ const DAY_SECONDS = 86_400;
 /** Replica set item: the seed's `<primary_id>_replicas` SET. DynamoDB drops an emptied set attribute. */
 const replicaSetItemSchema = z.object({
   replicas: z.set(idSchema).optional(),
+  /** Bumped by every change; absent on items written before the replica-set guard. */
+  version: z.number().int().nonnegative().optional(),
 });
 
 const shardIndexItemSchema = z.object({ shard: idSchema });
@@ -136,6 +138,7 @@ function malformedFrom(sk: string, error: z.ZodError): MalformedItem {
 export function snapshotFromItems(shard: string, items: readonly Record<string, unknown>[]): ShardSnapshot {
   const nodes: Heartbeat[] = [];
   const replicaSets: Record<string, readonly string[]> = {};
+  const replicaSetVersions: Record<string, number> = {};
   const malformed: MalformedItem[] = [];
   let topology: Topology | undefined;
   let lock: Lock | undefined;
@@ -154,7 +157,11 @@ export function snapshotFromItems(shard: string, items: readonly Record<string, 
     } else if (sk.startsWith("REPLICAS#")) {
       const parsed = replicaSetItemSchema.safeParse(item);
       if (!parsed.success) malformed.push(malformedFrom(sk, parsed.error));
-      else replicaSets[sk.slice("REPLICAS#".length)] = [...(parsed.data.replicas ?? [])].sort();
+      else {
+        const primaryId = sk.slice("REPLICAS#".length);
+        replicaSets[primaryId] = [...(parsed.data.replicas ?? [])].sort();
+        if (parsed.data.version !== undefined) replicaSetVersions[primaryId] = parsed.data.version;
+      }
     } else if (sk === keys.lock) {
       const parsed = lockSchema.safeParse(item);
       if (!parsed.success) malformed.push(malformedFrom(sk, parsed.error));
@@ -168,7 +175,7 @@ export function snapshotFromItems(shard: string, items: readonly Record<string, 
     }
   }
   nodes.sort((a, b) => a.node_id.localeCompare(b.node_id));
-  return { shard, nodes, replicaSets, topology, lock, malformed };
+  return { shard, nodes, replicaSets, replicaSetVersions, topology, lock, malformed };
 }
 
 export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore {
@@ -255,27 +262,65 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
     return this.#update("DELETE", shard, primaryId, nodeIds);
   }
 
-  /** ADD/DELETE on a string set: atomic per id, no read-modify-write race between writers. */
-  async #update(action: "ADD" | "DELETE", shard: string, primaryId: string, nodeIds: readonly string[]) {
-    this.requireId("shard id", shard);
-    this.requireId("primary id", primaryId);
-    for (const id of nodeIds) this.requireId("node id", id);
-    // DynamoDB rejects empty sets; adding or removing nothing is a no-op.
-    if (nodeIds.length === 0) return;
-    await this.call(`UpdateItem (${action} replicas of ${shard}/${primaryId})`, () =>
+  async removeWhilePrimary(
+    shard: string,
+    primaryId: string,
+    nodeIds: readonly string[],
+    epoch: number,
+  ): Promise<boolean> {
+    if (nodeIds.length === 0) return true;
+    const update = this.#updateInput("DELETE", shard, primaryId, nodeIds);
+    return this.conditional(`TransactWriteItems (remove replicas of ${shard}/${primaryId})`, () =>
       this.documents.send(
-        new UpdateCommand({
-          TableName: this.tableName,
-          Key: { pk: keys.shardPk(shard), sk: keys.replicas(primaryId) },
-          UpdateExpression: `${action} replicas :ids SET #ttl = :ttl`,
-          ExpressionAttributeNames: { "#ttl": TTL_ATTRIBUTE },
-          ExpressionAttributeValues: {
-            ":ids": new Set(nodeIds),
-            ":ttl": this.ttlIn(this.heartbeatTtlSeconds),
-          },
+        new TransactWriteCommand({
+          TransactItems: [
+            {
+              ConditionCheck: {
+                TableName: this.tableName,
+                Key: { pk: keys.shardPk(shard), sk: keys.topology },
+                ConditionExpression:
+                  "epoch = :epoch AND primary_node_id = :primary AND #status IN (:online, :paused)",
+                ExpressionAttributeNames: { "#status": "status" },
+                ExpressionAttributeValues: {
+                  ":epoch": epoch,
+                  ":primary": primaryId,
+                  ":online": "online",
+                  ":paused": "paused",
+                },
+              },
+            },
+            { Update: update },
+          ],
         }),
       ),
     );
+  }
+
+  /** ADD/DELETE on a string set: atomic per id, no read-modify-write race between writers. */
+  async #update(action: "ADD" | "DELETE", shard: string, primaryId: string, nodeIds: readonly string[]) {
+    // DynamoDB rejects empty sets; adding or removing nothing is a no-op.
+    if (nodeIds.length === 0) return;
+    const input = this.#updateInput(action, shard, primaryId, nodeIds);
+    await this.call(`UpdateItem (${action} replicas of ${shard}/${primaryId})`, () =>
+      this.documents.send(new UpdateCommand(input)),
+    );
+  }
+
+  #updateInput(action: "ADD" | "DELETE", shard: string, primaryId: string, nodeIds: readonly string[]) {
+    this.requireId("shard id", shard);
+    this.requireId("primary id", primaryId);
+    for (const id of nodeIds) this.requireId("node id", id);
+    return {
+      TableName: this.tableName,
+      Key: { pk: keys.shardPk(shard), sk: keys.replicas(primaryId) },
+      UpdateExpression: `${action} replicas :ids ADD version :one SET #ttl = :ttl`,
+      ExpressionAttributeNames: { "#ttl": TTL_ATTRIBUTE },
+      ExpressionAttributeValues: {
+        ":ids": new Set(nodeIds),
+        ":one": 1,
+        ":ttl": this.ttlIn(this.heartbeatTtlSeconds),
+      },
+    };
   }
 }
 

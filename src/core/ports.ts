@@ -26,6 +26,12 @@ export interface ShardSnapshot {
   readonly nodes: readonly Heartbeat[];
   /** primary node id -> node ids of its replicas that completed a full sync. */
   readonly replicaSets: Readonly<Record<string, readonly string[]>>;
+  /**
+   * primary node id -> version of its replica set, bumped by every change. A failover that chose
+   * its target from the set conditions its epoch bump on this version (the set is the write
+   * guard's membership, docs/agent.md#the-replica-set-guard).
+   */
+  readonly replicaSetVersions: Readonly<Record<string, number>>;
   readonly topology: Topology | undefined;
   readonly lock: Lock | undefined;
   readonly malformed: readonly MalformedItem[];
@@ -41,6 +47,17 @@ export interface HeartbeatStore {
 export interface ReplicaSetStore {
   add(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void>;
   remove(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void>;
+  /**
+   * Removes members from the primary's replica set only while the topology still names it
+   * primary at `epoch` and no failover is under way, in one transaction; false otherwise. The
+   * primary lowers its write guard only after this succeeded.
+   */
+  removeWhilePrimary(
+    shard: string,
+    primaryId: string,
+    nodeIds: readonly string[],
+    epoch: number,
+  ): Promise<boolean>;
 }
 
 export interface LockStore {

@@ -52,6 +52,8 @@ export class ShardBuilder {
   private nodes = new Map<string, Heartbeat>();
   private topology: Topology | undefined;
   private lock: Lock | undefined;
+  /** The primary's replica set under the write guard (undefined: a set written before the guard). */
+  private guard: { members: readonly string[]; version: number } | undefined;
 
   constructor() {
     this.topology = {
@@ -141,11 +143,18 @@ export class ShardBuilder {
     return this;
   }
 
+  /** p1's replica set is the write guard's membership: only these nodes may be promoted. */
+  guardedBy(members: readonly string[], version = 1): this {
+    this.guard = { members, version };
+    return this;
+  }
+
   build(): ShardSnapshot {
     return {
       shard: "s1",
       nodes: [...this.nodes.values()],
-      replicaSets: { p1: [...this.nodes.keys()].filter((id) => id !== "p1") },
+      replicaSets: { p1: this.guard?.members ?? [...this.nodes.keys()].filter((id) => id !== "p1") },
+      replicaSetVersions: this.guard ? { p1: this.guard.version } : {},
       topology: this.topology,
       lock: this.lock,
       malformed: [],

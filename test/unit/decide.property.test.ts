@@ -69,6 +69,7 @@ function build(shard: Shard): { snapshot: ShardSnapshot; config: FailoverConfig 
       shard: "s1",
       nodes,
       replicaSets: {},
+      replicaSetVersions: {},
       topology: {
         shard: "s1",
         epoch: 5,
