@@ -1,0 +1,244 @@
+import { connect, createServer, type Server, type Socket } from "node:net";
+
+/**
+ * What the proxy does with traffic, settable at any moment (toxiproxy semantics):
+ * - `pass`: forward both ways;
+ * - `drop`: a blackhole: accept connections and read their bytes, forward nothing either way. On
+ *   leaving `drop`, every connection that was blackholed is DESTROYED: bytes were swallowed, so its
+ *   stream is corrupt, and a connection that outlives its fault would let the client escape it
+ *   (toxiproxy #148, #168);
+ * - `delay`: forward every chunk `delayMs` late, in order, both ways;
+ * - `reset`: RST every open connection now and every new one on accept (`resetAndDestroy`).
+ * Every mode applies to the connections already open, not only to new ones.
+ */
+export type ProxyMode =
+  | { readonly kind: "pass" }
+  | { readonly kind: "drop" }
+  | { readonly kind: "delay"; readonly delayMs: number }
+  | { readonly kind: "reset" };
+
+export const PASS: ProxyMode = { kind: "pass" };
+
+export interface ProxyStats {
+  readonly accepted: number;
+  readonly open: number;
+  readonly bytesForwarded: number;
+  readonly bytesDropped: number;
+  readonly resets: number;
+  /** Blackholed connections destroyed when a `drop` was healed. */
+  readonly destroyedOnHeal: number;
+}
+
+interface Link {
+  readonly client: Socket;
+  upstream: Socket | undefined;
+  /** Swallowed bytes while in `drop`: the link is destroyed on heal. */
+  blackholed: boolean;
+  /** When the last delayed chunk of each direction is due, so chunks stay in order. */
+  dueUp: number;
+  dueDown: number;
+  closed: boolean;
+}
+
+export function describeMode(mode: ProxyMode): string {
+  return mode.kind === "delay" ? `delay ${mode.delayMs} ms` : mode.kind;
+}
+
+/** An in-process TCP proxy on a free 127.0.0.1 port in front of `upstreamHost:upstreamPort`. */
+export class TcpProxy {
+  readonly upstreamHost: string;
+  readonly upstreamPort: number;
+  readonly name: string;
+  #server: Server | undefined;
+  #port = 0;
+  #mode: ProxyMode = PASS;
+  readonly #links = new Set<Link>();
+  readonly #timers = new Set<NodeJS.Timeout>();
+  #accepted = 0;
+  #bytesForwarded = 0;
+  #bytesDropped = 0;
+  #resets = 0;
+  #destroyedOnHeal = 0;
+
+  constructor(upstreamHost: string, upstreamPort: number, name = `${upstreamHost}:${upstreamPort}`) {
+    this.upstreamHost = upstreamHost;
+    this.upstreamPort = upstreamPort;
+    this.name = name;
+  }
+
+  /** A proxy in front of the host:port of an `http://host:port` URL. */
+  static forUrl(url: string, name?: string): TcpProxy {
+    const parsed = new URL(url);
+    const port = Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80));
+    return new TcpProxy(parsed.hostname, port, name ?? url);
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  /** The upstream URL with the proxy's host and port instead (same scheme and path). */
+  urlFor(upstreamUrl: string): string {
+    const parsed = new URL(upstreamUrl);
+    parsed.hostname = "127.0.0.1";
+    parsed.port = String(this.#port);
+    return parsed.toString().replace(/\/$/, "");
+  }
+
+  get mode(): ProxyMode {
+    return this.#mode;
+  }
+
+  async start(): Promise<void> {
+    if (this.#server) return;
+    const server = createServer((client) => this.#accept(client));
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(0, "127.0.0.1", () => resolve());
+    });
+    const address = server.address();
+    if (!address || typeof address !== "object") throw new Error("the proxy got no port");
+    this.#port = address.port;
+    this.#server = server;
+  }
+
+  /** Switches the mode; applies to open connections at once (see ProxyMode). */
+  setMode(mode: ProxyMode): void {
+    const previous = this.#mode;
+    this.#mode = mode;
+    if (previous.kind === "drop" && mode.kind !== "drop") {
+      for (const link of [...this.#links]) {
+        if (!link.blackholed) continue;
+        this.#destroyedOnHeal++;
+        this.#close(link);
+      }
+    }
+    if (mode.kind === "reset") {
+      for (const link of [...this.#links]) this.#reset(link);
+    }
+    if (mode.kind === "drop") {
+      // Open connections are blackholed from now on: they do not escape the fault.
+      for (const link of this.#links) link.blackholed = true;
+    }
+  }
+
+  heal(): void {
+    this.setMode(PASS);
+  }
+
+  stats(): ProxyStats {
+    return {
+      accepted: this.#accepted,
+      open: this.#links.size,
+      bytesForwarded: this.#bytesForwarded,
+      bytesDropped: this.#bytesDropped,
+      resets: this.#resets,
+      destroyedOnHeal: this.#destroyedOnHeal,
+    };
+  }
+
+  /** Closes the listener and every connection. */
+  async stop(): Promise<void> {
+    for (const timer of this.#timers) clearTimeout(timer);
+    this.#timers.clear();
+    for (const link of [...this.#links]) this.#close(link);
+    const server = this.#server;
+    this.#server = undefined;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  #accept(client: Socket): void {
+    this.#accepted++;
+    const link: Link = {
+      client,
+      upstream: undefined,
+      blackholed: false,
+      dueUp: 0,
+      dueDown: 0,
+      closed: false,
+    };
+    this.#links.add(link);
+    client.setNoDelay(true);
+    client.on("error", () => this.#close(link));
+    client.on("close", () => this.#close(link));
+    if (this.#mode.kind === "reset") {
+      this.#reset(link);
+      return;
+    }
+    if (this.#mode.kind === "drop") link.blackholed = true;
+    else this.#connectUpstream(link);
+    client.on("data", (chunk: Buffer) => this.#forward(link, chunk, "up"));
+  }
+
+  #connectUpstream(link: Link): void {
+    const upstream = connect(this.upstreamPort, this.upstreamHost);
+    upstream.setNoDelay(true);
+    link.upstream = upstream;
+    upstream.on("error", () => this.#close(link));
+    upstream.on("close", () => this.#close(link));
+    upstream.on("data", (chunk: Buffer) => this.#forward(link, chunk, "down"));
+  }
+
+  #forward(link: Link, chunk: Buffer, direction: "up" | "down"): void {
+    if (link.closed) return;
+    const mode = this.#mode;
+    if (mode.kind === "drop" || link.blackholed) {
+      link.blackholed = true;
+      this.#bytesDropped += chunk.length;
+      return;
+    }
+    if (mode.kind === "reset") {
+      this.#reset(link);
+      return;
+    }
+    if (direction === "up" && link.upstream === undefined) this.#connectUpstream(link);
+    const target = direction === "up" ? link.upstream : link.client;
+    if (!target) return;
+    if (mode.kind === "delay" && mode.delayMs > 0) {
+      const now = performance.now();
+      const previous = direction === "up" ? link.dueUp : link.dueDown;
+      const due = Math.max(now + mode.delayMs, previous);
+      if (direction === "up") link.dueUp = due;
+      else link.dueDown = due;
+      const timer = setTimeout(() => {
+        this.#timers.delete(timer);
+        if (link.closed || link.blackholed) return;
+        this.#bytesForwarded += chunk.length;
+        target.write(chunk);
+      }, due - now);
+      this.#timers.add(timer);
+      return;
+    }
+    // A chunk delayed earlier may still be due: keep the order.
+    const pending = direction === "up" ? link.dueUp : link.dueDown;
+    if (pending > performance.now()) {
+      const timer = setTimeout(() => {
+        this.#timers.delete(timer);
+        if (link.closed || link.blackholed) return;
+        this.#bytesForwarded += chunk.length;
+        target.write(chunk);
+      }, pending - performance.now());
+      this.#timers.add(timer);
+      return;
+    }
+    this.#bytesForwarded += chunk.length;
+    target.write(chunk);
+  }
+
+  #reset(link: Link): void {
+    if (link.closed) return;
+    this.#resets++;
+    link.closed = true;
+    this.#links.delete(link);
+    link.client.resetAndDestroy();
+    link.upstream?.resetAndDestroy();
+  }
+
+  #close(link: Link): void {
+    if (link.closed) return;
+    link.closed = true;
+    this.#links.delete(link);
+    link.client.destroy();
+    link.upstream?.destroy();
+  }
+}

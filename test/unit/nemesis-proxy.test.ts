@@ -1,0 +1,134 @@
+import { once } from "node:events";
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { TcpProxy } from "../../src/nemesis/tcp-proxy.ts";
+
+/** Real sockets: an echo server upstream, clients through the proxy. */
+let echo: Server;
+let received = 0;
+let proxy: TcpProxy;
+const clients: Socket[] = [];
+
+async function waitUntil(what: string, check: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+async function client(): Promise<{ socket: Socket; data: () => string; events: string[] }> {
+  const socket = connect(proxy.port, "127.0.0.1");
+  clients.push(socket);
+  let buffer = "";
+  const events: string[] = [];
+  socket.on("data", (chunk) => {
+    buffer += chunk.toString();
+  });
+  socket.on("error", (error: NodeJS.ErrnoException) => events.push(`error:${error.code}`));
+  socket.on("close", () => events.push("close"));
+  await once(socket, "connect");
+  return { socket, data: () => buffer, events };
+}
+
+beforeEach(async () => {
+  received = 0;
+  echo = createServer((socket) => {
+    socket.on("data", (chunk) => {
+      received += chunk.length;
+      socket.write(chunk);
+    });
+    socket.on("error", () => {});
+  });
+  await new Promise<void>((resolve) => echo.listen(0, "127.0.0.1", () => resolve()));
+  const address = echo.address();
+  proxy = new TcpProxy("127.0.0.1", typeof address === "object" && address ? address.port : 0, "echo");
+  await proxy.start();
+});
+
+afterEach(async () => {
+  for (const socket of clients.splice(0)) socket.destroy();
+  await proxy.stop();
+  await new Promise<void>((resolve) => echo.close(() => resolve()));
+});
+
+describe("nemesis TCP proxy", () => {
+  it("forwards both ways in pass mode", async () => {
+    const c = await client();
+    c.socket.write("hello");
+    await waitUntil("the echo", () => c.data() === "hello");
+    expect(proxy.stats()).toMatchObject({ accepted: 1, open: 1, bytesForwarded: 10 });
+  });
+
+  it("blackholes an open connection in drop mode and destroys it on heal", async () => {
+    // Prepare: a connection that worked before the fault.
+    const c = await client();
+    c.socket.write("a");
+    await waitUntil("the first echo", () => c.data() === "a");
+
+    // Act: the fault; the bytes sent now go nowhere.
+    proxy.setMode({ kind: "drop" });
+    c.socket.write("lost");
+    await waitUntil("the bytes swallowed", () => proxy.stats().bytesDropped === 4);
+
+    // Assess: nothing reached the server; on heal the connection is closed, not resumed.
+    expect(received).toBe(1);
+    expect(c.data()).toBe("a");
+    proxy.heal();
+    await waitUntil("the blackholed connection closed", () => c.events.includes("close"));
+    expect(received).toBe(1);
+    expect(proxy.stats().destroyedOnHeal).toBe(1);
+  });
+
+  it("accepts new connections in drop mode without reaching the server, and works again after heal", async () => {
+    proxy.setMode({ kind: "drop" });
+    const dropped = await client();
+    dropped.socket.write("x");
+    await waitUntil("the bytes swallowed", () => proxy.stats().bytesDropped === 1);
+    expect(received).toBe(0);
+
+    proxy.heal();
+    await waitUntil("the blackholed connection closed", () => dropped.events.includes("close"));
+    const fresh = await client();
+    fresh.socket.write("ok");
+    await waitUntil("the echo after heal", () => fresh.data() === "ok");
+  });
+
+  it("delays every chunk by the delay, in order", async () => {
+    const c = await client();
+    proxy.setMode({ kind: "delay", delayMs: 150 });
+    const sentAt = performance.now();
+    c.socket.write("1");
+    c.socket.write("2");
+    await waitUntil("both echoes", () => c.data() === "12");
+    // Once up, once down: at least two delays.
+    expect(performance.now() - sentAt).toBeGreaterThanOrEqual(290);
+    proxy.heal();
+    c.socket.write("3");
+    await waitUntil("the echo after heal", () => c.data() === "123");
+  });
+
+  it("resets open connections and new ones in reset mode", async () => {
+    const open = await client();
+    proxy.setMode({ kind: "reset" });
+    await waitUntil("the open connection reset", () => open.events.includes("error:ECONNRESET"));
+
+    const fresh = connect(proxy.port, "127.0.0.1");
+    clients.push(fresh);
+    const [error] = (await once(fresh, "error")) as [NodeJS.ErrnoException];
+    expect(error.code).toBe("ECONNRESET");
+    expect(proxy.stats().resets).toBe(2);
+  });
+
+  it("closes every connection on stop", async () => {
+    const c = await client();
+    await proxy.stop();
+    await waitUntil("the connection closed", () => c.events.includes("close"));
+    expect(proxy.stats().open).toBe(0);
+  });
+
+  it("rewrites an endpoint URL to itself", () => {
+    expect(proxy.urlFor("http://127.0.0.1:4566")).toBe(`http://127.0.0.1:${proxy.port}`);
+    expect(TcpProxy.forUrl("http://localhost:8000").upstreamPort).toBe(8000);
+  });
+});
