@@ -33,6 +33,21 @@ export interface LocalClusterOptions {
   readonly onProgress?: (line: string) => void;
   /** How long start() waits for the shard to be online. @default 30000 */
   readonly readyTimeoutMs?: number;
+  /**
+   * Extra environment of the agent beside node `id` (e.g. its own AWS endpoints through a proxy);
+   * applied to every start of that agent, under the `env` given to `startAgent`.
+   */
+  readonly agentEnv?: (id: string) => NodeJS.ProcessEnv | undefined;
+  /** Extra environment of controller number `serial` (1, 2, ...), applied to every controller started. */
+  readonly controllerEnv?: (serial: number) => NodeJS.ProcessEnv | undefined;
+}
+
+/** How one agent process is started (all optional; the defaults are the plain start). */
+export interface StartAgentOptions {
+  /** Environment added to the cluster's (and to the `agentEnv` hook's) for this process only. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Starts with a new, empty state dir, as on a host that lost its disk. */
+  readonly wipeStateDir?: boolean;
 }
 
 /**
@@ -54,12 +69,16 @@ export class LocalCluster {
   readonly #controllers: ManagedProcess[] = [];
   readonly #stateDirs = new Map<string, string>();
   readonly #priorities: readonly number[];
+  readonly #agentEnv: ((id: string) => NodeJS.ProcessEnv | undefined) | undefined;
+  readonly #controllerEnv: ((serial: number) => NodeJS.ProcessEnv | undefined) | undefined;
   #controllerSerial = 0;
 
   private constructor(
     init: Pick<LocalCluster, "shard" | "redis" | "stack" | "aws" | "logDir" | "env"> & {
       ownsStack: boolean;
       priorities: readonly number[];
+      agentEnv?: (id: string) => NodeJS.ProcessEnv | undefined;
+      controllerEnv?: (serial: number) => NodeJS.ProcessEnv | undefined;
     },
   ) {
     this.shard = init.shard;
@@ -70,6 +89,8 @@ export class LocalCluster {
     this.env = init.env;
     this.#ownsStack = init.ownsStack;
     this.#priorities = init.priorities;
+    this.#agentEnv = init.agentEnv;
+    this.#controllerEnv = init.controllerEnv;
   }
 
   static async start(options: LocalClusterOptions = {}): Promise<LocalCluster> {
@@ -104,6 +125,8 @@ export class LocalCluster {
         env,
         ownsStack,
         priorities: options.priorities ?? [],
+        agentEnv: options.agentEnv,
+        controllerEnv: options.controllerEnv,
       });
       progress("starting one agent per node and the controller");
       for (const node of redis) cluster.startAgent(node.id);
@@ -136,11 +159,18 @@ export class LocalCluster {
     return node;
   }
 
-  /** Starts (or restarts) the agent beside node `id`; its state dir survives restarts. */
-  startAgent(id: string): void {
+  /**
+   * Starts (or restarts) the agent beside node `id`; its state dir survives restarts unless
+   * `wipeStateDir`. `env` is added to this process's environment only.
+   */
+  startAgent(id: string, options: StartAgentOptions = {}): void {
     const node = this.node(id);
     this.#agents.get(id)?.child.kill("SIGKILL");
     let stateDir = this.#stateDirs.get(id);
+    if (stateDir && options.wipeStateDir) {
+      rmSync(stateDir, { recursive: true, force: true });
+      stateDir = undefined;
+    }
     if (!stateDir) {
       stateDir = mkdtempSync(join(tmpdir(), `shardguard-agent-${id}-`));
       this.#stateDirs.set(id, stateDir);
@@ -160,7 +190,14 @@ export class LocalCluster {
       "--priority",
       String(this.#priorities[index] ?? 100),
     ];
-    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args));
+    const env = { ...this.#agentEnv?.(id), ...options.env };
+    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args, env));
+  }
+
+  /** True while an agent process beside node `id` runs (also when SIGSTOPped). */
+  agentRunning(id: string): boolean {
+    const agent = this.#agents.get(id);
+    return agent !== undefined && agent.child.exitCode === null && agent.child.signalCode === null;
   }
 
   /** Stops an agent: SIGTERM for a clean stop, SIGKILL for a crash. */
@@ -212,14 +249,16 @@ export class LocalCluster {
     return lines;
   }
 
-  startController(): ManagedProcess {
+  /** Starts one more controller process; `env` is added to its environment only. */
+  startController(options: { env?: NodeJS.ProcessEnv } = {}): ManagedProcess {
     const serial = ++this.#controllerSerial;
-    const controller = this.#spawn(`controller ${serial}`, `controller-${serial}.log`, [
-      CLI,
-      "controller",
-      "--shard",
-      this.shard,
-    ]);
+    const env = { ...this.#controllerEnv?.(serial), ...options.env };
+    const controller = this.#spawn(
+      `controller ${serial}`,
+      `controller-${serial}.log`,
+      [CLI, "controller", "--shard", this.shard],
+      env,
+    );
     this.#controllers.push(controller);
     return controller;
   }
@@ -228,8 +267,8 @@ export class LocalCluster {
     return this.#controllers.filter((proc) => proc.child.exitCode === null && proc.child.signalCode === null);
   }
 
-  #spawn(name: string, logFile: string, args: string[]): ManagedProcess {
-    const proc = startProcess(name, process.execPath, args, { env: this.env });
+  #spawn(name: string, logFile: string, args: string[], extraEnv: NodeJS.ProcessEnv = {}): ManagedProcess {
+    const proc = startProcess(name, process.execPath, args, { env: { ...this.env, ...extraEnv } });
     const log = createWriteStream(join(this.logDir, logFile), { flags: "a" });
     proc.child.stdout?.pipe(log);
     proc.child.stderr?.pipe(log);

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis, type RedisOptions } from "ioredis";
@@ -20,6 +20,22 @@ export class RedisNode {
 
   get address(): string {
     return `127.0.0.1:${this.port}`;
+  }
+
+  /** The directory redis-server runs in: its `dump.rdb`, never the working directory. */
+  get dataDir(): string {
+    return this.dir;
+  }
+
+  /**
+   * Deletes the node's data files (`dump.rdb`, temp files), as on a host that lost its disk, so
+   * the next `start()` comes up empty. Only while the server is stopped.
+   */
+  wipeData(): void {
+    if (this.running)
+      throw new Error(`redis-server :${this.port} is running; stop it before wiping its data`);
+    for (const entry of readdirSync(this.dir))
+      rmSync(join(this.dir, entry), { recursive: true, force: true });
   }
 
   get pid(): number | undefined {

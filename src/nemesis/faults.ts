@@ -1,0 +1,221 @@
+import { Random } from "./random.ts";
+
+/**
+ * The fault catalogue and the pure schedule. A fault is a kind, a target spec, parameters and a
+ * duration; the runner resolves the spec to processes at injection time (asking the cluster who is
+ * primary), injects, waits `durationMs` and heals. `scheduleFaults` draws everything from the seed,
+ * so the same seed and options give the same schedule.
+ */
+export const FAULT_KINDS = [
+  "kill-redis",
+  "pause-redis",
+  "pause-agent",
+  "pause-controller",
+  "restart-agent",
+  "partition-agent-store",
+  "partition-agent-sqs",
+  "partition-controller-store",
+  "clock-skew",
+  "dup-commands",
+  "delay-commands",
+] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/**
+ * Who a fault hits. Node specs are resolved against the topology at injection time: `primary`
+ * the node it names, `replica` one of the others, `random-node` any node, `all-nodes` every node.
+ */
+export const TARGET_SPECS = [
+  "primary",
+  "replica",
+  "random-node",
+  "all-nodes",
+  "random-controller",
+  "all-controllers",
+] as const;
+export type TargetSpec = (typeof TARGET_SPECS)[number];
+
+export type KillRestart = "rdb" | "empty" | "none";
+
+export interface ScheduledFault {
+  /** 1, 2, ... in schedule order; pairs the inject and heal ops of the history. */
+  readonly id: number;
+  /** Ms after the workload started. */
+  readonly atMs: number;
+  readonly kind: FaultKind;
+  readonly target: TargetSpec;
+  /** In [0, 1): which of the resolved candidates (index = floor(pick * count)), so replay picks the same. */
+  readonly pick: number;
+  /**
+   * kill-redis: `restart` (rdb | empty | none); restart-agent: `wipeState`; clock-skew:
+   * `offsetS`; delay-commands: `delayMs`.
+   */
+  readonly params: Readonly<Record<string, string | number | boolean>>;
+  /** How long the fault lasts before its heal (kill-redis: the downtime before the restart). */
+  readonly durationMs: number;
+}
+
+export interface ScheduleOptions {
+  readonly minutes: number;
+  /** Kinds to draw from. @default every kind */
+  readonly faults?: readonly FaultKind[];
+  /** redis-server nodes in the shard. */
+  readonly nodes: number;
+  /** The controllers' lock lease: a paused controller is paused past it. @default 5000 */
+  readonly lockLeaseMs?: number;
+  /** No fault starts in the first `warmupMs`. @default 5000 */
+  readonly warmupMs?: number;
+  /** Pause between two fault starts, drawn uniformly. @default 4000 .. 10000 */
+  readonly gapMinMs?: number;
+  readonly gapMaxMs?: number;
+  /** At most this many faults active at once; a start is moved to when one ends. @default 2 */
+  readonly maxConcurrent?: number;
+}
+
+const NODE_TARGETS_WEIGHTED: readonly TargetSpec[] = ["primary", "primary", "replica", "random-node"];
+const CONTROLLER_TARGETS: readonly TargetSpec[] = [
+  "random-controller",
+  "random-controller",
+  "all-controllers",
+];
+
+export function parseFaultKinds(text: string): FaultKind[] {
+  const kinds = text
+    .split(",")
+    .map((kind) => kind.trim())
+    .filter((kind) => kind !== "");
+  for (const kind of kinds) {
+    if (!(FAULT_KINDS as readonly string[]).includes(kind)) {
+      throw new RangeError(`unknown fault kind "${kind}"; known: ${FAULT_KINDS.join(", ")}`);
+    }
+  }
+  return kinds as FaultKind[];
+}
+
+/** One fault of `kind`: its target spec, parameters and duration, drawn from `random`. */
+function draw(
+  kind: FaultKind,
+  random: Random,
+  state: { permanentKills: number; nodes: number },
+  lockLeaseMs: number,
+): Pick<ScheduledFault, "target" | "params" | "durationMs"> {
+  const ms = (min: number, max: number) => random.int(min, max);
+  switch (kind) {
+    case "kill-redis": {
+      // At most one node of a 3-node shard is left dead for good: two would leave nothing to fail over to.
+      let restart: KillRestart = random.pick(["rdb", "rdb", "empty", "empty", "none"] as const);
+      if (restart === "none" && state.permanentKills >= Math.floor((state.nodes - 1) / 2)) {
+        restart = random.pick(["rdb", "empty"] as const);
+      }
+      if (restart === "none") state.permanentKills++;
+      return { target: random.pick(NODE_TARGETS_WEIGHTED), params: { restart }, durationMs: ms(1000, 8000) };
+    }
+    case "pause-redis":
+      // Half short (under and around the failure timeout), half long (a hung primary).
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: {},
+        durationMs: random.chance(0.5) ? ms(1000, 5000) : ms(5000, 30_000),
+      };
+    case "pause-agent":
+      return { target: random.pick(NODE_TARGETS_WEIGHTED), params: {}, durationMs: ms(1000, 12_000) };
+    case "pause-controller":
+      return {
+        target: random.pick(CONTROLLER_TARGETS),
+        params: {},
+        durationMs: ms(lockLeaseMs + 1000, lockLeaseMs + 10_000),
+      };
+    case "restart-agent":
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: { wipeState: random.chance(0.5) },
+        durationMs: ms(200, 5000),
+      };
+    case "partition-agent-store":
+    case "partition-agent-sqs":
+      return {
+        target: random.pick([...NODE_TARGETS_WEIGHTED, "all-nodes"]),
+        params: {},
+        durationMs: ms(2000, 25_000),
+      };
+    case "partition-controller-store":
+      return { target: random.pick(CONTROLLER_TARGETS), params: {}, durationMs: ms(2000, 15_000) };
+    case "clock-skew": {
+      const offsetS = random.int(2, 60) * (random.chance(0.5) ? 1 : -1);
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: { offsetS },
+        durationMs: ms(5000, 20_000),
+      };
+    }
+    case "dup-commands":
+      return { target: random.pick(NODE_TARGETS_WEIGHTED), params: {}, durationMs: ms(300, 3000) };
+    case "delay-commands":
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: { delayMs: ms(200, 3000) },
+        durationMs: ms(5000, 20_000),
+      };
+  }
+}
+
+/**
+ * The fault schedule of a run: faults start every `gapMinMs`..`gapMaxMs` after a warm-up, at most
+ * `maxConcurrent` at once, each ending before the run does. Kinds come from a shuffled bag holding
+ * every enabled kind once (refilled when empty), so every kind is drawn equally often: a run of
+ * `k` kinds injects each once per `k` faults.
+ */
+export function scheduleFaults(seed: number, options: ScheduleOptions): ScheduledFault[] {
+  const kinds = options.faults && options.faults.length > 0 ? [...options.faults] : [...FAULT_KINDS];
+  const random = new Random(seed);
+  const totalMs = options.minutes * 60_000;
+  const warmupMs = options.warmupMs ?? 5000;
+  const gapMinMs = options.gapMinMs ?? 4000;
+  const gapMaxMs = Math.max(gapMinMs, options.gapMaxMs ?? 10_000);
+  const maxConcurrent = Math.max(1, options.maxConcurrent ?? 2);
+  const lockLeaseMs = options.lockLeaseMs ?? 5000;
+  const state = { permanentKills: 0, nodes: options.nodes };
+  const faults: ScheduledFault[] = [];
+  let bag: FaultKind[] = [];
+  let atMs = warmupMs;
+  while (atMs < totalMs - 2000) {
+    if (bag.length === 0) {
+      bag = [...kinds];
+      // Fisher-Yates with the run's generator.
+      for (let index = bag.length - 1; index > 0; index--) {
+        const other = random.int(0, index);
+        [bag[index], bag[other]] = [bag[other] as FaultKind, bag[index] as FaultKind];
+      }
+    }
+    const kind = bag.pop() as FaultKind;
+    const drawn = draw(kind, random, state, lockLeaseMs);
+    const pick = random.next();
+    // Respect the concurrency bound: start when enough of the active faults have ended.
+    const active = faults.map((fault) => fault.atMs + fault.durationMs).filter((end) => end > atMs);
+    if (active.length >= maxConcurrent) {
+      active.sort((x, y) => x - y);
+      atMs = (active[active.length - maxConcurrent] as number) + 500;
+      if (atMs >= totalMs - 2000) break;
+    }
+    const durationMs = Math.max(100, Math.min(drawn.durationMs, totalMs - atMs - 1000));
+    faults.push({
+      id: faults.length + 1,
+      atMs,
+      kind,
+      target: drawn.target,
+      pick,
+      params: drawn.params,
+      durationMs,
+    });
+    atMs += random.int(gapMinMs, gapMaxMs);
+  }
+  return faults;
+}
+
+/** "kill-redis primary (restart empty, 3.2 s)" */
+export function describeFault(fault: ScheduledFault): string {
+  const params = Object.entries(fault.params)
+    .map(([key, value]) => `${key} ${String(value)}`)
+    .join(", ");
+  return `${fault.kind} ${fault.target}${params ? ` (${params})` : ""} for ${(fault.durationMs / 1000).toFixed(1)} s`;
+}
