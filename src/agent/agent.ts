@@ -3,13 +3,12 @@ import type { Role } from "../core/model.ts";
 import { runCommandConsumer } from "./command-consumer.ts";
 import { AgentContext, type AgentDeps } from "./context.ts";
 import { type Database, RedisDatabase } from "./database.ts";
-import { fenceAction, fencingConfig } from "./fencing.ts";
 import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
 import { type AgentLogger, jsonLineLogger, type LogLevel } from "./log.ts";
 import { runLoop } from "./loop.ts";
-import { fenceWrites } from "./node-control.ts";
 import { type AgentOptionsInput, parseAgentOptions } from "./options.ts";
 import { StateDir } from "./state-dir.ts";
+import { currentPlan, fence } from "./write-guard.ts";
 
 export type { AgentDeps } from "./context.ts";
 
@@ -141,10 +140,12 @@ export async function startAgent(
 
 /**
  * Checks, independently of the heartbeat loop (whose store calls may hang), whether this
- * primary has gone fenceTimeoutMs without writing a heartbeat, and applies the fence policy.
+ * primary has gone fenceTimeoutMs without writing a heartbeat, and applies the write guard's
+ * plan: fence (policy `fence`, or `failsafe` without a replica to witness), or keep serving and
+ * say so (`failsafe` behind its replicas, `keep-serving`).
  */
 function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void> {
-  const { fenceTimeoutMs, heartbeatIntervalMs, fencePolicy } = ctx.options;
+  const { fenceTimeoutMs, heartbeatIntervalMs } = ctx.options;
   const tick = Math.max(25, Math.min(heartbeatIntervalMs, Math.floor(fenceTimeoutMs / 4)));
   let lastReminder = Number.NEGATIVE_INFINITY;
   let lastFenceError = Number.NEGATIVE_INFINITY;
@@ -154,27 +155,19 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
     ctx.logger,
     async () => {
       const msSince = ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt;
-      const role = ctx.lastInfo?.role ?? ctx.lastHeartbeat?.role;
-      const action = fenceAction({
-        policy: fencePolicy,
-        role,
-        msSinceHeartbeatWritten: msSince,
-        fenceTimeoutMs,
-      });
-      if (action === "none") {
+      const info = ctx.lastInfo;
+      if (info?.role !== "primary" || msSince < fenceTimeoutMs || !ctx.topologyRead) {
         lastReminder = Number.NEGATIVE_INFINITY;
         lastFenceError = Number.NEGATIVE_INFINITY;
         return tick;
       }
-      if (action === "fence") {
+      const plan = currentPlan(ctx, info);
+      if (plan.kind === "fence") {
         // Re-applied on every tick while cut off: the database may have restarted without it.
         await ctx.roleLock.run(async () => {
-          const stillDue = ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt >= fenceTimeoutMs;
-          if (!stillDue) return;
-          const first = ctx.state.state.fence === undefined;
+          if (ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt < fenceTimeoutMs) return;
           try {
-            if (first) await fenceWrites(ctx, `no heartbeat written for ${Math.round(msSince)} ms`);
-            else await reassertFence(ctx);
+            await fence(ctx, plan.reason);
           } catch (error) {
             // The database may be down too: say so once per reminder period, not on every tick.
             const now = ctx.monotonicNow();
@@ -190,11 +183,15 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
       if (now - lastReminder >= KEEP_SERVING_REMINDER_MS) {
         lastReminder = now;
         ctx.logger.error(
-          "coordination store unreachable: keep-serving policy keeps this node primary from cached state",
+          plan.kind === "guard"
+            ? "failsafe: serving without coordination store; every member of the replica set must acknowledge each write"
+            : "coordination store unreachable: keep-serving policy keeps this node primary from cached state",
           {
             ...ctx.epochContext,
+            policy: ctx.options.fencePolicy,
             msSinceHeartbeatWritten: Math.round(msSince),
             topologyEpoch: ctx.lastTopology?.epoch,
+            replicaSet: ctx.guardMembers,
           },
         );
       }
@@ -202,10 +199,4 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
     },
     () => tick,
   );
-}
-
-async function reassertFence(ctx: AgentContext): Promise<void> {
-  const fence = ctx.state.state.fence;
-  if (!fence) return;
-  await ctx.db.configSet(fencingConfig(fence.saved));
 }

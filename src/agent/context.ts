@@ -61,6 +61,25 @@ export class AgentContext {
   readonly knownNodes = new Map<string, string>();
   registered = false;
 
+  /**
+   * Whether the topology confirms this node as primary (last read); undefined before the first
+   * read. While the store is unreachable the last answer stands.
+   */
+  confirmed: boolean | undefined;
+  unconfirmedReason: string | undefined;
+  /** This primary's stored replica set: the write guard's membership. */
+  guardMembers: readonly string[] = [];
+  /** What the write guard last set on the database ("fence", "open", "guard:<n>", "replica"). */
+  appliedGuard: string | undefined;
+  /** The database restarted without continuing its lineage while it was primary: fenced until it follows. */
+  dbRestarted = false;
+  /** The database's identity as last read: a new run_id that does not continue it is a restart. */
+  identity: { runId: string; replId: string; offset: number; role: string } | undefined;
+  /** Monotonic ms until which a freshly promoted node refuses writes (the old primary's guard window). */
+  promotionFenceUntil = Number.NEGATIVE_INFINITY;
+  /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */
+  primaryContactAt: number | undefined;
+
   constructor(init: {
     options: AgentOptions;
     nodeId: string;

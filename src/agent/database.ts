@@ -72,7 +72,14 @@ export class RedisDatabase implements Database {
   }
 
   async replicationInfo(): Promise<ReplicationInfo> {
-    return parseReplicationInfo(await this.client.info("replication"));
+    // One round trip; `INFO server` carries run_id, the identity of the database process.
+    const replies = (await this.client.pipeline().info("replication").info("server").exec()) ?? [];
+    const texts: string[] = [];
+    for (const [error, text] of replies) {
+      if (error) throw error;
+      texts.push(String(text));
+    }
+    return parseReplicationInfo(texts.join("\n"));
   }
 
   async replicaOf(host: string, port: number): Promise<void> {

@@ -1,5 +1,4 @@
 import { FAILOVER_PHASES, type Role, type Topology } from "../core/model.ts";
-import type { FencePolicy } from "./options.ts";
 
 /**
  * Pure fencing rules: who the topology says the primary is, what this node must do about it,
@@ -147,31 +146,5 @@ export function assessTopology(topology: Topology | undefined, view: LocalView):
   return { kind: "keep", primaryConfirmed: false, reason: `replica of ${view.replicatingFrom ?? "nobody"}` };
 }
 
-export type FenceAction = "fence" | "keep-serving" | "none";
-
-/** A primary that could not write a heartbeat for fenceTimeoutMs acts on its policy. */
-export function fenceAction(input: {
-  readonly policy: FencePolicy;
-  readonly role: Role | undefined;
-  readonly msSinceHeartbeatWritten: number;
-  readonly fenceTimeoutMs: number;
-}): FenceAction {
-  if (input.role !== "primary" || input.msSinceHeartbeatWritten < input.fenceTimeoutMs) return "none";
-  return input.policy === "fence" ? "fence" : "keep-serving";
-}
-
-/**
- * CONFIG values that make a primary refuse every write with NOREPLICAS: it needs more good
- * replicas than any shard has. Reversible with the saved values, and it survives the agent
- * (a crashed agent leaves the database fenced, never open).
- */
-export function fencingConfig(saved: Readonly<Record<string, string>>): Record<string, string> {
-  const lag = Number(saved["min-replicas-max-lag"]);
-  return {
-    // The check is off when the lag is 0; keep the operator's lag when it is set.
-    "min-replicas-max-lag": Number.isInteger(lag) && lag > 0 ? String(lag) : "10",
-    "min-replicas-to-write": "1000000",
-  };
-}
-
+/** The two settings every fence changes (the operator's values are saved before). */
 export const FENCING_CONFIG_KEYS = ["min-replicas-to-write", "min-replicas-max-lag"] as const;

@@ -5,8 +5,9 @@ import { Backoff } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { runLoop, withStoreTimeout } from "./loop.ts";
-import { becomeReplicaOf, liftFence } from "./node-control.ts";
-import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+import { becomeReplicaOf } from "./node-control.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
+import { tryEnforceWriteGuard } from "./write-guard.ts";
 
 /** What one cycle achieved; the loop paces itself on it. */
 export interface CycleResult {
@@ -21,6 +22,9 @@ async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined>
     if (!ctx.dbUp) ctx.logger.info("database answers", { redis: ctx.options.redis, role: info.role });
     ctx.dbUp = true;
     ctx.lastInfo = info;
+    // While connected, the replica acknowledges every second: the primary counts it until then.
+    if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
+    checkIdentity(ctx, info);
     return info;
   } catch (error) {
     if (ctx.dbUp || ctx.lastInfo === undefined) {
@@ -32,6 +36,39 @@ async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined>
     ctx.dbUp = false;
     return undefined;
   }
+}
+
+/**
+ * A database whose run_id changed is a new process. If it was this shard's primary and its
+ * replication lineage does not continue the old one (same replid, offset not behind), it restarted
+ * empty or from an old snapshot: it must not serve, nor feed its replicas, before the controller
+ * replaced it (guarantee 5, docs/agent.md#database-identity).
+ */
+function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
+  if (info.runId === undefined) return;
+  const previous = ctx.identity;
+  ctx.identity = { runId: info.runId, replId: info.replId, offset: info.offset, role: info.role };
+  if (previous === undefined || previous.runId === info.runId) return;
+  // The guard's settings died with the old process.
+  ctx.appliedGuard = undefined;
+  const continues = info.replId === previous.replId && info.offset >= previous.offset;
+  const named = ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false;
+  // Without a replica in the replica set no other node holds the data: fencing would only stop writes.
+  const othersHoldData = ctx.guardMembers.length > 0;
+  if (continues || (previous.role !== "primary" && !named) || !othersHoldData) {
+    ctx.logger.warn("database restarted", { ...ctx.epochContext, runId: info.runId, continues });
+    return;
+  }
+  ctx.dbRestarted = true;
+  ctx.logger.error("database restarted without its data: fenced until it follows the shard's primary", {
+    ...ctx.epochContext,
+    runId: info.runId,
+    previousRunId: previous.runId,
+    replId: info.replId,
+    previousReplId: previous.replId,
+    offset: info.offset,
+    previousOffset: previous.offset,
+  });
 }
 
 function storeFailed(ctx: AgentContext, what: string, error: unknown): void {
@@ -67,6 +104,15 @@ async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | undefine
 }
 
 function verdictFor(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): TopologyVerdict {
+  const broken = snapshot.malformed.find((item) => item.sk === "TOPOLOGY");
+  if (broken !== undefined) {
+    // Fail closed: a topology that cannot be read confirms nobody (it is not "no topology yet").
+    return {
+      kind: "keep",
+      primaryConfirmed: false,
+      reason: `the topology item is malformed (${broken.field}: ${broken.reason})`,
+    };
+  }
   return assessTopology(snapshot.topology, {
     nodeId: ctx.nodeId,
     role: info.role,
@@ -74,12 +120,6 @@ function verdictFor(ctx: AgentContext, snapshot: ShardSnapshot, info: Replicatio
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
   });
-}
-
-function mayLiftFence(ctx: AgentContext, verdict: TopologyVerdict, info: ReplicationInfo): boolean {
-  return (
-    verdict.kind === "keep" && verdict.primaryConfirmed && info.role === "primary" && !!ctx.state.state.fence
-  );
 }
 
 /**
@@ -94,12 +134,7 @@ async function reconcile(
     // Re-read under the lock: a command may have changed the role since the cycle began.
     const info = await ctx.db.replicationInfo();
     const verdict = verdictFor(ctx, snapshot, info);
-    if (verdict.kind === "keep") {
-      if (mayLiftFence(ctx, verdict, info)) {
-        await liftFence(ctx, `coordination store reachable and ${verdict.reason}`);
-      }
-      return { info, generation: ctx.roleGeneration };
-    }
+    if (verdict.kind === "keep") return { info, generation: ctx.roleGeneration };
     ctx.logger.warn(
       verdict.kind === "demote"
         ? "stepping down: not the topology's primary"
@@ -170,42 +205,6 @@ function downHeartbeat(
   };
 }
 
-/** Keeps REPLICAS#<self>: synced replicas enter, vanished or resyncing ones leave. */
-async function maintainReplicaSet(
-  ctx: AgentContext,
-  info: ReplicationInfo,
-  snapshot: ShardSnapshot,
-): Promise<void> {
-  const stored = new Set(snapshot.replicaSets[ctx.nodeId] ?? []);
-  const desired = new Set<string>();
-  if (info.role === "primary") {
-    for (const address of syncedReplicaAddresses(info)) {
-      const nodeId = ctx.knownNodes.get(address);
-      // A replica without a heartbeat has no agent yet: it joins once its agent reports.
-      if (nodeId !== undefined && nodeId !== ctx.nodeId) desired.add(nodeId);
-    }
-  }
-  const toAdd = [...desired].filter((id) => !stored.has(id));
-  const toRemove = [...stored].filter((id) => !desired.has(id));
-  const timeout = ctx.storeTimeoutMs;
-  if (toAdd.length > 0) {
-    await withStoreTimeout(
-      ctx.deps.replicaSets.add(ctx.shard, ctx.nodeId, toAdd),
-      timeout,
-      "replica set add",
-    );
-    ctx.logger.info("replicas joined the replica set", { replicas: toAdd, ...ctx.epochContext });
-  }
-  if (toRemove.length > 0) {
-    await withStoreTimeout(
-      ctx.deps.replicaSets.remove(ctx.shard, ctx.nodeId, toRemove),
-      timeout,
-      "replica set remove",
-    );
-    ctx.logger.info("replicas left the replica set", { replicas: toRemove, ...ctx.epochContext });
-  }
-}
-
 /**
  * One heartbeat cycle: INFO, one shard snapshot (topology included), fencing by the topology,
  * the heartbeat write, the replica set, and shard registration.
@@ -217,7 +216,10 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   let info = firstInfo;
   if (info && snapshot) {
     const verdict = verdictFor(ctx, snapshot, info);
-    if (verdict.kind !== "keep" || mayLiftFence(ctx, verdict, info)) {
+    ctx.confirmed = verdict.kind === "keep" && verdict.primaryConfirmed;
+    ctx.unconfirmedReason = verdict.reason;
+    ctx.guardMembers = snapshot.replicaSets[ctx.nodeId] ?? [];
+    if (verdict.kind !== "keep") {
       try {
         ({ info, generation } = await reconcile(ctx, snapshot));
       } catch (error) {
@@ -230,7 +232,9 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
     }
   }
   const now = ctx.deps.clock.now();
-  const heartbeat = info ? heartbeatFromInfo(ctx, info, now) : downHeartbeat(ctx, snapshot, now);
+  // A restarted primary reports itself down with its old lineage: its new data is nobody's.
+  const heartbeat =
+    info && !ctx.dbRestarted ? heartbeatFromInfo(ctx, info, now) : downHeartbeat(ctx, snapshot, now);
   let written = false;
   if (heartbeat === undefined) {
     ctx.logger.debug("no heartbeat written: the database never answered and none is stored");
@@ -250,12 +254,9 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
       storeFailed(ctx, "heartbeat write", error);
     }
   }
-  if (written && info && snapshot) {
-    try {
-      await maintainReplicaSet(ctx, info, snapshot);
-    } catch (error) {
-      storeFailed(ctx, "replica set", error);
-    }
+  if (info && (ctx.topologyRead || ctx.dbRestarted)) {
+    const current = info;
+    await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, current));
   }
   if (written && !ctx.registered) {
     try {

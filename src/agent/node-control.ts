@@ -1,9 +1,11 @@
 import { errorMessage, ShardguardError } from "../core/errors.ts";
+import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { splitAddress } from "./database.ts";
-import { FENCING_CONFIG_KEYS, fencingConfig, type PrimaryRef } from "./fencing.ts";
+import type { PrimaryRef } from "./fencing.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
+import { fence, restoreOperatorSettings, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /** A role change that the database did not confirm. Retryable: the command stays queued. */
 export class RoleChangeNotConfirmed extends ShardguardError {
@@ -41,12 +43,29 @@ export function followsPrimary(info: ReplicationInfo, address: string): boolean 
   return info.role === "replica" && info.primary?.host === host && info.primary.port === port;
 }
 
-/** `REPLICAOF NO ONE`, then waits until INFO shows the node primary. */
+/**
+ * `REPLICAOF NO ONE`, fenced, then waits until INFO shows the node primary. The fence stays for
+ * the rest of the promotion window: the old primary counts this node as an acknowledging replica
+ * until GUARD_MAX_LAG_S after their last contact, so until then both could take writes. The
+ * window is counted from the last contact, so a primary that died long ago costs nothing.
+ */
 export async function becomePrimary(ctx: AgentContext): Promise<ReplicationInfo> {
+  await fence(ctx, "promotion: writes wait for the old primary's guard to drop this node");
   await ctx.db.promote();
   ctx.roleGeneration++;
   const info = await verify(ctx, (candidate) => candidate.role === "primary", "REPLICAOF NO ONE");
-  await liftFence(ctx, "promoted");
+  const lastContact = ctx.primaryContactAt ?? ctx.monotonicNow();
+  ctx.promotionFenceUntil = lastContact + PROMOTION_FENCE_WINDOW_MS;
+  ctx.dbRestarted = false;
+  const waitMs = Math.max(0, ctx.promotionFenceUntil - ctx.monotonicNow());
+  ctx.logger.info("promoted; writes open when the fence window ends", { ...ctx.epochContext, waitMs });
+  const timer = setTimeout(() => {
+    void ctx.roleLock.run(async () => {
+      const current = await ctx.db.replicationInfo().catch(() => undefined);
+      if (current) await tryEnforceWriteGuard(ctx, current);
+    });
+  }, waitMs + 1);
+  timer.unref();
   return info;
 }
 
@@ -74,39 +93,8 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
     ctx.logger.warn("could not end a write pause after becoming a replica", { error: errorMessage(error) });
   }
   // A replica refuses writes anyway; the operator's settings must be back for its next promotion.
-  await liftFence(ctx, `replica of ${target.node_id}`);
+  await restoreOperatorSettings(ctx, `replica of ${target.node_id}`);
+  ctx.dbRestarted = false;
+  ctx.appliedGuard = "replica";
   return info;
-}
-
-/**
- * Makes the primary refuse writes (NOREPLICAS) by demanding more good replicas than exist. The
- * operator's values are saved in the state dir before they are changed, so that a crash in
- * between still knows what to restore.
- */
-export async function fenceWrites(ctx: AgentContext, reason: string): Promise<void> {
-  const existing = ctx.state.state.fence;
-  const saved = existing?.saved ?? (await ctx.db.configGet(FENCING_CONFIG_KEYS));
-  if (!existing) ctx.state.update({ fence: { saved, since: ctx.deps.clock.now() } });
-  await ctx.db.configSet(fencingConfig(saved));
-  ctx.logger.error("writes fenced: this primary refuses writes until the topology confirms it again", {
-    ...ctx.epochContext,
-    reason,
-    policy: ctx.options.fencePolicy,
-  });
-}
-
-/** Restores the settings saved by `fenceWrites`; a no-op when not fenced. */
-export async function liftFence(ctx: AgentContext, reason: string): Promise<void> {
-  const fence = ctx.state.state.fence;
-  if (!fence) return;
-  const saved = { ...fence.saved };
-  // Restore the lag first: with min-replicas-to-write still high, the order keeps writes refused until the end.
-  const ordered = Object.fromEntries(
-    [...FENCING_CONFIG_KEYS]
-      .reverse()
-      .flatMap((key) => (saved[key] === undefined ? [] : [[key, saved[key]]])),
-  );
-  await ctx.db.configSet(ordered);
-  ctx.state.update({ fence: undefined });
-  ctx.logger.warn("write fence lifted", { ...ctx.epochContext, reason, fencedSince: fence.since });
 }

@@ -1,17 +1,22 @@
 import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 import { z } from "zod";
 import { ENV } from "../config/env.ts";
 import { describeIssues, parseFailoverConfig } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { addressSchema, idSchema } from "../core/model.ts";
 import { DEFAULT_QUEUE_PREFIX, DEFAULT_TABLE_NAME } from "../core/table.ts";
+import { FENCE_POLICIES } from "../core/write-guard.ts";
 import { LOG_LEVELS } from "./log.ts";
 
-export const FENCE_POLICIES = ["fence", "keep-serving"] as const;
-export type FencePolicy = (typeof FENCE_POLICIES)[number];
+export { FENCE_POLICIES, type FencePolicy } from "../core/write-guard.ts";
 
-/** Where the agent keeps its node id when neither a flag nor a variable names a directory. */
-export const DEFAULT_STATE_DIR = ".shardguard-agent";
+/**
+ * Where the agent keeps its node id when neither a flag nor a variable names a directory: an
+ * absolute path, so that an agent started from another working directory finds its identity.
+ */
+export const DEFAULT_STATE_DIR = join(homedir(), ".local", "state", "shardguard");
 
 /**
  * The agent's options as `startAgent` takes them (in-process callers: the demo and chaos
@@ -28,10 +33,10 @@ export const agentOptionsSchema = z
     address: addressSchema.optional(),
     /** 0 = never promote; otherwise lower is preferred. @default 100 */
     priority: z.number().int().min(0).max(1_000_000).default(100),
-    /** @default ".shardguard-agent" */
+    /** @default ~/.local/state/shardguard */
     stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
-    /** What a primary does when it cannot write heartbeats for fenceTimeoutMs. @default "fence" */
-    fencePolicy: z.enum(FENCE_POLICIES).default("fence"),
+    /** How a primary guards its writes (docs/agent.md#fence-policies). @default "failsafe" */
+    fencePolicy: z.enum(FENCE_POLICIES).default("failsafe"),
     /** @default 1000 */
     heartbeatIntervalMs: z.number().int().min(100).default(1000),
     /** @default 2000 */

@@ -33,6 +33,8 @@ export interface ReplicationInfo {
   readonly primary: PrimaryLink | undefined;
   /** Replicas connected to this node (a primary's, or a replica's own sub-replicas). */
   readonly replicas: readonly ReplicaEntry[];
+  /** `run_id` from `INFO server` when it was read: new on every start of the database process. */
+  readonly runId?: string | undefined;
 }
 
 /**
@@ -117,6 +119,7 @@ export function parseReplicationInfo(text: string): ReplicationInfo {
     replId: fields.get("primary_replid") ?? "",
     primary,
     replicas,
+    runId: fields.get("run_id"),
   };
 }
 

@@ -136,6 +136,7 @@ export function rankCandidates(
   config: FailoverConfig,
   now: number,
   exclude?: string,
+  members?: readonly string[],
 ): Candidate[] {
   const considered = nodes.filter((node) => node.node_id !== exclude);
   const knownLineage = lineage !== undefined && lineage.repl_id !== "";
@@ -164,6 +165,12 @@ export function rankCandidates(
       );
     }
     if (node.priority === 0) return ineligible("priority 0 (never promote)");
+    if (members !== undefined && !members.includes(node.node_id)) {
+      // The old primary's write guard does not count this node: promoting it would not fence the old primary.
+      return ineligible(
+        `not in ${exclude ?? "the primary"}'s replica set (its write guard does not wait for it)`,
+      );
+    }
     const lag = reference - node.last_txn_id;
     if (lag > config.maxLagOnFailover) {
       return ineligible(`lag ${lag} exceeds maxLagOnFailover ${config.maxLagOnFailover}`);
@@ -250,6 +257,18 @@ export function decide(
 
 function primaryHeartbeat(snapshot: ShardSnapshot, topology: Topology): Heartbeat | undefined {
   return snapshot.nodes.find((node) => node.node_id === topology.primary_node_id);
+}
+
+/**
+ * The members of a primary's replica set when the set is under the write guard (versioned):
+ * only these may be promoted in its place. Undefined for sets written before the guard.
+ */
+export function guardMembers(
+  snapshot: ShardSnapshot,
+  primaryId: string | undefined,
+): readonly string[] | undefined {
+  if (primaryId === undefined || snapshot.replicaSetVersions[primaryId] === undefined) return undefined;
+  return snapshot.replicaSets[primaryId] ?? [];
 }
 
 function primaryStale(snapshot: ShardSnapshot, topology: Topology, config: FailoverConfig, now: number) {
@@ -373,7 +392,14 @@ function decideOnline(
   const lineage = primary
     ? lineageOf(primary)
     : (topology.lineage ?? inferLineage(snapshot.nodes, primaryId));
-  const candidates = rankCandidates(snapshot.nodes, lineage, config, now, primaryId);
+  const candidates = rankCandidates(
+    snapshot.nodes,
+    lineage,
+    config,
+    now,
+    primaryId,
+    guardMembers(snapshot, primaryId),
+  );
   const best = candidates[0];
   const anyEligible = best?.eligible === true && lineage !== undefined;
 
@@ -501,7 +527,14 @@ export function planSwitchover(
     return { kind: "refused", reason: `primary ${topology.primary_node_id ?? "(none)"} is not alive` };
   }
   const lineage = lineageOf(primary);
-  const candidates = rankCandidates(snapshot.nodes, lineage, config, now, primary.node_id);
+  const candidates = rankCandidates(
+    snapshot.nodes,
+    lineage,
+    config,
+    now,
+    primary.node_id,
+    guardMembers(snapshot, primary.node_id),
+  );
   const chosen =
     request.to === undefined
       ? candidates[0]

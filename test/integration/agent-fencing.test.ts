@@ -83,7 +83,11 @@ describe("fenced start", () => {
     await fixture.stopAgent(oldAgent);
     primaryNode.signal("SIGKILL");
     await failOverTo("n2", replicaNode, 0);
-    expect(await tryWrite(replicaNode, "written-after-failover")).toBe("OK");
+    // The promoted node opens writes once the old primary's write guard cannot count it any more.
+    await waitFor(
+      async () => (await tryWrite(replicaNode, "written-after-failover")) === "OK" || undefined,
+      "n2 writable",
+    );
 
     // Act: the old primary's database comes back as a primary, then its agent starts.
     await primaryNode.start();

@@ -1,11 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  assessTopology,
-  fenceAction,
-  fencingConfig,
-  type LocalView,
-  topologyPrimary,
-} from "../../src/agent/fencing.ts";
+import { assessTopology, type LocalView, topologyPrimary } from "../../src/agent/fencing.ts";
 import type { Topology } from "../../src/core/model.ts";
 
 function aTopology(overrides: Partial<Topology> = {}): Topology {
@@ -162,35 +156,5 @@ describe("fencing by the topology", () => {
 
   it("leaves replicas of a paused shard alone", () => {
     expect(assessTopology(aTopology({ status: "paused" }), replicaView()).kind).toBe("keep");
-  });
-});
-
-describe("self-fencing when heartbeats cannot be written", () => {
-  const base = { policy: "fence" as const, role: "primary" as const, fenceTimeoutMs: 2000 };
-
-  it("does nothing before the fence timeout", () => {
-    expect(fenceAction({ ...base, msSinceHeartbeatWritten: 1999 })).toBe("none");
-  });
-
-  it("fences a primary under policy fence", () => {
-    expect(fenceAction({ ...base, msSinceHeartbeatWritten: 2000 })).toBe("fence");
-  });
-
-  it("keeps serving under policy keep-serving", () => {
-    expect(fenceAction({ ...base, policy: "keep-serving", msSinceHeartbeatWritten: 10_000 })).toBe(
-      "keep-serving",
-    );
-  });
-
-  it("never fences a replica", () => {
-    expect(fenceAction({ ...base, role: "replica", msSinceHeartbeatWritten: 10_000 })).toBe("none");
-  });
-
-  it("demands more replicas than any shard has and keeps the operator's lag", () => {
-    expect(fencingConfig({ "min-replicas-max-lag": "7", "min-replicas-to-write": "1" })).toEqual({
-      "min-replicas-max-lag": "7",
-      "min-replicas-to-write": "1000000",
-    });
-    expect(fencingConfig({ "min-replicas-max-lag": "0" })["min-replicas-max-lag"]).toBe("10");
   });
 });

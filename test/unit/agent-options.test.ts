@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { resolveAgentOptions } from "../../src/agent/options.ts";
+import { DEFAULT_STATE_DIR, resolveAgentOptions } from "../../src/agent/options.ts";
 
 const configFile = (json: unknown) => ({
   configFile: "/etc/shardguard/agent.json",
@@ -16,12 +16,13 @@ describe("agent options from flags, environment and config file", () => {
       shard: "s1",
       redis: "127.0.0.1:6379",
       priority: 100,
-      fencePolicy: "fence",
+      fencePolicy: "failsafe",
       heartbeatIntervalMs: 1000,
       fenceTimeoutMs: 2000,
-      stateDir: ".shardguard-agent",
+      stateDir: DEFAULT_STATE_DIR,
     });
     expect(config).toMatchObject({ table: "shardguard", queuePrefix: "shardguard", logLevel: "info" });
+    expect(config.agent.stateDir.startsWith("/")).toBe(true);
   });
 
   it("prefers a flag over a variable over the config file", () => {

@@ -191,6 +191,17 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "failover", target: "r2" },
     },
     {
+      name: "skips a candidate outside the old primary's guarded replica set (its write guard would not drop it)",
+      snapshot: () =>
+        aShardWithStalePrimary().withNode({ node_id: "r1", last_txn_id: 999 }).guardedBy(["r2"]).build(),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "marks the shard offline when no node of the guarded replica set is eligible",
+      snapshot: () => aShardWithStalePrimary().guardedBy([]).build(),
+      expected: { kind: "mark_offline" },
+    },
+    {
       name: "skips a candidate with priority 0",
       snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0 }).build(),
       expected: { kind: "failover", target: "r2" },

@@ -28,7 +28,7 @@ export function registerAgent(program: Command): void {
     )
     .option(
       "--state-dir <dir>",
-      "keeps the node id, applied epoch and command ids; default $STATE_DIRECTORY or ./.shardguard-agent (SHARDGUARD_STATE_DIR)",
+      "keeps the node id, applied epoch and command ids; default $STATE_DIRECTORY or ~/.local/state/shardguard (SHARDGUARD_STATE_DIR)",
     )
     .option(
       "--fence-policy <policy>",

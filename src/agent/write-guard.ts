@@ -1,0 +1,189 @@
+import { errorMessage } from "../core/errors.ts";
+import {
+  FENCED_MIN_REPLICAS,
+  GUARD_MAX_LAG_S,
+  planWriteGuard,
+  type WriteGuardPlan,
+} from "../core/write-guard.ts";
+import type { AgentContext } from "./context.ts";
+import { FENCING_CONFIG_KEYS } from "./fencing.ts";
+import { withStoreTimeout } from "./loop.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
+
+/**
+ * Applies the write guard (src/core/write-guard.ts) to the database: one place that sets
+ * `min-replicas-to-write`/`min-replicas-max-lag`, and keeps the stored replica set (the guard's
+ * membership) in step. Callers hold `ctx.roleLock`.
+ */
+
+/** Node ids of the replicas attached with a completed sync and acknowledging within the guard's lag. */
+export function attachedReplicas(ctx: AgentContext, info: ReplicationInfo): string[] {
+  const ids: string[] = [];
+  for (const replica of info.replicas) {
+    if (replica.state !== "online" || replica.lagSeconds > GUARD_MAX_LAG_S) continue;
+    const id = ctx.knownNodes.get(replica.address);
+    // A replica without a heartbeat has no agent yet: it joins once its agent reports.
+    if (id !== undefined && id !== ctx.nodeId) ids.push(id);
+  }
+  return ids;
+}
+
+/** The plan for this node now, from what the context holds. */
+export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuardPlan {
+  return planWriteGuard({
+    policy: ctx.options.fencePolicy,
+    role: info.role,
+    confirmed: ctx.confirmed,
+    unconfirmedReason: ctx.unconfirmedReason,
+    members: ctx.guardMembers,
+    attached: attachedReplicas(ctx, info),
+    msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
+    fenceTimeoutMs: ctx.options.fenceTimeoutMs,
+    restarted: ctx.dbRestarted,
+    promotionWindowOpen: ctx.monotonicNow() < ctx.promotionFenceUntil,
+  });
+}
+
+/** What the database was last set to, so an unchanged plan costs no command. */
+function appliedKey(plan: WriteGuardPlan, minReplicas?: number): string {
+  switch (plan.kind) {
+    case "fence":
+      return "fence";
+    case "open":
+      return "open";
+    case "guard":
+      return `guard:${minReplicas ?? plan.minReplicas}`;
+    case "replica":
+      return "replica";
+  }
+}
+
+async function setGuard(ctx: AgentContext, minReplicas: number): Promise<void> {
+  await ctx.db.configSet({
+    "min-replicas-max-lag": String(GUARD_MAX_LAG_S),
+    "min-replicas-to-write": String(minReplicas),
+  });
+}
+
+/** Refuses every write; the operator's values are saved first so `open` can restore them. */
+export async function fence(ctx: AgentContext, reason: string): Promise<void> {
+  const wasFenced = ctx.state.state.fence !== undefined;
+  if (!wasFenced) {
+    const saved = await ctx.db.configGet(FENCING_CONFIG_KEYS);
+    ctx.state.update({ fence: { saved, since: ctx.deps.clock.now() } });
+  }
+  const savedLag = Number(ctx.state.state.fence?.saved["min-replicas-max-lag"]);
+  await ctx.db.configSet({
+    // The check is off when the lag is 0.
+    "min-replicas-max-lag": String(Number.isInteger(savedLag) && savedLag > 0 ? savedLag : GUARD_MAX_LAG_S),
+    "min-replicas-to-write": String(FENCED_MIN_REPLICAS),
+  });
+  ctx.appliedGuard = "fence";
+  if (!wasFenced) {
+    ctx.logger.error("writes fenced: this primary refuses writes", {
+      ...ctx.epochContext,
+      reason,
+      policy: ctx.options.fencePolicy,
+    });
+  }
+}
+
+/** Restores the operator's values saved by `fence`; a no-op when not fenced. */
+export function restoreOperatorSettings(ctx: AgentContext, reason: string): Promise<void> {
+  return unfence(ctx, { kind: "open", join: [], leave: [], reason }, 0);
+}
+
+/** Ends a fence: the guard's value under `failsafe`, the operator's saved values otherwise. */
+async function unfence(ctx: AgentContext, plan: WriteGuardPlan, minReplicas: number): Promise<void> {
+  const fenced = ctx.state.state.fence;
+  if (plan.kind === "guard") {
+    await setGuard(ctx, minReplicas);
+  } else if (fenced) {
+    // Restore the lag first: with min-replicas-to-write still high, writes stay refused until the end.
+    const saved = fenced.saved;
+    const ordered = Object.fromEntries(
+      [...FENCING_CONFIG_KEYS]
+        .reverse()
+        .flatMap((key) => (saved[key] === undefined ? [] : [[key, saved[key]]])),
+    );
+    await ctx.db.configSet(ordered);
+  }
+  if (fenced) {
+    ctx.state.update({ fence: undefined });
+    ctx.logger.warn("write fence lifted", {
+      ...ctx.epochContext,
+      reason: "reason" in plan ? plan.reason : plan.kind,
+      fencedSince: fenced.since,
+    });
+  }
+}
+
+/**
+ * Brings the database in line with the plan and, under the guard, the stored replica set: a
+ * joiner is demanded by the database before the store lists it; a leaver is removed from the store
+ * (only while the topology still names this primary) before the database stops demanding it.
+ */
+export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo): Promise<WriteGuardPlan> {
+  const plan = currentPlan(ctx, info);
+  if (plan.kind === "replica") {
+    ctx.appliedGuard = "replica";
+    return plan;
+  }
+  if (plan.kind === "fence") {
+    if (ctx.appliedGuard !== "fence" || ctx.state.state.fence === undefined) await fence(ctx, plan.reason);
+    return plan;
+  }
+  let minReplicas = plan.kind === "guard" ? plan.minReplicas : 0;
+  if (ctx.appliedGuard !== appliedKey(plan, minReplicas) || ctx.state.state.fence !== undefined) {
+    await unfence(ctx, plan, minReplicas);
+    if (plan.kind === "guard") {
+      ctx.logger.info("write guard set", { ...ctx.epochContext, minReplicas, reason: plan.reason });
+    }
+    ctx.appliedGuard = appliedKey(plan, minReplicas);
+  }
+  const topology = ctx.lastTopology;
+  if (plan.join.length > 0) {
+    await withStoreTimeout(
+      ctx.deps.replicaSets.add(ctx.shard, ctx.nodeId, plan.join),
+      ctx.storeTimeoutMs,
+      "replica set add",
+    );
+    ctx.guardMembers = [...new Set([...ctx.guardMembers, ...plan.join])].sort();
+    ctx.logger.info("replicas joined the replica set", { replicas: plan.join, ...ctx.epochContext });
+  }
+  if (plan.leave.length > 0 && ctx.confirmed === true) {
+    const removed = await withStoreTimeout(
+      ctx.deps.replicaSets.removeWhilePrimary(ctx.shard, ctx.nodeId, plan.leave, topology?.epoch),
+      ctx.storeTimeoutMs,
+      "replica set remove",
+    );
+    if (!removed) {
+      ctx.logger.warn("replica set unchanged: the topology no longer names this primary", {
+        ...ctx.epochContext,
+        replicas: plan.leave,
+      });
+      return plan;
+    }
+    ctx.guardMembers = ctx.guardMembers.filter((id) => !plan.leave.includes(id));
+    if (plan.kind === "guard") {
+      minReplicas -= plan.leave.length;
+      await setGuard(ctx, minReplicas);
+      ctx.appliedGuard = `guard:${minReplicas}`;
+    }
+    ctx.logger.warn("replicas left the replica set; the write guard demands fewer", {
+      ...ctx.epochContext,
+      replicas: plan.leave,
+      minReplicas,
+    });
+  }
+  return plan;
+}
+
+/** Like `enforceWriteGuard`, logging instead of throwing (loops and timers). */
+export async function tryEnforceWriteGuard(ctx: AgentContext, info: ReplicationInfo): Promise<void> {
+  try {
+    await enforceWriteGuard(ctx, info);
+  } catch (error) {
+    ctx.logger.warn("could not apply the write guard", { ...ctx.epochContext, error: errorMessage(error) });
+  }
+}

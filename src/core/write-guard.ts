@@ -1,0 +1,125 @@
+/**
+ * The write guard: which writes a primary's own database accepts, as a pure function of what
+ * the agent sees. One mechanism for every fence (docs/agent.md#the-replica-set-guard):
+ *
+ * - **guard**: `min-replicas-to-write` = the size of the primary's replica set (every member must
+ *   be attached and acknowledging within `min-replicas-max-lag`). A promotion detaches its target
+ *   from the old primary, so the old primary refuses writes within that lag, even when its agent
+ *   is dead, hung or cut off, and even when the coordination store is down. Only members may be
+ *   promoted (decide.ts), so every promotion removes a member.
+ * - **fence**: refuse every write (`min-replicas-to-write` beyond reach) while the topology does
+ *   not confirm this node, or (policies `fence`, and `failsafe` with no replica to witness) after
+ *   `fenceTimeoutMs` without a heartbeat written.
+ * - **open**: the operator's own settings (policy `keep-serving`, and `fence` while confirmed).
+ *
+ * The set only grows after the database already demands the new member, and only shrinks through
+ * a store write conditioned on the topology still naming this primary (`removeWhilePrimary`), so
+ * no failover can have picked a member the primary no longer counts.
+ */
+
+export const FENCE_POLICIES = ["failsafe", "fence", "keep-serving"] as const;
+export type FencePolicy = (typeof FENCE_POLICIES)[number];
+
+/** `min-replicas-to-write` that no shard reaches: every write gets NOREPLICAS, reads go on. */
+export const FENCED_MIN_REPLICAS = 1_000_000;
+
+/**
+ * `min-replicas-max-lag` under the guard, s. Replicas acknowledge once a second, so 2 s never
+ * drops a healthy replica; a detached one stops counting within 3 s (Redis compares whole seconds).
+ */
+export const GUARD_MAX_LAG_S = 2;
+
+/** How long a promoted node refuses writes after its last contact with the old primary, ms. */
+export const PROMOTION_FENCE_WINDOW_MS = (GUARD_MAX_LAG_S + 1) * 1000;
+
+export interface WriteGuardInput {
+  readonly policy: FencePolicy;
+  /** The database's role now. */
+  readonly role: "primary" | "replica";
+  /**
+   * Whether the topology confirms this node as the primary. `undefined` while the store is
+   * unreachable: the last confirmation stands (failsafe: the replicas are the fence).
+   */
+  readonly confirmed: boolean | undefined;
+  /** Why it is not confirmed (topology names another node, a failover away, offline, malformed). */
+  readonly unconfirmedReason?: string;
+  /** The stored replica set of this primary, as last read or written. */
+  readonly members: readonly string[];
+  /** Node ids of the replicas attached to the database with a completed sync. */
+  readonly attached: readonly string[];
+  readonly msSinceHeartbeatWritten: number;
+  readonly fenceTimeoutMs: number;
+  /** The database restarted without continuing its own lineage (an empty or old restart). */
+  readonly restarted: boolean;
+  /** A promotion's fence window is still open (the old primary may not have noticed yet). */
+  readonly promotionWindowOpen: boolean;
+}
+
+export type WriteGuardPlan =
+  | { readonly kind: "replica" }
+  | { readonly kind: "fence"; readonly reason: string }
+  | {
+      readonly kind: "open";
+      /** The replica set is kept under every policy: only its members may be promoted. */
+      readonly join: readonly string[];
+      readonly leave: readonly string[];
+      readonly reason: string;
+    }
+  | {
+      readonly kind: "guard";
+      /** `min-replicas-to-write` to apply now. */
+      readonly minReplicas: number;
+      /** Attached replicas to add to the stored set (after the database demands them). */
+      readonly join: readonly string[];
+      /** Members no longer attached: to remove through the conditioned store write. */
+      readonly leave: readonly string[];
+      readonly reason: string;
+    };
+
+/** Decides the write guard of one node. */
+export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
+  if (input.role !== "primary") return { kind: "replica" };
+  if (input.restarted) {
+    return {
+      kind: "fence",
+      reason: "the database restarted without continuing its replication lineage (its data may be gone)",
+    };
+  }
+  if (input.confirmed === false) {
+    return { kind: "fence", reason: input.unconfirmedReason ?? "the topology does not confirm this primary" };
+  }
+  if (input.promotionWindowOpen) {
+    return { kind: "fence", reason: "promoted: waiting out the fence window of the old primary" };
+  }
+  const cutOff = input.msSinceHeartbeatWritten >= input.fenceTimeoutMs;
+  const cutOffReason = `no heartbeat written for ${Math.round(input.msSinceHeartbeatWritten)} ms`;
+  const members = new Set(input.members);
+  const attached = new Set(input.attached);
+  const join = [...attached].filter((id) => !members.has(id)).sort();
+  const leave = [...members].filter((id) => !attached.has(id)).sort();
+  switch (input.policy) {
+    case "keep-serving":
+      return { kind: "open", join, leave, reason: cutOff ? `${cutOffReason}; keep-serving` : "confirmed" };
+    case "fence":
+      return cutOff
+        ? { kind: "fence", reason: cutOffReason }
+        : { kind: "open", join, leave, reason: "confirmed" };
+    case "failsafe": {
+      if (members.size === 0 && join.length === 0 && cutOff) {
+        // No replica to witness that nobody else was promoted: nothing but the store can.
+        return { kind: "fence", reason: `${cutOffReason} and no replica in the replica set` };
+      }
+      return {
+        kind: "guard",
+        // Raise before the store learns of a joiner; lower only after the store agreed.
+        minReplicas: members.size + join.length,
+        join,
+        leave,
+        reason:
+          members.size + join.length === 0
+            ? "no replica in the replica set"
+            : `every member of the replica set must acknowledge (${[...members, ...join].sort().join(", ")})`,
+      };
+    }
+  }
+}
