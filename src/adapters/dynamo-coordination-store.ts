@@ -266,10 +266,24 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
     shard: string,
     primaryId: string,
     nodeIds: readonly string[],
-    epoch: number,
+    epoch: number | undefined,
   ): Promise<boolean> {
     if (nodeIds.length === 0) return true;
     const update = this.#updateInput("DELETE", shard, primaryId, nodeIds);
+    const topologyCondition =
+      epoch === undefined
+        ? { ConditionExpression: "attribute_not_exists(pk)" }
+        : {
+            ConditionExpression:
+              "epoch = :epoch AND primary_node_id = :primary AND #status IN (:online, :paused)",
+            ExpressionAttributeNames: { "#status": "status" },
+            ExpressionAttributeValues: {
+              ":epoch": epoch,
+              ":primary": primaryId,
+              ":online": "online",
+              ":paused": "paused",
+            },
+          };
     return this.conditional(`TransactWriteItems (remove replicas of ${shard}/${primaryId})`, () =>
       this.documents.send(
         new TransactWriteCommand({
@@ -278,15 +292,7 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
               ConditionCheck: {
                 TableName: this.tableName,
                 Key: { pk: keys.shardPk(shard), sk: keys.topology },
-                ConditionExpression:
-                  "epoch = :epoch AND primary_node_id = :primary AND #status IN (:online, :paused)",
-                ExpressionAttributeNames: { "#status": "status" },
-                ExpressionAttributeValues: {
-                  ":epoch": epoch,
-                  ":primary": primaryId,
-                  ":online": "online",
-                  ":paused": "paused",
-                },
+                ...topologyCondition,
               },
             },
             { Update: update },

@@ -49,14 +49,15 @@ export interface ReplicaSetStore {
   remove(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void>;
   /**
    * Removes members from the primary's replica set only while the topology still names it
-   * primary at `epoch` and no failover is under way, in one transaction; false otherwise. The
-   * primary lowers its write guard only after this succeeded.
+   * primary at `epoch` and no failover is under way (`epoch` undefined: while there is no
+   * topology yet), in one transaction; false otherwise. The primary lowers its write guard only
+   * after this succeeded.
    */
   removeWhilePrimary(
     shard: string,
     primaryId: string,
     nodeIds: readonly string[],
-    epoch: number,
+    epoch: number | undefined,
   ): Promise<boolean>;
 }
 
