@@ -1,0 +1,79 @@
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Command } from "commander";
+import { parseIntegerOption } from "../src/cli/options.ts";
+import { abortOnSignal } from "../src/cli/signals.ts";
+import { errorMessage } from "../src/core/errors.ts";
+import { FAULT_KINDS, parseFaultKinds } from "../src/nemesis/faults.ts";
+import { formatReport, formatTimeline, runNemesis, writeNemesisReport } from "../src/nemesis/runner.ts";
+
+/**
+ * `npm run nemesis -- --minutes N --seed S [--faults a,b,c] [--nodes 3]`: randomized, combined faults
+ * against one shard of real processes, a write workload recording a history, and a checker that
+ * reads the history and the final state of every node (docs/chaos.md, "Nemesis"). Exit code 1 on
+ * any violation or an unknown verdict, with the seed and the fault timeline.
+ */
+
+const log = (line: string) => process.stderr.write(`${line}\n`);
+const RESULTS = fileURLToPath(new URL("./results/", import.meta.url));
+
+interface CliOptions {
+  minutes: number;
+  seed: number;
+  faults?: string;
+  nodes: number;
+  fenceWindow: number;
+  out?: string;
+  json?: boolean;
+}
+
+export function buildProgram(): Command {
+  return new Command()
+    .name("nemesis")
+    .description("randomized faults against a local shard, with a history checker")
+    .option("--minutes <n>", "how long to inject faults", parseIntegerOption(1, 24 * 60), 5)
+    .option("--seed <n>", "seed of the fault schedule", parseIntegerOption(0, 2 ** 31), 1)
+    .option("--faults <kinds>", `comma-separated fault kinds (default: all of ${FAULT_KINDS.join(", ")})`)
+    .option("--nodes <n>", "redis-server nodes", parseIntegerOption(2, 7), 3)
+    .option(
+      "--fence-window <ms>",
+      "tolerated two-writable time after an epoch change or a heal",
+      parseIntegerOption(0, 600_000),
+      3000,
+    )
+    .option("--out <file>", "report path (default bench/results/nemesis-<seed>.json)")
+    .option("--json", "print the report as JSON on stdout")
+    .action(async (options: CliOptions) => {
+      const faults = options.faults ? parseFaultKinds(options.faults) : undefined;
+      const abort = abortOnSignal();
+      abort.signal.addEventListener("abort", () => process.once("SIGINT", () => process.exit(130)));
+      const report = await runNemesis({
+        seed: options.seed,
+        minutes: options.minutes,
+        nodes: options.nodes,
+        faults,
+        fenceWindowMs: options.fenceWindow,
+        signal: abort.signal,
+        onLine: (line) => log(`[nemesis] ${line}`),
+      });
+      const out = options.out ?? join(RESULTS, `nemesis-${options.seed}.json`);
+      writeNemesisReport(report, out);
+      process.stdout.write(`${options.json ? JSON.stringify(report, null, 2) : formatReport(report)}\n`);
+      log(`report: ${out}`);
+      if (report.valid !== true) {
+        log(`\nseed ${report.seed} FAILED (${report.valid === false ? "violations" : "unknown verdict"}):`);
+        for (const violation of report.violations) log(`  ${violation}`);
+        log(formatTimeline(report));
+        process.exitCode = 1;
+      }
+    });
+}
+
+if (import.meta.main) {
+  try {
+    await buildProgram().parseAsync(process.argv);
+  } catch (error) {
+    log(`nemesis: ${errorMessage(error)}`);
+    process.exitCode = 1;
+  }
+}

@@ -1,0 +1,806 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
+import { errorMessage } from "../core/errors.ts";
+import type { Topology } from "../core/model.ts";
+import { LocalCluster } from "../demo/local-cluster.ts";
+import type { ManagedProcess } from "../local-stack/processes.ts";
+import type { RedisNode } from "../local-stack/redis-nodes.ts";
+import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
+import { type CheckResult, check } from "./checker.ts";
+import {
+  describeFault,
+  FAULT_KINDS,
+  type FaultKind,
+  type ScheduledFault,
+  type ScheduleOptions,
+  scheduleFaults,
+} from "./faults.ts";
+import { type FaultValue, History, type WriteValue } from "./history.ts";
+import { TcpProxy } from "./tcp-proxy.ts";
+import { NemesisWriter, readFinal, TopologyObserver, WritableSampler } from "./workload.ts";
+
+/**
+ * One nemesis run: the local stack (or the endpoints in the environment), N redis-server nodes with
+ * a `shardguard agent` each, two `shardguard controller` processes, every agent and controller
+ * talking to DynamoDB and SQS through its own TCP proxy; the writer, the sampler and the observer
+ * recording into one history; the seeded fault schedule injected and healed on time; at the end
+ * every fault healed, the shard given time to settle, the final reads, and the checker's verdict.
+ */
+
+/** Timings for the run: a failover within seconds on two shared cores; a lease short enough to pause past. */
+export const NEMESIS_CONFIG = {
+  heartbeatIntervalMs: 500,
+  failureTimeoutMs: 2000,
+  fenceTimeoutMs: 1300,
+  tickIntervalMs: 1000,
+  lockLeaseMs: 5000,
+  cooldownMs: 0,
+} as const satisfies FailoverConfigInput;
+
+/** libfaketime, preloaded into an agent for `clock-skew` (what the `faketime` wrapper does, without its extra process). */
+const LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+export interface NemesisOptions {
+  readonly seed: number;
+  readonly minutes: number;
+  readonly nodes?: number;
+  readonly faults?: readonly FaultKind[];
+  readonly config?: FailoverConfigInput;
+  /** Checker: tolerated two-writable time after an epoch change or a heal. @default 3000 */
+  readonly fenceWindowMs?: number;
+  /** Checker: how long after its heal a fault may still cause an epoch change. @default 15000 */
+  readonly causeWindowMs?: number;
+  /** How long the final heal waits for one primary with every live node following it. @default 60000 */
+  readonly settleTimeoutMs?: number;
+  /** Passed to the schedule (gaps, concurrency, warm-up). */
+  readonly schedule?: Partial<Pick<ScheduleOptions, "gapMinMs" | "gapMaxMs" | "maxConcurrent" | "warmupMs">>;
+  /** An already running stack (the integration tests share one). */
+  readonly stack?: LocalStack;
+  /** Where the JSONL history goes. @default a new temp dir */
+  readonly historyPath?: string;
+  /** One line per event (progress). */
+  readonly onLine?: (line: string) => void;
+  readonly signal?: AbortSignal;
+}
+
+export interface FaultOutcome {
+  readonly id: number;
+  readonly kind: FaultKind;
+  readonly target: string;
+  readonly nodes: readonly string[];
+  readonly params: Readonly<Record<string, unknown>>;
+  readonly injectedAtS: number;
+  readonly healedAtS: number | undefined;
+  readonly skipped: string | undefined;
+  /** Epoch changes from the inject until the fault's outcome was read. */
+  readonly epochs: ReadonlyArray<{ epoch: number; primary: string | undefined; atS: number }>;
+  /** ms from the inject to the first write a new primary acknowledged (when there was a failover). */
+  readonly timeToWritableMs: number | undefined;
+  /** Longest gap between two acknowledged writes from the inject to the outcome. */
+  readonly longestWriteGapMs: number;
+  readonly lostByReplica: number;
+  readonly lostAsyncOnly: number;
+  readonly line: string;
+}
+
+export interface NemesisReport {
+  readonly seed: number;
+  readonly minutes: number;
+  readonly nodes: number;
+  readonly faultsEnabled: readonly FaultKind[];
+  readonly config: FailoverConfig;
+  readonly command: string;
+  readonly shard: string;
+  readonly historyPath: string;
+  readonly logDir: string;
+  readonly faultsByKind: Readonly<Record<string, { injected: number; skipped: number }>>;
+  readonly failovers: number;
+  readonly timeToWritableMs: {
+    readonly median: number | undefined;
+    readonly p99: number | undefined;
+    readonly samples: number;
+  };
+  readonly writes: {
+    readonly attempted: number;
+    readonly ackedByReplica: number;
+    readonly ackedAsyncOnly: number;
+    readonly failed: number;
+    readonly indeterminate: number;
+    readonly lost: number;
+    readonly asyncOnlyLost: number;
+    readonly recovered: number;
+    readonly unexpected: number;
+  };
+  readonly samples: number;
+  readonly twoWritableSamples: number;
+  readonly twoWritableInWindow: number;
+  readonly settled: boolean;
+  readonly settleMs: number;
+  readonly valid: CheckResult["valid"];
+  readonly violations: readonly string[];
+  readonly lostSeqs: readonly number[];
+  readonly timeline: readonly FaultOutcome[];
+}
+
+function percentile(values: readonly number[], p: number): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((x, y) => x - y);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}`;
+
+/** Faults hold resources so two faults never fight over one process or proxy. */
+function resourcesOf(kind: FaultKind, target: string): string[] {
+  switch (kind) {
+    case "kill-redis":
+    case "pause-redis":
+      return [`redis:${target}`];
+    case "pause-agent":
+    case "restart-agent":
+    case "clock-skew":
+      return [`agent:${target}`];
+    case "partition-agent-store":
+      return [`store:${target}`];
+    case "partition-agent-sqs":
+    case "dup-commands":
+    case "delay-commands":
+      return [`sqs:${target}`];
+    case "pause-controller":
+      return [`controller:${target}`];
+    case "partition-controller-store":
+      return [`cstore:${target}`];
+  }
+}
+
+interface ActiveFault {
+  readonly fault: ScheduledFault;
+  readonly targets: readonly string[];
+  heal: () => Promise<void>;
+  healed: boolean;
+}
+
+export async function runNemesis(options: NemesisOptions): Promise<NemesisReport> {
+  const line = options.onLine ?? (() => {});
+  const nodeCount = options.nodes ?? 3;
+  const config = parseFailoverConfig({ ...NEMESIS_CONFIG, ...options.config });
+  const faultsEnabled = options.faults && options.faults.length > 0 ? [...options.faults] : [...FAULT_KINDS];
+  const schedule = scheduleFaults(options.seed, {
+    minutes: options.minutes,
+    faults: faultsEnabled,
+    nodes: nodeCount,
+    lockLeaseMs: config.lockLeaseMs,
+    ...options.schedule,
+  });
+  const controllersCount = 2;
+  const historyPath =
+    options.historyPath ??
+    join(mkdtempSync(join(tmpdir(), `shardguard-nemesis-${options.seed}-`)), "history.jsonl");
+  const history = new History({ path: historyPath });
+  const command = `npm run nemesis -- --minutes ${options.minutes} --seed ${options.seed}${options.faults ? ` --faults ${faultsEnabled.join(",")}` : ""} --nodes ${nodeCount}`;
+  line(
+    `seed ${options.seed}: ${schedule.length} faults over ${options.minutes} min (${command}); history ${historyPath}`,
+  );
+
+  const stack = options.stack ?? (await startLocalStack({ onProgress: (text) => line(`stack: ${text}`) }));
+  const ownsStack = options.stack === undefined;
+  const nodeIds = Array.from({ length: nodeCount }, (_, index) => `node-${index + 1}`);
+  const agentStore = new Map<string, TcpProxy>();
+  const agentSqs = new Map<string, TcpProxy>();
+  const controllerStore = new Map<string, TcpProxy>();
+  const dynamoUrl = stack.env.AWS_ENDPOINT_URL_DYNAMODB;
+  const sqsUrl = stack.env.AWS_ENDPOINT_URL_SQS;
+  for (const id of nodeIds) {
+    agentStore.set(id, TcpProxy.forUrl(dynamoUrl, `${id} -> DynamoDB`));
+    agentSqs.set(id, TcpProxy.forUrl(sqsUrl, `${id} -> SQS`));
+  }
+  for (let serial = 1; serial <= controllersCount; serial++) {
+    controllerStore.set(
+      `controller-${serial}`,
+      TcpProxy.forUrl(dynamoUrl, `controller-${serial} -> DynamoDB`),
+    );
+  }
+  const proxies = [...agentStore.values(), ...agentSqs.values(), ...controllerStore.values()];
+  let cluster: LocalCluster | undefined;
+  try {
+    await Promise.all(proxies.map((proxy) => proxy.start()));
+    const agentEnv = (id: string): NodeJS.ProcessEnv => ({
+      AWS_ENDPOINT_URL_DYNAMODB: agentStore.get(id)?.urlFor(dynamoUrl),
+      AWS_ENDPOINT_URL_SQS: agentSqs.get(id)?.urlFor(sqsUrl),
+    });
+    cluster = await LocalCluster.start({
+      stack,
+      nodes: nodeCount,
+      controllers: controllersCount,
+      config,
+      shard: `nemesis-${options.seed}-${Math.floor(performance.now()) % 100_000}`,
+      readyTimeoutMs: 60_000,
+      agentEnv,
+      controllerEnv: (serial) => ({
+        AWS_ENDPOINT_URL_DYNAMODB: controllerStore.get(`controller-${serial}`)?.urlFor(dynamoUrl),
+      }),
+      onProgress: (text) => line(`cluster: ${text}`),
+    });
+    const active = cluster;
+    const controllers: ManagedProcess[] = [...active.controllers];
+    const dead = new Set<string>();
+    const redisById = new Map(active.redis.map((node) => [node.id, node]));
+    const byAddress = new Map(active.redis.map((node) => [node.address, node.id]));
+    const enableRdb = async (node: RedisNode) => {
+      const client = node.client({ maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
+      client.on("error", () => {});
+      try {
+        await client.connect();
+        await client.config("SET", "save", "2 1");
+      } catch {
+        // A node that does not answer now keeps no RDB; kill-redis "rdb" then restarts it empty.
+      } finally {
+        client.disconnect();
+      }
+    };
+    await Promise.all(active.redis.map(enableRdb));
+
+    const keyPrefix = `nemesis:${options.seed}:`;
+    const writer = new NemesisWriter({
+      history,
+      resolvePrimary: () => active.primaryAddress(),
+      nodeOf: (address) => byAddress.get(address),
+      keyPrefix,
+    });
+    const sampler = new WritableSampler(
+      history,
+      active.redis.map((node) => ({ id: node.id, address: node.address, alive: () => !dead.has(node.id) })),
+      keyPrefix,
+    );
+    const observer = new TopologyObserver(history, () => active.topology());
+    await observer.poll();
+    observer.start();
+    writer.start();
+    sampler.start();
+    line(
+      `shard ${active.shard} online, primary ${observer.last?.primary_node_id} at epoch ${observer.last?.epoch}; logs in ${active.logDir}`,
+    );
+
+    const busy = new Set<string>();
+    const activeFaults = new Set<ActiveFault>();
+    const outcomes: FaultOutcome[] = [];
+    const skippedByKind = new Map<string, number>();
+    const started = performance.now();
+
+    const resolveTargets = async (fault: ScheduledFault): Promise<{ targets: string[]; why?: string }> => {
+      const topology: Topology | undefined = await active.topology().catch(() => undefined);
+      const primary = topology?.primary_node_id;
+      const kindNeedsRedis = fault.kind === "kill-redis" || fault.kind === "pause-redis";
+      const liveNodes = nodeIds.filter((id) => !(kindNeedsRedis && dead.has(id)));
+      let candidates: string[];
+      switch (fault.target) {
+        case "primary":
+          candidates = primary ? [primary] : [];
+          break;
+        case "replica":
+          candidates = liveNodes.filter((id) => id !== primary);
+          break;
+        case "random-node":
+        case "all-nodes":
+          candidates = liveNodes;
+          break;
+        case "random-controller":
+        case "all-controllers":
+          candidates = [...controllerStore.keys()];
+          break;
+      }
+      candidates = candidates.filter((id) => !(kindNeedsRedis && dead.has(id)));
+      const free = candidates.filter((id) => resourcesOf(fault.kind, id).every((r) => !busy.has(r)));
+      if (free.length === 0) {
+        return {
+          targets: [],
+          why:
+            candidates.length === 0
+              ? `no ${fault.target} (primary ${primary ?? "none"})`
+              : `${fault.target} busy with another fault`,
+        };
+      }
+      if (fault.target === "all-nodes" || fault.target === "all-controllers") return { targets: free };
+      return { targets: [free[Math.floor(fault.pick * free.length)] as string] };
+    };
+
+    const inject = async (
+      fault: ScheduledFault,
+      targets: readonly string[],
+    ): Promise<() => Promise<void>> => {
+      const heals: Array<() => Promise<void> | void> = [];
+      for (const id of targets) {
+        switch (fault.kind) {
+          case "kill-redis": {
+            const node = redisById.get(id) as RedisNode;
+            node.signal("SIGKILL");
+            dead.add(id);
+            await node.stop();
+            const restart = fault.params.restart;
+            heals.push(async () => {
+              if (restart === "none") return;
+              if (restart === "empty") node.wipeData();
+              await node.start({ timeoutMs: 15_000 });
+              dead.delete(id);
+              await enableRdb(node);
+            });
+            break;
+          }
+          case "pause-redis": {
+            const node = redisById.get(id) as RedisNode;
+            node.signal("SIGSTOP");
+            heals.push(() => node.signal("SIGCONT"));
+            break;
+          }
+          case "pause-agent":
+            active.signalAgent(id, "SIGSTOP");
+            heals.push(() => {
+              active.signalAgent(id, "SIGCONT");
+            });
+            break;
+          case "restart-agent":
+            await active.stopAgent(id, "SIGKILL");
+            heals.push(() => active.startAgent(id, { wipeStateDir: fault.params.wipeState === true }));
+            break;
+          case "clock-skew": {
+            const offsetS = Number(fault.params.offsetS);
+            active.startAgent(id, {
+              env: {
+                LD_PRELOAD: LIBFAKETIME,
+                FAKETIME: `${offsetS >= 0 ? "+" : ""}${offsetS}s`,
+                FAKETIME_DONT_FAKE_MONOTONIC: "1",
+              },
+            });
+            heals.push(() => active.startAgent(id));
+            break;
+          }
+          case "pause-controller": {
+            const proc = controllers[Number(id.split("-")[1]) - 1];
+            proc?.child.kill("SIGSTOP");
+            heals.push(() => {
+              proc?.child.kill("SIGCONT");
+            });
+            break;
+          }
+          case "partition-agent-store":
+          case "partition-agent-sqs":
+          case "partition-controller-store": {
+            const map =
+              fault.kind === "partition-agent-store"
+                ? agentStore
+                : fault.kind === "partition-agent-sqs"
+                  ? agentSqs
+                  : controllerStore;
+            const proxy = map.get(id) as TcpProxy;
+            proxy.setMode({ kind: "drop" });
+            heals.push(() => proxy.heal());
+            break;
+          }
+          case "delay-commands": {
+            const proxy = agentSqs.get(id) as TcpProxy;
+            proxy.setMode({ kind: "delay", delayMs: Number(fault.params.delayMs) });
+            heals.push(() => proxy.heal());
+            break;
+          }
+          case "dup-commands": {
+            // Reset the agent's SQS connections every few hundred ms: a ReceiveMessage whose answer is
+            // lost leaves the message in flight and a DeleteMessage that is lost leaves an applied
+            // command to be delivered again when its visibility timeout ends.
+            const proxy = agentSqs.get(id) as TcpProxy;
+            const timer = setInterval(() => {
+              proxy.setMode({ kind: "reset" });
+              proxy.setMode({ kind: "pass" });
+            }, 300);
+            proxy.setMode({ kind: "reset" });
+            proxy.setMode({ kind: "pass" });
+            heals.push(() => {
+              clearInterval(timer);
+              proxy.heal();
+            });
+            break;
+          }
+        }
+      }
+      return async () => {
+        for (const heal of heals) await heal();
+      };
+    };
+
+    /** What a fault did, from the history: epoch changes, time to a writable new primary, write gaps, losses. */
+    const outcomeOf = async (
+      fault: ScheduledFault,
+      targets: readonly string[],
+      injectedAt: number,
+      healedAt: number | undefined,
+    ) => {
+      const until = history.elapsed();
+      const ops = history.ops.filter((op) => op.t >= injectedAt && op.t <= until);
+      const epochs = ops
+        .filter((op) => op.process === "observer" && op.f === "epoch")
+        .map((op) => {
+          const value = op.value as { epoch: number; primary?: string };
+          return { epoch: value.epoch, primary: value.primary, atS: Math.round(op.t / 100) / 10 };
+        });
+      const acks = ops.filter((op) => op.process === "writer" && op.type === "ok");
+      let timeToWritableMs: number | undefined;
+      const lastEpoch = epochs[epochs.length - 1];
+      if (lastEpoch) {
+        const epochAt = lastEpoch.atS * 1000;
+        const first = acks.find((op) => op.node === lastEpoch.primary && op.t >= epochAt - 1000);
+        if (first) timeToWritableMs = Math.round(first.t - injectedAt);
+      }
+      let longestWriteGapMs = 0;
+      let previous = injectedAt;
+      for (const op of acks) {
+        longestWriteGapMs = Math.max(longestWriteGapMs, op.t - previous);
+        previous = op.t;
+      }
+      longestWriteGapMs = Math.round(Math.max(longestWriteGapMs, until - previous));
+      // Writes acknowledged from a little before the inject to the heal, looked up on the primary now.
+      const from = injectedAt - 2000;
+      const to = healedAt ?? until;
+      const acked = history.ops.filter(
+        (op) => op.process === "writer" && op.type === "ok" && op.t >= from && op.t <= to,
+      );
+      let lostByReplica = 0;
+      let lostAsyncOnly = 0;
+      const primaryId = (await active.topology().catch(() => undefined))?.primary_node_id;
+      const primary = primaryId ? redisById.get(primaryId) : undefined;
+      if (primary && !dead.has(primary.id) && acked.length > 0) {
+        const client = primary.client({
+          maxRetriesPerRequest: 0,
+          retryStrategy: () => null,
+          lazyConnect: true,
+          commandTimeout: 3000,
+        });
+        client.on("error", () => {});
+        try {
+          await client.connect();
+          for (let start = 0; start < acked.length; start += 1000) {
+            const batch = acked.slice(start, start + 1000);
+            const values = await client.mget(batch.map((op) => writer.keyOf((op.value as WriteValue).seq)));
+            batch.forEach((op, index) => {
+              if (values[index] !== null) return;
+              if (((op.value as WriteValue).replicas ?? 0) >= 1) lostByReplica++;
+              else lostAsyncOnly++;
+            });
+          }
+        } catch {
+          // The primary did not answer now: the final read will tell.
+        } finally {
+          client.disconnect();
+        }
+      }
+      const params = Object.entries(fault.params).map(([key, value]) => `${key} ${String(value)}`);
+      const what = `${fault.kind} ${fault.target} ${targets.join(",")}${params.length > 0 ? ` (${params.join(", ")})` : ""} for ${seconds(fault.durationMs)} s`;
+      const failover = lastEpoch
+        ? `epoch ${epochs.map((e) => `${e.epoch}:${e.primary ?? "-"}`).join(" ")}${timeToWritableMs !== undefined ? `, writable ${lastEpoch.primary} after ${seconds(timeToWritableMs)} s` : ", no write acknowledged by the new primary yet"}`
+        : "no failover";
+      const text = `t=${seconds(injectedAt)}s #${fault.id} ${what} -> ${failover}; longest write gap ${seconds(longestWriteGapMs)} s; ${lostByReplica} lost${lostAsyncOnly > 0 ? ` (+${lostAsyncOnly} async-only)` : ""}`;
+      return { epochs, timeToWritableMs, longestWriteGapMs, lostByReplica, lostAsyncOnly, line: text };
+    };
+
+    const runFault = async (fault: ScheduledFault): Promise<void> => {
+      const { targets, why } = await resolveTargets(fault);
+      if (targets.length === 0) {
+        skippedByKind.set(fault.kind, (skippedByKind.get(fault.kind) ?? 0) + 1);
+        const text = `t=${seconds(history.elapsed())}s #${fault.id} ${describeFault(fault)} skipped: ${why}`;
+        history.append({
+          process: "nemesis",
+          type: "fail",
+          f: "inject",
+          value: {
+            id: fault.id,
+            kind: fault.kind,
+            target: fault.target,
+            nodes: [],
+            params: fault.params,
+            note: why,
+          } satisfies FaultValue,
+        });
+        outcomes.push({
+          id: fault.id,
+          kind: fault.kind,
+          target: fault.target,
+          nodes: [],
+          params: fault.params,
+          injectedAtS: history.elapsed() / 1000,
+          healedAtS: undefined,
+          skipped: why,
+          epochs: [],
+          timeToWritableMs: undefined,
+          longestWriteGapMs: 0,
+          lostByReplica: 0,
+          lostAsyncOnly: 0,
+          line: text,
+        });
+        line(text);
+        return;
+      }
+      const resources = targets.flatMap((id) => resourcesOf(fault.kind, id));
+      for (const resource of resources) busy.add(resource);
+      const value: FaultValue = {
+        id: fault.id,
+        kind: fault.kind,
+        target: fault.target,
+        nodes: targets,
+        params: fault.params,
+      };
+      const injectedAt = history.append({ process: "nemesis", type: "info", f: "inject", value }).t;
+      let entry: ActiveFault | undefined;
+      try {
+        const heal = await inject(fault, targets);
+        entry = { fault, targets, heal, healed: false };
+        activeFaults.add(entry);
+        await sleep(Math.max(0, injectedAt + fault.durationMs - history.elapsed()), undefined, {
+          signal: options.signal,
+        }).catch(() => {});
+        if (!entry.healed) {
+          entry.healed = true;
+          await heal();
+          history.append({ process: "nemesis", type: "info", f: "heal", value });
+        }
+      } catch (error) {
+        history.append({
+          process: "nemesis",
+          type: "info",
+          f: "heal",
+          value: { ...value, note: `error: ${errorMessage(error)}` },
+        });
+        line(`#${fault.id} ${fault.kind}: ${errorMessage(error)}`);
+      } finally {
+        if (entry) activeFaults.delete(entry);
+        for (const resource of resources) busy.delete(resource);
+      }
+      const healedAt = history.elapsed();
+      // Give the shard a moment to react before reading what the fault did.
+      const settleBy = performance.now() + 2 * config.failureTimeoutMs + 4000;
+      while (performance.now() < settleBy && !options.signal?.aborted) {
+        const topology = observer.last;
+        if (topology?.status === "online" && history.elapsed() - healedAt > config.failureTimeoutMs) {
+          const lastAck = [...history.ops]
+            .reverse()
+            .find((op) => op.process === "writer" && op.type === "ok");
+          if (lastAck && lastAck.t > healedAt && lastAck.node === topology.primary_node_id) break;
+        }
+        await sleep(200);
+      }
+      const outcome = await outcomeOf(fault, targets, injectedAt, healedAt);
+      outcomes.push({
+        id: fault.id,
+        kind: fault.kind,
+        target: fault.target,
+        nodes: targets,
+        params: fault.params,
+        injectedAtS: injectedAt / 1000,
+        healedAtS: healedAt / 1000,
+        skipped: undefined,
+        ...outcome,
+      });
+      line(outcome.line);
+    };
+
+    // The schedule, on time.
+    const tasks: Promise<void>[] = [];
+    for (const fault of schedule) {
+      const wait = started + fault.atMs - performance.now();
+      if (wait > 0) await sleep(wait, undefined, { signal: options.signal }).catch(() => {});
+      if (options.signal?.aborted) break;
+      tasks.push(runFault(fault).catch((error) => line(`#${fault.id}: ${errorMessage(error)}`)));
+    }
+    const endAt = started + options.minutes * 60_000;
+    if (!options.signal?.aborted && endAt > performance.now()) {
+      await sleep(endAt - performance.now(), undefined, { signal: options.signal }).catch(() => {});
+    }
+
+    // Heal all: whatever is still active, then every process continued, every proxy passing, every
+    // agent running, every node not killed for good restarted.
+    line(`t=${seconds(history.elapsed())}s healing everything`);
+    for (const entry of [...activeFaults]) {
+      if (entry.healed) continue;
+      entry.healed = true;
+      await entry.heal().catch((error) => line(`heal #${entry.fault.id}: ${errorMessage(error)}`));
+      history.append({
+        process: "nemesis",
+        type: "info",
+        f: "heal",
+        value: {
+          id: entry.fault.id,
+          kind: entry.fault.kind,
+          target: entry.fault.target,
+          nodes: entry.targets,
+        },
+      });
+    }
+    await Promise.all(tasks);
+    for (const proxy of proxies) proxy.heal();
+    for (const node of active.redis) if (!dead.has(node.id)) node.signal("SIGCONT");
+    for (const proc of controllers) proc.child.kill("SIGCONT");
+    for (const id of nodeIds) {
+      active.signalAgent(id, "SIGCONT");
+      if (!active.agentRunning(id)) active.startAgent(id);
+    }
+    history.append({
+      process: "nemesis",
+      type: "info",
+      f: "heal",
+      value: { id: 0, kind: "heal-all", target: "all", nodes: nodeIds },
+    });
+
+    // Settle: one primary, every live node following it, the topology naming it, a write acknowledged.
+    const settleStart = performance.now();
+    const settleTimeoutMs = options.settleTimeoutMs ?? 60_000;
+    let settled = false;
+    while (performance.now() - settleStart < settleTimeoutMs && !options.signal?.aborted) {
+      const topology = await active.topology().catch(() => undefined);
+      if (topology?.status === "online" && topology.primary_node_id) {
+        const final = await readFinal(
+          active.redis.map((node) => ({ node, alive: !dead.has(node.id) })),
+          () => undefined,
+          `${keyPrefix}none`,
+          topology,
+        );
+        const live = final.nodes.filter((node) => node.reachable);
+        const masters = live.filter((node) => node.role === "master");
+        const following = live.every(
+          (node) =>
+            node.node === topology.primary_node_id ||
+            (node.following === topology.primary_node_id && node.linkUp),
+        );
+        const lastAck = [...history.ops].reverse().find((op) => op.process === "writer" && op.type === "ok");
+        if (
+          masters.length === 1 &&
+          masters[0]?.node === topology.primary_node_id &&
+          following &&
+          lastAck &&
+          lastAck.t > settleStart - started
+        ) {
+          settled = true;
+          break;
+        }
+      }
+      await sleep(250);
+    }
+    const settleMs = Math.round(performance.now() - settleStart);
+    line(
+      settled ? `settled in ${seconds(settleMs)} s` : `did NOT settle within ${seconds(settleTimeoutMs)} s`,
+    );
+    await writer.stop();
+    await sampler.stop();
+    await observer.stop();
+    // Replication of the last writes.
+    await sleep(500);
+    const topology = await active.topology().catch(() => undefined);
+    const final = await readFinal(
+      active.redis.map((node) => ({ node, alive: !dead.has(node.id) })),
+      (key) => writer.seqOf(key),
+      `${keyPrefix}k*`,
+      topology,
+    );
+    history.append({
+      process: "final",
+      type: "ok",
+      f: "read",
+      value: {
+        topology: topology?.primary_node_id,
+        nodes: final.nodes.map((n) => ({
+          node: n.node,
+          reachable: n.reachable,
+          role: n.role,
+          following: n.following,
+          keys: n.seqs?.length,
+        })),
+      },
+    });
+    const result = check(history.ops, final, {
+      fenceWindowMs: options.fenceWindowMs ?? 3000,
+      causeWindowMs: options.causeWindowMs ?? 15_000,
+    });
+    const failovers = history.ops.filter(
+      (op) =>
+        op.process === "observer" &&
+        op.f === "epoch" &&
+        (op.value as { previousEpoch?: number }).previousEpoch !== undefined,
+    ).length;
+    const ttw = outcomes.map((o) => o.timeToWritableMs).filter((ms): ms is number => ms !== undefined);
+    const faultsByKind: Record<string, { injected: number; skipped: number }> = {};
+    for (const kind of faultsEnabled) faultsByKind[kind] = { injected: 0, skipped: 0 };
+    for (const outcome of outcomes) {
+      const entry = faultsByKind[outcome.kind] ?? { injected: 0, skipped: 0 };
+      if (outcome.skipped) entry.skipped++;
+      else entry.injected++;
+      faultsByKind[outcome.kind] = entry;
+    }
+    outcomes.sort((x, y) => x.id - y.id);
+    return {
+      seed: options.seed,
+      minutes: options.minutes,
+      nodes: nodeCount,
+      faultsEnabled,
+      config,
+      command,
+      shard: active.shard,
+      historyPath,
+      logDir: active.logDir,
+      faultsByKind,
+      failovers,
+      timeToWritableMs: { median: percentile(ttw, 50), p99: percentile(ttw, 99), samples: ttw.length },
+      writes: {
+        attempted: result.stats.attempted,
+        ackedByReplica: result.stats.ackedByReplica,
+        ackedAsyncOnly: result.stats.ackedAsyncOnly,
+        failed: result.stats.failed,
+        indeterminate: result.stats.indeterminate,
+        lost: result.lost.length,
+        asyncOnlyLost: result.asyncOnly.length,
+        recovered: result.recovered.length,
+        unexpected: result.unexpected.length,
+      },
+      samples: result.stats.samples,
+      twoWritableSamples: result.twoWritable.length,
+      twoWritableInWindow: result.stats.twoWritableInWindow,
+      settled,
+      settleMs,
+      valid: result.valid,
+      violations: result.violations,
+      lostSeqs: result.lost.slice(0, 200),
+      timeline: outcomes,
+    };
+  } finally {
+    await cluster?.stop({ keepLogs: true });
+    await Promise.all(proxies.map((proxy) => proxy.stop()));
+    if (ownsStack) await stack.stop();
+  }
+}
+
+export function formatReport(report: NemesisReport): string {
+  const rows: string[][] = [["fault", "injected", "skipped"]];
+  for (const [kind, counts] of Object.entries(report.faultsByKind))
+    rows.push([kind, String(counts.injected), String(counts.skipped)]);
+  const width = rows.reduce(
+    (w, row) => row.map((cell, index) => Math.max(w[index] ?? 0, cell.length)),
+    [] as number[],
+  );
+  const table = rows.map((row) =>
+    row
+      .map((cell, index) => (index === 0 ? cell.padEnd(width[index] ?? 0) : cell.padStart(width[index] ?? 0)))
+      .join("  "),
+  );
+  const ms = (value: number | undefined) => (value === undefined ? "-" : `${seconds(value)} s`);
+  const lines = [
+    "",
+    `nemesis seed ${report.seed}, ${report.minutes} min, ${report.nodes} nodes, shard ${report.shard}`,
+    ...table,
+    `failovers (epoch changes):          ${report.failovers}`,
+    `time to writable primary:           median ${ms(report.timeToWritableMs.median)}, p99 ${ms(report.timeToWritableMs.p99)} (${report.timeToWritableMs.samples} failovers timed)`,
+    `writes attempted:                   ${report.writes.attempted}`,
+    `acked by a replica (WAIT >= 1):     ${report.writes.ackedByReplica}`,
+    `acked by the primary alone:         ${report.writes.ackedAsyncOnly}`,
+    `failed / indeterminate:             ${report.writes.failed} / ${report.writes.indeterminate}`,
+    `LOST (replica-acked, missing):      ${report.writes.lost}`,
+    `async-only acked and missing:       ${report.writes.asyncOnlyLost}`,
+    `recovered (unacked but present):    ${report.writes.recovered}`,
+    `two-writable samples:               ${report.twoWritableSamples} outside the fence window, ${report.twoWritableInWindow} inside (of ${report.samples})`,
+    `settled after heal-all:             ${report.settled ? `yes, in ${seconds(report.settleMs)} s` : "NO"}`,
+    `verdict:                            ${report.valid === true ? "valid" : report.valid === false ? "INVALID" : "UNKNOWN"}`,
+    ...report.violations.map((violation) => `  violation: ${violation}`),
+    `history: ${report.historyPath}`,
+    `process logs: ${report.logDir}`,
+  ];
+  return lines.join("\n");
+}
+
+export function formatTimeline(report: NemesisReport): string {
+  return [
+    `fault timeline of seed ${report.seed} (replay: ${report.command}):`,
+    ...report.timeline.map((o) => `  ${o.line}`),
+  ].join("\n");
+}
+
+export function writeNemesisReport(report: NemesisReport, path: string): void {
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `${JSON.stringify(report, null, 2)}\n`);
+}

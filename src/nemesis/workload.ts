@@ -1,0 +1,382 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import { Redis } from "ioredis";
+import { errorMessage } from "../core/errors.ts";
+import type { Topology } from "../core/model.ts";
+import type { RedisNode } from "../local-stack/redis-nodes.ts";
+import { classifyWriteError, splitAddress } from "../workload/writer.ts";
+import type { FinalNodeRead, FinalRead } from "./checker.ts";
+import type { EpochValue, History, ProbeValue } from "./history.ts";
+
+/**
+ * The nemesis's clients, each recording into the shared history:
+ * - `NemesisWriter`: one write at a time, `SET <prefix>k<seq>` then `WAIT 1 <ms>`, to the primary
+ *   the topology advertises (re-read every `recheckMs`, so a writer stuck on a deposed primary that
+ *   still accepts writes moves on like a real client would);
+ * - `WritableSampler`: every ~200 ms, a write to a probe key on every node; which accepted;
+ * - `TopologyObserver`: every epoch change of the topology, as read.
+ * They talk to DynamoDB directly, never through a fault proxy: they are the application, not the system.
+ */
+
+function redisClient(address: string, timeoutMs: number): Redis | undefined {
+  const endpoint = splitAddress(address);
+  if (!endpoint) return undefined;
+  const client = new Redis(endpoint[1], endpoint[0], {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    enableReadyCheck: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: timeoutMs,
+    commandTimeout: timeoutMs,
+  });
+  // Failures surface as rejected commands.
+  client.on("error", () => {});
+  return client;
+}
+
+/** A refusal that certainly did not apply the write (an error reply, not a timeout or a reset). */
+function certainlyNotApplied(error: unknown): boolean {
+  const kind = classifyWriteError(error);
+  return kind === "readonly" || (kind === "error" && /^[A-Z]+ /.test(errorMessage(error)));
+}
+
+export interface NemesisWriterOptions {
+  readonly history: History;
+  /** host:port of the advertised primary, or undefined while there is none. */
+  readonly resolvePrimary: () => Promise<string | undefined>;
+  /** Node id of a host:port. */
+  readonly nodeOf: (address: string) => string | undefined;
+  readonly keyPrefix: string;
+  /** The timeout argument of WAIT. @default 300 */
+  readonly waitTimeoutMs?: number;
+  /** Client-side bound on one command and on connecting. @default 1000 */
+  readonly commandTimeoutMs?: number;
+  /** Pause between two writes. @default 10 */
+  readonly writeIntervalMs?: number;
+  /** How often the advertised primary is re-read while writing. @default 500 */
+  readonly recheckMs?: number;
+}
+
+export class NemesisWriter {
+  readonly #options: NemesisWriterOptions;
+  #seq = 0;
+  #abort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+  #client: Redis | undefined;
+  #address: string | undefined;
+  #checkedAt = 0;
+  #acked = 0;
+
+  constructor(options: NemesisWriterOptions) {
+    this.#options = options;
+  }
+
+  keyOf(seq: number): string {
+    return `${this.#options.keyPrefix}k${seq}`;
+  }
+
+  seqOf(key: string): number | undefined {
+    if (!key.startsWith(`${this.#options.keyPrefix}k`)) return undefined;
+    const seq = Number(key.slice(this.#options.keyPrefix.length + 1));
+    return Number.isInteger(seq) ? seq : undefined;
+  }
+
+  get acked(): number {
+    return this.#acked;
+  }
+
+  start(): void {
+    if (this.#loop) return;
+    this.#abort = new AbortController();
+    this.#loop = this.#run(this.#abort.signal);
+  }
+
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    await this.#loop;
+    this.#loop = undefined;
+    this.#drop();
+  }
+
+  async #run(signal: AbortSignal): Promise<void> {
+    const interval = this.#options.writeIntervalMs ?? 10;
+    while (!signal.aborted) {
+      const wrote = await this.#step().catch(() => false);
+      await sleep(wrote ? interval : 50, undefined, { signal }).catch(() => {});
+    }
+  }
+
+  async #resolve(): Promise<string | undefined> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), 1000);
+    });
+    try {
+      return await Promise.race([this.#options.resolvePrimary().catch(() => undefined), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #step(): Promise<boolean> {
+    const { history } = this.#options;
+    const timeoutMs = this.#options.commandTimeoutMs ?? 1000;
+    if (this.#client && performance.now() - this.#checkedAt > (this.#options.recheckMs ?? 500)) {
+      this.#checkedAt = performance.now();
+      const advertised = await this.#resolve();
+      if (advertised !== undefined && advertised !== this.#address) this.#drop();
+    }
+    if (!this.#client) {
+      const address = await this.#resolve();
+      if (!address) return false;
+      const client = redisClient(address, timeoutMs);
+      if (!client) return false;
+      try {
+        await client.connect();
+        const role = (await client.role()) as unknown[];
+        if (role[0] !== "master") throw new Error(`ROLE is ${String(role[0])}`);
+      } catch {
+        client.disconnect();
+        return false;
+      }
+      this.#client = client;
+      this.#address = address;
+      this.#checkedAt = performance.now();
+    }
+    const client = this.#client;
+    const node = this.#options.nodeOf(this.#address ?? "");
+    const seq = ++this.#seq;
+    history.append({ process: "writer", type: "invoke", f: "write", value: { seq }, node });
+    try {
+      const reply = await client.set(this.keyOf(seq), String(seq));
+      if (reply !== "OK") throw new Error(`unexpected reply ${String(reply)}`);
+    } catch (error) {
+      const message = errorMessage(error).slice(0, 120);
+      const type = certainlyNotApplied(error) ? "fail" : "info";
+      history.append({ process: "writer", type, f: "write", value: { seq, error: message }, node });
+      this.#drop();
+      return false;
+    }
+    let replicas = 0;
+    let waitError: string | undefined;
+    try {
+      replicas = Number(await client.wait(1, this.#options.waitTimeoutMs ?? 300));
+    } catch (error) {
+      waitError = errorMessage(error).slice(0, 120);
+      this.#drop();
+    }
+    this.#acked++;
+    history.append({
+      process: "writer",
+      type: "ok",
+      f: "write",
+      value: waitError ? { seq, replicas, error: `WAIT: ${waitError}` } : { seq, replicas },
+      node,
+    });
+    return waitError === undefined;
+  }
+
+  #drop(): void {
+    this.#client?.disconnect();
+    this.#client = undefined;
+    this.#address = undefined;
+  }
+}
+
+export interface SampledNode {
+  readonly id: string;
+  readonly address: string;
+  /** False while the node is known dead (killed): not probed, reported unreachable. */
+  readonly alive: () => boolean;
+}
+
+/** Every `intervalMs`, a write to `<prefix>probe` on every live node; records who accepted. */
+export class WritableSampler {
+  readonly #history: History;
+  readonly #nodes: readonly SampledNode[];
+  readonly #key: string;
+  readonly #intervalMs: number;
+  readonly #timeoutMs: number;
+  readonly #clients = new Map<string, Redis>();
+  #abort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+
+  constructor(
+    history: History,
+    nodes: readonly SampledNode[],
+    keyPrefix: string,
+    intervalMs = 200,
+    timeoutMs = 150,
+  ) {
+    this.#history = history;
+    this.#nodes = nodes;
+    this.#key = `${keyPrefix}probe`;
+    this.#intervalMs = intervalMs;
+    this.#timeoutMs = timeoutMs;
+  }
+
+  start(): void {
+    if (this.#loop) return;
+    this.#abort = new AbortController();
+    this.#loop = this.#run(this.#abort.signal);
+  }
+
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    await this.#loop;
+    this.#loop = undefined;
+    for (const client of this.#clients.values()) client.disconnect();
+    this.#clients.clear();
+  }
+
+  async #run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      const started = performance.now();
+      await this.sample();
+      const rest = Math.max(10, this.#intervalMs - (performance.now() - started));
+      await sleep(rest, undefined, { signal }).catch(() => {});
+    }
+  }
+
+  /** One sample: probes every node at once and records a `probe` op. */
+  async sample(): Promise<ProbeValue> {
+    const writable: string[] = [];
+    const refused: string[] = [];
+    const unreachable: string[] = [];
+    await Promise.all(
+      this.#nodes.map(async (node) => {
+        if (!node.alive()) {
+          unreachable.push(node.id);
+          return;
+        }
+        let client = this.#clients.get(node.id);
+        try {
+          if (!client) {
+            client = redisClient(node.address, this.#timeoutMs);
+            if (!client) throw new Error("bad address");
+            this.#clients.set(node.id, client);
+            await client.connect();
+          }
+          const reply = await client.set(this.#key, node.id);
+          if (reply === "OK") writable.push(node.id);
+          else refused.push(node.id);
+        } catch (error) {
+          if (certainlyNotApplied(error)) {
+            refused.push(node.id);
+          } else {
+            unreachable.push(node.id);
+            client?.disconnect();
+            this.#clients.delete(node.id);
+          }
+        }
+      }),
+    );
+    const value: ProbeValue = {
+      writable: writable.sort(),
+      refused: refused.sort(),
+      unreachable: unreachable.sort(),
+    };
+    this.#history.append({ process: "sampler", type: "ok", f: "probe", value });
+    return value;
+  }
+}
+
+/** Records every epoch change of the shard's topology (and the first topology read) as an `epoch` op. */
+export class TopologyObserver {
+  readonly #history: History;
+  readonly #read: () => Promise<Topology | undefined>;
+  readonly #intervalMs: number;
+  #last: Topology | undefined;
+  #abort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+
+  constructor(history: History, read: () => Promise<Topology | undefined>, intervalMs = 200) {
+    this.#history = history;
+    this.#read = read;
+    this.#intervalMs = intervalMs;
+  }
+
+  get last(): Topology | undefined {
+    return this.#last;
+  }
+
+  start(): void {
+    if (this.#loop) return;
+    this.#abort = new AbortController();
+    this.#loop = this.#run(this.#abort.signal);
+  }
+
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    await this.#loop;
+    this.#loop = undefined;
+  }
+
+  async poll(): Promise<void> {
+    const topology = await this.#read().catch(() => undefined);
+    if (!topology) return;
+    const previous = this.#last;
+    this.#last = topology;
+    if (previous && previous.epoch === topology.epoch) return;
+    const value: EpochValue = {
+      epoch: topology.epoch,
+      primary: topology.primary_node_id,
+      status: topology.status,
+      ...(previous ? { previousEpoch: previous.epoch, previousPrimary: previous.primary_node_id } : {}),
+    };
+    this.#history.append({
+      process: "observer",
+      type: "info",
+      f: "epoch",
+      value,
+      node: topology.primary_node_id,
+    });
+  }
+
+  async #run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.poll();
+      await sleep(this.#intervalMs, undefined, { signal }).catch(() => {});
+    }
+  }
+}
+
+/**
+ * The final reads: per node its role, whom it follows, its link, and which of the writer's keys it
+ * holds. A node that is down or does not answer is `reachable: false`.
+ */
+export async function readFinal(
+  nodes: ReadonlyArray<{ node: RedisNode; alive: boolean }>,
+  seqOf: (key: string) => number | undefined,
+  keyPattern: string,
+  topology: Topology | undefined,
+): Promise<FinalRead> {
+  const byPort = new Map(nodes.map(({ node }) => [node.port, node.id]));
+  const reads = await Promise.all(
+    nodes.map(async ({ node, alive }): Promise<FinalNodeRead> => {
+      if (!alive) return { node: node.id, reachable: false };
+      const client = redisClient(node.address, 5000);
+      if (!client) return { node: node.id, reachable: false };
+      try {
+        await client.connect();
+        const role = (await client.role()) as unknown[];
+        const keys = await client.keys(keyPattern);
+        const seqs = keys.map(seqOf).filter((seq): seq is number => seq !== undefined);
+        if (role[0] === "master") return { node: node.id, reachable: true, role: "master", seqs };
+        return {
+          node: node.id,
+          reachable: true,
+          role: "slave",
+          following: byPort.get(Number(role[2])) ?? `${String(role[1])}:${String(role[2])}`,
+          linkUp: role[3] === "connected",
+          seqs,
+        };
+      } catch {
+        return { node: node.id, reachable: false };
+      } finally {
+        client.disconnect();
+      }
+    }),
+  );
+  return { nodes: reads, topologyPrimary: topology?.primary_node_id, topologyStatus: topology?.status };
+}
