@@ -98,6 +98,7 @@ export async function startAgent(
     stopping ??= (async () => {
       controller.abort();
       await loops;
+      ctx.probe.close();
       await db.close();
       state.release();
       logger.info("agent stopped", ctx.epochContext);

@@ -11,6 +11,7 @@ import type { Database } from "./database.ts";
 import type { AgentLogger } from "./log.ts";
 import { Mutex } from "./loop.ts";
 import type { AgentOptions } from "./options.ts";
+import { PrimaryProbe } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import type { StateDir } from "./state-dir.ts";
 
@@ -79,6 +80,10 @@ export class AgentContext {
   promotionFenceUntil = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */
   primaryContactAt: number | undefined;
+  /** Monotonic ms of the last identity-conflict error line (repeated every 30 s, not every cycle). */
+  lastConflictReport = Number.NEGATIVE_INFINITY;
+  /** A replica's own connection to its primary. */
+  readonly probe: PrimaryProbe;
 
   constructor(init: {
     options: AgentOptions;
@@ -98,6 +103,10 @@ export class AgentContext {
     this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
     this.lastHeartbeatWrittenAt = this.monotonicNow();
+    this.probe = new PrimaryProbe(
+      this,
+      Math.max(100, Math.min(1000, Math.floor(init.options.failureTimeoutMs / 3))),
+    );
   }
 
   get shard(): string {

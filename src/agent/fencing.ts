@@ -48,6 +48,8 @@ export type TopologyVerdict =
       /** True when nothing in the topology contradicts this node serving as primary. */
       readonly primaryConfirmed: boolean;
       readonly reason: string;
+      /** The node id the topology gives to this node's own address, when it is not this agent's. */
+      readonly conflict?: string;
     }
   | { readonly kind: "demote"; readonly target: PrimaryRef; readonly epoch: number; readonly reason: string }
   | {

@@ -6,6 +6,7 @@ import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { runLoop, withStoreTimeout } from "./loop.ts";
 import { becomeReplicaOf } from "./node-control.ts";
+import { isParked, type ProbeResult } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import { tryEnforceWriteGuard } from "./write-guard.ts";
 
@@ -71,6 +72,45 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   });
 }
 
+const CONFLICT_REMINDER_MS = 30_000;
+
+/**
+ * This agent's address belongs to another node id in the topology. Acting on it could only make
+ * the database follow itself or demote the shard's primary, so the agent touches nothing, writes
+ * no heartbeat, and says what to do.
+ */
+function reportIdentityConflict(ctx: AgentContext, owner: string): void {
+  const now = ctx.monotonicNow();
+  if (now - ctx.lastConflictReport < CONFLICT_REMINDER_MS) return;
+  ctx.lastConflictReport = now;
+  ctx.logger.error(
+    "identity conflict: the topology names another node at this agent's address; the database is left as it is",
+    {
+      ...ctx.epochContext,
+      address: ctx.address,
+      topologyNode: owner,
+      agentNode: ctx.nodeId,
+      fix: `restart this agent with --node-id ${owner} (or restore its state dir ${ctx.options.stateDir})`,
+    },
+  );
+}
+
+/** A replica probes its primary (or the one it was parked from); a primary closes its probe. */
+async function probePrimary(ctx: AgentContext, info: ReplicationInfo): Promise<ProbeResult | undefined> {
+  if (info.role !== "replica" || !info.primary) {
+    ctx.probe.close();
+    return undefined;
+  }
+  if (!isParked(info)) ctx.probe.track(`${info.primary.host}:${info.primary.port}`);
+  if (ctx.probe.address === undefined) return undefined;
+  try {
+    return await ctx.probe.probe(info);
+  } catch (error) {
+    ctx.logger.warn("primary probe failed", { ...ctx.epochContext, error: errorMessage(error) });
+    return undefined;
+  }
+}
+
 function storeFailed(ctx: AgentContext, what: string, error: unknown): void {
   if (ctx.storeUp) {
     ctx.logger.warn("coordination store unreachable", { operation: what, error: errorMessage(error) });
@@ -113,13 +153,23 @@ function verdictFor(ctx: AgentContext, snapshot: ShardSnapshot, info: Replicatio
       reason: `the topology item is malformed (${broken.field}: ${broken.reason})`,
     };
   }
-  return assessTopology(snapshot.topology, {
+  const named = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
+  if (named !== undefined && named.address === ctx.address && named.node_id !== ctx.nodeId) {
+    // Never follow itself: another node id owns this address (a lost state dir, a copied config).
+    return { kind: "keep", primaryConfirmed: false, reason: "identity conflict", conflict: named.node_id };
+  }
+  const verdict = assessTopology(snapshot.topology, {
     nodeId: ctx.nodeId,
     role: info.role,
     replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
   });
+  // A parked replica waits for its own primary to come back holding its data, or for a new one.
+  if (verdict.kind === "repoint" && isParked(info) && verdict.target.address === ctx.probe.address) {
+    return { kind: "keep", primaryConfirmed: false, reason: `parked from ${verdict.target.node_id}` };
+  }
+  return verdict;
 }
 
 /**
@@ -159,7 +209,12 @@ function primaryNodeIdOf(ctx: AgentContext, info: ReplicationInfo): string | und
 }
 
 /** The heartbeat of a database that answered. */
-export function heartbeatFromInfo(ctx: AgentContext, info: ReplicationInfo, nowMs: number): HeartbeatInput {
+export function heartbeatFromInfo(
+  ctx: AgentContext,
+  info: ReplicationInfo,
+  nowMs: number,
+  probed?: ProbeResult,
+): HeartbeatInput {
   const micros = Math.floor(nowMs * 1000);
   const heartbeat: HeartbeatInput = {
     shard: ctx.shard,
@@ -178,6 +233,7 @@ export function heartbeatFromInfo(ctx: AgentContext, info: ReplicationInfo, nowM
     const primaryNodeId = primaryNodeIdOf(ctx, info);
     if (primaryNodeId !== undefined) heartbeat.primary_node_id = primaryNodeId;
     heartbeat.primary_link = info.primary.link;
+    if (probed !== undefined) heartbeat.primary_probe = probed;
     if (info.primary.lastIoSecondsAgo !== undefined) heartbeat.lag_s = info.primary.lastIoSecondsAgo;
   }
   return heartbeat;
@@ -214,8 +270,13 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   let generation = ctx.roleGeneration;
   const [firstInfo, snapshot] = await Promise.all([readInfo(ctx), readSnapshot(ctx)]);
   let info = firstInfo;
+  const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
   if (info && snapshot) {
     const verdict = verdictFor(ctx, snapshot, info);
+    if (verdict.kind === "keep" && verdict.conflict !== undefined) {
+      reportIdentityConflict(ctx, verdict.conflict);
+      return { dbUp: true, storeUp: true, heartbeatWritten: false };
+    }
     ctx.confirmed = verdict.kind === "keep" && verdict.primaryConfirmed;
     ctx.unconfirmedReason = verdict.reason;
     ctx.guardMembers = snapshot.replicaSets[ctx.nodeId] ?? [];
@@ -233,8 +294,9 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   }
   const now = ctx.deps.clock.now();
   // A restarted primary reports itself down with its old lineage: its new data is nobody's.
+  const probed = await probe;
   const heartbeat =
-    info && !ctx.dbRestarted ? heartbeatFromInfo(ctx, info, now) : downHeartbeat(ctx, snapshot, now);
+    info && !ctx.dbRestarted ? heartbeatFromInfo(ctx, info, now, probed) : downHeartbeat(ctx, snapshot, now);
   let written = false;
   if (heartbeat === undefined) {
     ctx.logger.debug("no heartbeat written: the database never answered and none is stored");

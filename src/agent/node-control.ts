@@ -13,6 +13,12 @@ export class RoleChangeNotConfirmed extends ShardguardError {
   override readonly retryable = true;
 }
 
+/** A role change that would make the database replicate from itself. Never retried. */
+export class SelfReplicationRefused extends ShardguardError {
+  override name = "SelfReplicationRefused";
+  override readonly retryable = false;
+}
+
 /** Role changes and write fences. Callers hold `ctx.roleLock`. */
 
 const VERIFY_ATTEMPTS = 20;
@@ -71,6 +77,11 @@ export async function becomePrimary(ctx: AgentContext): Promise<ReplicationInfo>
 
 /** `REPLICAOF host port` (skipped when already following it, to spare a resync), then verifies. */
 export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Promise<ReplicationInfo> {
+  if (target.address === ctx.address) {
+    throw new SelfReplicationRefused(
+      `refusing REPLICAOF ${target.address}: that is this node's own address (node ${target.node_id}, this agent ${ctx.nodeId})`,
+    );
+  }
   ctx.knownNodes.set(target.address, target.node_id);
   const current = await ctx.db.replicationInfo();
   if (!followsPrimary(current, target.address)) {

@@ -235,6 +235,14 @@ export function decide(
   now: number,
   options: DecideOptions = {},
 ): Decision {
+  const broken = snapshot.malformed.find((item) => item.sk === "TOPOLOGY");
+  if (broken !== undefined) {
+    // Fail closed: an unreadable topology is not "no topology yet", which would adopt a primary.
+    return none(
+      "inconsistent_topology",
+      `the topology item is malformed (${broken.field}: ${broken.reason}); no automatic action until an operator repairs it`,
+    );
+  }
   const topology = snapshot.topology;
   if (topology === undefined) return decideWithoutTopology(snapshot, config, now, options);
 
@@ -413,7 +421,13 @@ function decideOnline(
       node.db_status === "up" &&
       isFresh(node, config, now),
   );
-  const down = voters.filter((node) => node.primary_link === "down").length;
+  // A replica votes the primary down when its replication link is down, or when its own probe
+  // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout) or found it
+  // restarted without its data.
+  const down = voters.filter(
+    (node) =>
+      node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),
+  ).length;
   const needed = quorumNeeded(config.quorum, voters.length);
   // Not one agent heard: the controller cannot tell a dead shard from agents cut off from the
   // table or stalled while every database serves. Marking it offline is then no harmless status:
@@ -431,14 +445,14 @@ function decideOnline(
   if (!quorumMet) {
     return none(
       "quorum_not_met",
-      `${staleness}, but only ${down} of ${voters.length} fresh replicas report the link down (quorum ${config.quorum} needs ${Math.max(needed, 1)}); not failing over`,
+      `${staleness}, but only ${down} of ${voters.length} fresh replicas report the primary down (quorum ${config.quorum} needs ${Math.max(needed, 1)}); not failing over`,
       true,
     );
   }
   const quorumText =
     voters.length === 0
       ? "no fresh replica to ask"
-      : `${down} of ${voters.length} fresh replicas report the link down`;
+      : `${down} of ${voters.length} fresh replicas report the primary down`;
 
   if (!anyEligible) {
     if (lockBlocks(snapshot, now, options)) {

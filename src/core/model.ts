@@ -42,6 +42,12 @@ export const heartbeatSchema = z.object({
   primary_node_id: idSchema.optional(),
   /** The replica's own view of its link to the primary. */
   primary_link: z.enum(["up", "down"]).optional(),
+  /**
+   * Replica: its own probe of the primary (a connection of its agent, like Sentinel's): `ok`,
+   * `unreachable` (no answer within the probe timeout: dead or hung), `restarted` (back as a new
+   * process that does not continue the lineage; the replica stays parked).
+   */
+  primary_probe: z.enum(["ok", "unreachable", "restarted"]).optional(),
   /** Replica: seconds since it last heard from its primary (Redis `master_last_io_seconds_ago`). */
   lag_s: z.number().int().nonnegative().optional(),
   /** Highest command epoch this agent applied. */
@@ -135,6 +141,8 @@ export const lockSchema = z.object({
   expires_at: z.number().int(),
   for_primary: z.string().optional(),
   ttl: z.number().int().optional(),
+  /** Raised by one on every acquisition; a fenced write names the fence it holds. */
+  fence: z.number().int().nonnegative().optional(),
 });
 export type Lock = z.output<typeof lockSchema>;
 

@@ -89,6 +89,24 @@ describe("decide: stale primary", () => {
 describe("decide: quorum", () => {
   runRows([
     {
+      name: "counts a replica whose own probe gets no answer from the primary (hung: link still up)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", primary_link: "up", primary_probe: "unreachable" })
+          .withNode({ node_id: "r2", primary_link: "up", primary_probe: "unreachable" })
+          .build(),
+      expected: { kind: "failover" },
+    },
+    {
+      name: "does not count a replica whose probe reaches the primary while its link is up",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", primary_link: "up", primary_probe: "ok" })
+          .withNode({ node_id: "r2", primary_link: "up", primary_probe: "ok" })
+          .build(),
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+    {
       name: "does not fail over under majority when the agent died but replicas still see the database",
       snapshot: () => aHealthyShard().withNode({ node_id: "p1", ageMs: 20_000 }).build(),
       expected: { kind: "none", code: "quorum_not_met", primaryStale: true },

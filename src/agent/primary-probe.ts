@@ -1,0 +1,159 @@
+import { Redis } from "ioredis";
+import { errorMessage } from "../core/errors.ts";
+import type { AgentContext } from "./context.ts";
+import { splitAddress } from "./database.ts";
+import { parseReplicationInfo, type ReplicationInfo } from "./redis-info.ts";
+
+/**
+ * A replica's own look at its primary, as Sentinel does: a connection to the primary's address
+ * that (1) answers whether the primary serves within a timeout, so a hung primary (SIGSTOP, a
+ * wedged host) is voted down long before Redis's `repl-timeout`, and (2) tells at once when the
+ * primary's process went away, so the replica is *parked* (replicating from an address nobody
+ * listens on) before its Redis reconnects by itself: a primary restarted empty by its supervisor
+ * would otherwise hand every replica an empty dataset in a full resync. The replica is unparked
+ * when the primary is back as the same process or one that continues its lineage; otherwise it
+ * waits for the controller (the primary, fenced by its own agent, is failed over).
+ */
+
+/** Where a parked replica points: no listener on port 1, so Redis keeps the dataset and retries. */
+export const PARKED_HOST = "127.0.0.1";
+export const PARKED_PORT = 1;
+export const PARKED_ADDRESS = `${PARKED_HOST}:${PARKED_PORT}`;
+
+export type ProbeResult = "ok" | "unreachable" | "restarted";
+
+export class PrimaryProbe {
+  #client: Redis | undefined;
+  #address: string | undefined;
+  /** run_id of the primary while this replica was linked to it. */
+  #runId: string | undefined;
+  readonly #ctx: AgentContext;
+  readonly #timeoutMs: number;
+
+  constructor(ctx: AgentContext, timeoutMs: number) {
+    this.#ctx = ctx;
+    this.#timeoutMs = timeoutMs;
+  }
+
+  get address(): string | undefined {
+    return this.#address;
+  }
+
+  /** Watches `address` (the primary this replica follows or was parked from). */
+  track(address: string): void {
+    if (this.#address === address && this.#client) return;
+    this.close();
+    this.#address = address;
+    this.#runId = undefined;
+    const [host, port] = splitAddress(address);
+    const client = new Redis({
+      host,
+      port,
+      lazyConnect: false,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: this.#timeoutMs,
+      connectTimeout: this.#timeoutMs,
+      connectionName: "shardguard-probe",
+      username: this.#ctx.options.redisUsername,
+      password: this.#ctx.options.redisPassword,
+      retryStrategy: () => 100,
+    });
+    client.on("error", () => {});
+    client.on("close", () => void this.#lost(address));
+    this.#client = client;
+  }
+
+  /** INFO of the primary within the timeout; undefined when it does not answer. */
+  async #info(): Promise<ReplicationInfo | undefined> {
+    const client = this.#client;
+    if (!client || client.status !== "ready") return undefined;
+    try {
+      const replies = (await client.pipeline().info("replication").info("server").exec()) ?? [];
+      const texts: string[] = [];
+      for (const [error, text] of replies) {
+        if (error) return undefined;
+        texts.push(String(text));
+      }
+      return parseReplicationInfo(texts.join("\n"));
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Probes the primary; `mine` is this replica's INFO. Unparks a parked replica whose primary is
+   * back as itself (or continues its lineage).
+   */
+  async probe(mine: ReplicationInfo): Promise<ProbeResult> {
+    const primary = await this.#info();
+    if (primary === undefined) return "unreachable";
+    const parked = isParked(mine);
+    const linked = !parked && mine.primary?.link === "up";
+    if (linked && primary.runId !== undefined) this.#runId = primary.runId;
+    const sameProcess = this.#runId !== undefined && primary.runId === this.#runId;
+    const continues =
+      primary.role === "primary" && primary.replId === mine.replId && primary.offset >= mine.offset;
+    if (parked) {
+      if (sameProcess || continues)
+        await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
+      else return "restarted";
+    }
+    return "ok";
+  }
+
+  async #lost(address: string): Promise<void> {
+    if (this.#address !== address) return;
+    const ctx = this.#ctx;
+    await ctx.roleLock.run(async () => {
+      try {
+        const mine = await ctx.db.replicationInfo();
+        if (
+          mine.role !== "replica" ||
+          !mine.primary ||
+          `${mine.primary.host}:${mine.primary.port}` !== address
+        )
+          return;
+        await ctx.db.replicaOf(PARKED_HOST, PARKED_PORT);
+        ctx.roleGeneration++;
+        ctx.logger.warn(
+          "primary's connection closed: replica parked until the primary is known to hold its data",
+          {
+            ...ctx.epochContext,
+            primaryAddress: address,
+          },
+        );
+      } catch (error) {
+        ctx.logger.warn("could not park the replica", { ...ctx.epochContext, error: errorMessage(error) });
+      }
+    });
+  }
+
+  async #unpark(why: string): Promise<void> {
+    const ctx = this.#ctx;
+    const address = this.#address;
+    if (!address) return;
+    await ctx.roleLock.run(async () => {
+      const mine = await ctx.db.replicationInfo();
+      if (!isParked(mine)) return;
+      const [host, port] = splitAddress(address);
+      await ctx.db.replicaOf(host, port);
+      ctx.roleGeneration++;
+      ctx.logger.info("replica unparked: its primary is back", {
+        ...ctx.epochContext,
+        primaryAddress: address,
+        why,
+      });
+    });
+  }
+
+  close(): void {
+    this.#address = undefined;
+    this.#client?.disconnect();
+    this.#client = undefined;
+  }
+}
+
+export function isParked(info: ReplicationInfo): boolean {
+  return info.role === "replica" && info.primary?.host === PARKED_HOST && info.primary.port === PARKED_PORT;
+}
