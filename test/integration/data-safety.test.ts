@@ -45,6 +45,8 @@ const HUNG_PRIMARY_DEADLINE_MS = CHAOS_CONFIG.failureTimeoutMs + 2_000 + SCHEDUL
 const WOKEN_PROBE_MS = 3_000;
 /** How long the primary's agent is frozen: past its fence timeout and the failure timeout. */
 const AGENT_STALL_MS = 2 * CHAOS_CONFIG.failureTimeoutMs;
+/** Longest wait for the frozen primary's write fence to be in place before its agent resumes. */
+const FENCE_ENGAGE_MS = 8_000;
 /** How long the fenced primary is probed once its agent has read the malformed topology. */
 const FENCE_PROBE_MS = 3_000;
 /** Further wait for the controller's report, which should have come long before (many ticks of 200 ms). */
@@ -219,6 +221,18 @@ describe("data safety on the node (issue 13)", () => {
     // Act: the TOPOLOGY item becomes one no schema accepts (epoch a string, unknown status).
     const original = await corruptTopology(active.shard, { epoch: "1", status: "bogus" });
     await delay(AGENT_STALL_MS);
+    // Redis's own guard needs its lag window (whole seconds) to see the frozen replicas: give
+    // node-1's fence that long to be in place, so that what follows tests lifting it, not setting it.
+    const fencedBeforeResume = await active
+      .waitFor(
+        "node-1 to refuse writes while its agent is frozen",
+        async () => !(await probeWrite(primary, "pre-resume-probe")).accepted,
+        FENCE_ENGAGE_MS,
+      )
+      .then(
+        () => true,
+        () => false,
+      );
     const resumedAtMs = active.aws.clock.now();
     active.signalAgent("node-1", "SIGCONT");
     await active.waitFor(
@@ -241,6 +255,7 @@ describe("data safety on the node (issue 13)", () => {
     const accepted = probes.filter((p) => p.probe.accepted);
     console.log(
       `malformed topology (was ${JSON.stringify({ epoch: original.epoch, status: original.status })}): ` +
+        `node-1 ${fencedBeforeResume ? "refused writes" : `still took writes ${FENCE_ENGAGE_MS} ms later`} before its agent resumed; ` +
         `${accepted.length} of ${probes.length} write probes on node-1 accepted after its agent resumed`,
     );
     expect
