@@ -44,6 +44,16 @@ export interface CheckOptions {
   readonly fenceWindowMs: number;
   /** How long after a fault was healed an epoch change may still be blamed on it. */
   readonly causeWindowMs: number;
+  /** A stretch without an acknowledged write longer than this is reported as unavailability. @default 10000 */
+  readonly maxWriteGapMs?: number;
+}
+
+/** A stretch with no acknowledged write, and the faults active during it (reported, not a violation). */
+export interface Unavailability {
+  readonly from: number;
+  readonly to: number;
+  readonly ms: number;
+  readonly faults: readonly string[];
 }
 
 export type Verdict = true | false | "unknown";
@@ -66,6 +76,8 @@ export interface CheckResult {
   /** (b) Samples outside every fence window in which two or more nodes accepted a write. */
   readonly twoWritable: readonly TwoWritableSample[];
   readonly violations: readonly string[];
+  /** Stretches without an acknowledged write longer than `maxWriteGapMs` (guarantee 3; reported only). */
+  readonly unavailable: readonly Unavailability[];
   readonly stats: {
     readonly attempted: number;
     readonly acked: number;
@@ -132,7 +144,8 @@ export function check(
     if (op.process === "observer" && op.f === "epoch") {
       const value = op.value as EpochValue;
       windowOpeners.push(op.t);
-      if (value.previousEpoch !== undefined) epochChanges.push({ t: op.t, value });
+      if (value.previousEpoch !== undefined && value.previousEpoch !== value.epoch)
+        epochChanges.push({ t: op.t, value });
     } else if (op.process === "nemesis" && op.f === "heal") {
       windowOpeners.push(op.t);
     }
@@ -160,23 +173,42 @@ export function check(
   }
 
   // (e) every epoch change has a cause.
-  const faults = new Map<number, { kind: string; target: string; from: number; to: number }>();
+  const faults = new Map<
+    number,
+    { kind: string; target: string; from: number; to: number; nodes: readonly string[] }
+  >();
   for (const op of history) {
     if (op.process !== "nemesis") continue;
     const value = op.value as FaultValue;
     if (op.f === "inject") {
+      if (op.type === "fail") continue; // skipped: never injected
       faults.set(value.id, {
         kind: value.kind,
         target: value.target,
         from: op.t,
         to: Number.POSITIVE_INFINITY,
+        nodes: value.nodes,
       });
     } else if (op.f === "heal") {
       const fault = faults.get(value.id);
       if (fault) fault.to = op.t;
-      else faults.set(value.id, { kind: value.kind, target: value.target, from: op.t, to: op.t });
+      else
+        faults.set(value.id, {
+          kind: value.kind,
+          target: value.target,
+          from: op.t,
+          to: op.t,
+          nodes: value.nodes,
+        });
     }
   }
+  const faultLabels = new Map(
+    [...faults.entries()]
+      .filter(([id]) => id !== 0)
+      .map(
+        ([id, fault]) => [`#${id} ${fault.kind} ${fault.target} ${fault.nodes.join(",")}`, fault] as const,
+      ),
+  );
   for (const change of epochChanges) {
     const cause = [...faults.values()].find(
       (fault) => fault.from <= change.t && change.t <= fault.to + options.causeWindowMs,
@@ -191,6 +223,27 @@ export function check(
     }
   }
 
+  // Unavailability: gaps between acknowledged writes, with the faults active in them.
+  const unavailable: Unavailability[] = [];
+  const maxGap = options.maxWriteGapMs ?? 10_000;
+  const ackTimes = history
+    .filter((op) => op.process === "writer" && op.f === "write" && op.type === "ok")
+    .map((op) => op.t);
+  const lastT = history.length > 0 ? (history[history.length - 1] as Op).t : 0;
+  const firstT = history.find((op) => op.process === "writer")?.t;
+  if (firstT !== undefined) {
+    const edges = [firstT, ...ackTimes, lastT];
+    for (let index = 1; index < edges.length; index++) {
+      const from = edges[index - 1] as number;
+      const to = edges[index] as number;
+      if (to - from <= maxGap) continue;
+      const active = [...faultLabels.entries()]
+        .filter(([, fault]) => fault.from <= to && fault.to >= from)
+        .map(([label]) => label);
+      unavailable.push({ from, to, ms: Math.round(to - from), faults: active });
+    }
+  }
+
   // Without final reads, nothing about the data can be said.
   if (final === undefined) {
     return {
@@ -201,6 +254,7 @@ export function check(
       asyncOnly: [],
       twoWritable,
       violations: [...violations, "no final read: the data rules (a, c, d) were not checked"],
+      unavailable,
       stats: {
         attempted: attempted.size,
         acked: ackedByReplica + ackedAsyncOnly,
@@ -262,6 +316,7 @@ export function check(
       asyncOnly: [],
       twoWritable,
       violations,
+      unavailable,
       stats: {
         attempted: attempted.size,
         acked: ackedByReplica + ackedAsyncOnly,
@@ -321,6 +376,7 @@ export function check(
     asyncOnly,
     twoWritable,
     violations,
+    unavailable,
     stats: {
       attempted: attempted.size,
       acked: ackedByReplica + ackedAsyncOnly,

@@ -108,15 +108,19 @@ function draw(
         restart = random.pick(["rdb", "empty"] as const);
       }
       if (restart === "none") state.permanentKills++;
-      return { target: random.pick(NODE_TARGETS_WEIGHTED), params: { restart }, durationMs: ms(1000, 8000) };
+      // Down for less than a failover takes (a restart that beats the controller) or for longer.
+      return { target: random.pick(NODE_TARGETS_WEIGHTED), params: { restart }, durationMs: ms(500, 6000) };
     }
-    case "pause-redis":
-      // Half short (under and around the failure timeout), half long (a hung primary).
+    case "pause-redis": {
+      // Short (under and around the failure timeout), medium, or hung past redis's own
+      // repl-timeout (60 s), after which the replicas give up on it and a failover can happen.
+      const bucket = random.next();
       return {
         target: random.pick(NODE_TARGETS_WEIGHTED),
         params: {},
-        durationMs: random.chance(0.5) ? ms(1000, 5000) : ms(5000, 30_000),
+        durationMs: bucket < 0.4 ? ms(1000, 5000) : bucket < 0.75 ? ms(5000, 30_000) : ms(62_000, 75_000),
       };
+    }
     case "pause-agent":
       return { target: random.pick(NODE_TARGETS_WEIGHTED), params: {}, durationMs: ms(1000, 12_000) };
     case "pause-controller":

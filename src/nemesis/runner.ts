@@ -18,7 +18,7 @@ import {
   type ScheduleOptions,
   scheduleFaults,
 } from "./faults.ts";
-import { type FaultValue, History, type WriteValue } from "./history.ts";
+import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
 import { TcpProxy } from "./tcp-proxy.ts";
 import { NemesisWriter, readFinal, TopologyObserver, WritableSampler } from "./workload.ts";
 
@@ -51,6 +51,8 @@ export interface NemesisOptions {
   readonly config?: FailoverConfigInput;
   /** Checker: tolerated two-writable time after an epoch change or a heal. @default 3000 */
   readonly fenceWindowMs?: number;
+  /** Checker: a stretch without an acknowledged write longer than this is reported. @default 10000 */
+  readonly maxWriteGapMs?: number;
   /** Checker: how long after its heal a fault may still cause an epoch change. @default 15000 */
   readonly causeWindowMs?: number;
   /** How long the final heal waits for one primary with every live node following it. @default 60000 */
@@ -116,6 +118,8 @@ export interface NemesisReport {
   };
   readonly samples: number;
   readonly twoWritableSamples: number;
+  /** Stretches with no acknowledged write longer than `maxWriteGapMs`, with the faults active then. */
+  readonly unavailable: CheckResult["unavailable"];
   readonly twoWritableInWindow: number;
   readonly settled: boolean;
   readonly settleMs: number;
@@ -418,18 +422,23 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     ) => {
       const until = history.elapsed();
       const ops = history.ops.filter((op) => op.t >= injectedAt && op.t <= until);
-      const epochs = ops
-        .filter((op) => op.process === "observer" && op.f === "epoch")
+      const changes = ops.filter((op) => op.process === "observer" && op.f === "epoch");
+      const epochs = changes
+        .filter((op) => {
+          const value = op.value as EpochValue;
+          return value.previousEpoch !== undefined && value.previousEpoch !== value.epoch;
+        })
         .map((op) => {
-          const value = op.value as { epoch: number; primary?: string };
+          const value = op.value as EpochValue;
           return { epoch: value.epoch, primary: value.primary, atS: Math.round(op.t / 100) / 10 };
         });
       const acks = ops.filter((op) => op.process === "writer" && op.type === "ok");
       let timeToWritableMs: number | undefined;
-      const lastEpoch = epochs[epochs.length - 1];
-      if (lastEpoch) {
-        const epochAt = lastEpoch.atS * 1000;
-        const first = acks.find((op) => op.node === lastEpoch.primary && op.t >= epochAt - 1000);
+      const lastOnline = [...changes].reverse().find((op) => (op.value as EpochValue).status === "online");
+      const newPrimary =
+        epochs.length > 0 ? (lastOnline?.value as EpochValue | undefined)?.primary : undefined;
+      if (lastOnline && newPrimary) {
+        const first = acks.find((op) => op.node === newPrimary && op.t >= lastOnline.t - 1000);
         if (first) timeToWritableMs = Math.round(first.t - injectedAt);
       }
       let longestWriteGapMs = 0;
@@ -476,9 +485,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
       const params = Object.entries(fault.params).map(([key, value]) => `${key} ${String(value)}`);
       const what = `${fault.kind} ${fault.target} ${targets.join(",")}${params.length > 0 ? ` (${params.join(", ")})` : ""} for ${seconds(fault.durationMs)} s`;
-      const failover = lastEpoch
-        ? `epoch ${epochs.map((e) => `${e.epoch}:${e.primary ?? "-"}`).join(" ")}${timeToWritableMs !== undefined ? `, writable ${lastEpoch.primary} after ${seconds(timeToWritableMs)} s` : ", no write acknowledged by the new primary yet"}`
-        : "no failover";
+      const failover =
+        epochs.length === 0
+          ? "no failover"
+          : `epoch -> ${epochs.map((e) => e.epoch).join(", ")}, ${newPrimary ? `primary ${newPrimary}` : "no primary online"}${timeToWritableMs !== undefined ? ` writable ${seconds(timeToWritableMs)} s after the inject` : ", no write acknowledged by it yet"}`;
       const text = `t=${seconds(injectedAt)}s #${fault.id} ${what} -> ${failover}; longest write gap ${seconds(longestWriteGapMs)} s; ${lostByReplica} lost${lostAsyncOnly > 0 ? ` (+${lostAsyncOnly} async-only)` : ""}`;
       return { epochs, timeToWritableMs, longestWriteGapMs, lostByReplica, lostAsyncOnly, line: text };
     };
@@ -698,13 +708,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     const result = check(history.ops, final, {
       fenceWindowMs: options.fenceWindowMs ?? 3000,
       causeWindowMs: options.causeWindowMs ?? 15_000,
+      maxWriteGapMs: options.maxWriteGapMs ?? 10_000,
     });
-    const failovers = history.ops.filter(
-      (op) =>
-        op.process === "observer" &&
-        op.f === "epoch" &&
-        (op.value as { previousEpoch?: number }).previousEpoch !== undefined,
-    ).length;
+    const failovers = result.stats.epochChanges;
     const ttw = outcomes.map((o) => o.timeToWritableMs).filter((ms): ms is number => ms !== undefined);
     const faultsByKind: Record<string, { injected: number; skipped: number }> = {};
     for (const kind of faultsEnabled) faultsByKind[kind] = { injected: 0, skipped: 0 };
@@ -741,6 +747,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       },
       samples: result.stats.samples,
       twoWritableSamples: result.twoWritable.length,
+      unavailable: result.unavailable,
       twoWritableInWindow: result.stats.twoWritableInWindow,
       settled,
       settleMs,
@@ -784,6 +791,11 @@ export function formatReport(report: NemesisReport): string {
     `async-only acked and missing:       ${report.writes.asyncOnlyLost}`,
     `recovered (unacked but present):    ${report.writes.recovered}`,
     `two-writable samples:               ${report.twoWritableSamples} outside the fence window, ${report.twoWritableInWindow} inside (of ${report.samples})`,
+    `unavailable > 10 s (no write acked): ${report.unavailable.length === 0 ? "never" : `${report.unavailable.length} times, longest ${seconds(Math.max(...report.unavailable.map((u) => u.ms)))} s`}`,
+    ...report.unavailable.map(
+      (u) =>
+        `  t=${seconds(u.from)}-${seconds(u.to)}s (${seconds(u.ms)} s) during ${u.faults.length > 0 ? u.faults.join("; ") : "no fault"}`,
+    ),
     `settled after heal-all:             ${report.settled ? `yes, in ${seconds(report.settleMs)} s` : "NO"}`,
     `verdict:                            ${report.valid === true ? "valid" : report.valid === false ? "INVALID" : "UNKNOWN"}`,
     ...report.violations.map((violation) => `  violation: ${violation}`),

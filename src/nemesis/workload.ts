@@ -66,6 +66,7 @@ export class NemesisWriter {
   #address: string | undefined;
   #checkedAt = 0;
   #acked = 0;
+  #lastConnectFailure: string | undefined;
 
   constructor(options: NemesisWriterOptions) {
     this.#options = options;
@@ -135,10 +136,23 @@ export class NemesisWriter {
         await client.connect();
         const role = (await client.role()) as unknown[];
         if (role[0] !== "master") throw new Error(`ROLE is ${String(role[0])}`);
-      } catch {
+      } catch (error) {
         client.disconnect();
+        // Why the writer cannot write, once per change of reason (not once per attempt).
+        const reason = `${address}: ${errorMessage(error).slice(0, 120)}`;
+        if (reason !== this.#lastConnectFailure) {
+          this.#lastConnectFailure = reason;
+          this.#options.history.append({
+            process: "writer",
+            type: "fail",
+            f: "connect",
+            value: { address, error: errorMessage(error).slice(0, 120) },
+            node: this.#options.nodeOf(address),
+          });
+        }
         return false;
       }
+      this.#lastConnectFailure = undefined;
       this.#client = client;
       this.#address = address;
       this.#checkedAt = performance.now();
@@ -281,7 +295,10 @@ export class WritableSampler {
   }
 }
 
-/** Records every epoch change of the shard's topology (and the first topology read) as an `epoch` op. */
+/**
+ * Records every change of the shard's topology (epoch, primary or status; and the first read) as an
+ * `epoch` op; the checker counts those whose epoch moved as epoch changes.
+ */
 export class TopologyObserver {
   readonly #history: History;
   readonly #read: () => Promise<Topology | undefined>;
@@ -317,7 +334,14 @@ export class TopologyObserver {
     if (!topology) return;
     const previous = this.#last;
     this.#last = topology;
-    if (previous && previous.epoch === topology.epoch) return;
+    if (
+      previous &&
+      previous.epoch === topology.epoch &&
+      previous.primary_node_id === topology.primary_node_id &&
+      previous.status === topology.status
+    ) {
+      return;
+    }
     const value: EpochValue = {
       epoch: topology.epoch,
       primary: topology.primary_node_id,

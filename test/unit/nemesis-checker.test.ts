@@ -251,6 +251,20 @@ describe("nemesis checker", () => {
     });
   });
 
+  it("reports a stretch without acknowledged writes with the faults active in it, without failing the run", () => {
+    const history = build([
+      ...write(0, 1, "ok"),
+      fault(1000, "inject", 4, "pause-redis"),
+      ...write(30_000, 2, "ok"),
+      fault(31_000, "heal", 4, "pause-redis"),
+    ]);
+    const result = check(history, healthy("n1", [1, 2]), { ...OPTIONS, maxWriteGapMs: 10_000 });
+    expect(result.valid).toBe(true);
+    expect(result.unavailable).toEqual([
+      { from: 1, to: 30_001, ms: 30_000, faults: ["#4 pause-redis primary n1"] },
+    ]);
+  });
+
   describe("properties", () => {
     const outcomes = fc.array(
       fc.record({ outcome: fc.constantFrom("ok", "fail", "info"), replicas: fc.integer({ min: 0, max: 2 }) }),
