@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -59,6 +59,8 @@ export interface NemesisOptions {
   readonly settleTimeoutMs?: number;
   /** Passed to the schedule (gaps, concurrency, warm-up). */
   readonly schedule?: Partial<Pick<ScheduleOptions, "gapMinMs" | "gapMaxMs" | "maxConcurrent" | "warmupMs">>;
+  /** Keep the agents' and controllers' logs (their temp dir) after the run. @default true */
+  readonly keepLogs?: boolean;
   /** An already running stack (the integration tests share one). */
   readonly stack?: LocalStack;
   /** Where the JSONL history goes. @default a new temp dir */
@@ -209,6 +211,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
   }
   const proxies = [...agentStore.values(), ...agentSqs.values(), ...controllerStore.values()];
   let cluster: LocalCluster | undefined;
+  // Logs and the history stay when asked, and always after a run that did not pass.
+  let keepLogs = options.keepLogs ?? true;
   try {
     await Promise.all(proxies.map((proxy) => proxy.start()));
     const agentEnv = (id: string): NodeJS.ProcessEnv => ({
@@ -711,6 +715,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       maxWriteGapMs: options.maxWriteGapMs ?? 10_000,
     });
     const failovers = result.stats.epochChanges;
+    if (result.valid !== true) keepLogs = true;
     const ttw = outcomes.map((o) => o.timeToWritableMs).filter((ms): ms is number => ms !== undefined);
     const faultsByKind: Record<string, { injected: number; skipped: number }> = {};
     for (const kind of faultsEnabled) faultsByKind[kind] = { injected: 0, skipped: 0 };
@@ -757,7 +762,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       timeline: outcomes,
     };
   } finally {
-    await cluster?.stop({ keepLogs: true });
+    await cluster?.stop({ keepLogs });
+    if (!keepLogs && options.historyPath === undefined) rmSync(dirname(historyPath), { recursive: true, force: true });
     await Promise.all(proxies.map((proxy) => proxy.stop()));
     if (ownsStack) await stack.stop();
   }
