@@ -763,7 +763,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     };
   } finally {
     await cluster?.stop({ keepLogs });
-    if (!keepLogs && options.historyPath === undefined) rmSync(dirname(historyPath), { recursive: true, force: true });
+    if (!keepLogs && options.historyPath === undefined)
+      rmSync(dirname(historyPath), { recursive: true, force: true });
     await Promise.all(proxies.map((proxy) => proxy.stop()));
     if (ownsStack) await stack.stop();
   }
