@@ -319,7 +319,11 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
     return {
       TableName: this.tableName,
       Key: { pk: keys.shardPk(shard), sk: keys.replicas(primaryId) },
-      UpdateExpression: `${action} replicas :ids ADD version :one SET #ttl = :ttl`,
+      // One ADD section at most: "ADD replicas :ids, version :one" or "DELETE replicas :ids ADD version :one".
+      UpdateExpression:
+        action === "ADD"
+          ? "ADD replicas :ids, version :one SET #ttl = :ttl"
+          : "DELETE replicas :ids ADD version :one SET #ttl = :ttl",
       ExpressionAttributeNames: { "#ttl": TTL_ATTRIBUTE },
       ExpressionAttributeValues: {
         ":ids": new Set(nodeIds),
