@@ -79,6 +79,8 @@ export interface FaultOutcome {
   readonly injectedAtS: number;
   readonly healedAtS: number | undefined;
   readonly skipped: string | undefined;
+  /** The fault hit the node that was primary when it was injected. */
+  readonly hitPrimary: boolean;
   /** Epoch changes from the inject until the fault's outcome was read. */
   readonly epochs: ReadonlyArray<{ epoch: number; primary: string | undefined; atS: number }>;
   /** ms from the inject to the first write a new primary acknowledged (when there was a failover). */
@@ -278,7 +280,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     const skippedByKind = new Map<string, number>();
     const started = performance.now();
 
-    const resolveTargets = async (fault: ScheduledFault): Promise<{ targets: string[]; why?: string }> => {
+    const resolveTargets = async (
+      fault: ScheduledFault,
+    ): Promise<{ targets: string[]; why?: string; primary?: string }> => {
       const topology: Topology | undefined = await active.topology().catch(() => undefined);
       const primary = topology?.primary_node_id;
       const kindNeedsRedis = fault.kind === "kill-redis" || fault.kind === "pause-redis";
@@ -311,8 +315,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               : `${fault.target} busy with another fault`,
         };
       }
-      if (fault.target === "all-nodes" || fault.target === "all-controllers") return { targets: free };
-      return { targets: [free[Math.floor(fault.pick * free.length)] as string] };
+      if (fault.target === "all-nodes" || fault.target === "all-controllers")
+        return { targets: free, primary };
+      return { targets: [free[Math.floor(fault.pick * free.length)] as string], primary };
     };
 
     const inject = async (
@@ -498,7 +503,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     };
 
     const runFault = async (fault: ScheduledFault): Promise<void> => {
-      const { targets, why } = await resolveTargets(fault);
+      const { targets, why, primary: primaryAtInject } = await resolveTargets(fault);
       if (targets.length === 0) {
         skippedByKind.set(fault.kind, (skippedByKind.get(fault.kind) ?? 0) + 1);
         const text = `t=${seconds(history.elapsed())}s #${fault.id} ${describeFault(fault)} skipped: ${why}`;
@@ -524,6 +529,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           injectedAtS: history.elapsed() / 1000,
           healedAtS: undefined,
           skipped: why,
+          hitPrimary: false,
           epochs: [],
           timeToWritableMs: undefined,
           longestWriteGapMs: 0,
@@ -592,6 +598,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         injectedAtS: injectedAt / 1000,
         healedAtS: healedAt / 1000,
         skipped: undefined,
+        hitPrimary: primaryAtInject !== undefined && targets.includes(primaryAtInject),
         ...outcome,
       });
       line(outcome.line);
@@ -716,7 +723,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     });
     const failovers = result.stats.epochChanges;
     if (result.valid !== true) keepLogs = true;
-    const ttw = outcomes.map((o) => o.timeToWritableMs).filter((ms): ms is number => ms !== undefined);
+    // Time to a writable primary, from faults that hit the primary's node (faults elsewhere that
+    // overlapped a failover would count someone else's failover).
+    const ttw = outcomes
+      .filter((o) => o.hitPrimary)
+      .map((o) => o.timeToWritableMs)
+      .filter((ms): ms is number => ms !== undefined);
     const faultsByKind: Record<string, { injected: number; skipped: number }> = {};
     for (const kind of faultsEnabled) faultsByKind[kind] = { injected: 0, skipped: 0 };
     for (const outcome of outcomes) {
