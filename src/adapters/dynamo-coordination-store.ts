@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import {
-  DeleteCommand,
   type DynamoDBDocumentClient,
   GetCommand,
   PutCommand,
@@ -11,7 +10,7 @@ import {
 } from "@aws-sdk/lib-dynamodb";
 import { z } from "zod";
 import { describeIssues } from "../core/config.ts";
-import { ConfigurationError, MalformedRecord } from "../core/errors.ts";
+import { ConfigurationError, CoordinationUnavailable, MalformedRecord } from "../core/errors.ts";
 import {
   type Heartbeat,
   type HeartbeatInput,
@@ -24,17 +23,20 @@ import {
   type Topology,
   topologySchema,
 } from "../core/model.ts";
-import type {
-  Clock,
-  CoordinationStore,
-  HeartbeatStore,
-  HistoryStore,
-  LockStore,
-  MalformedItem,
-  ReplicaSetStore,
-  ShardIndex,
-  ShardSnapshot,
-  TopologyStore,
+import {
+  type Clock,
+  type CoordinationStore,
+  type HeartbeatStore,
+  type HistoryStore,
+  type LockLease,
+  LockLost,
+  type LockStore,
+  type MalformedItem,
+  type ReplicaSetStore,
+  type ShardIndex,
+  type ShardSnapshot,
+  type TopologyStore,
+  type WriteFence,
 } from "../core/ports.ts";
 import { keys, TTL_ATTRIBUTE } from "../core/table.ts";
 import { type AdapterLogger, jsonLineLogger } from "./adapter-logger.ts";
@@ -109,6 +111,48 @@ class DynamoTable {
     }
   }
 
+  /**
+   * One TransactWriteItems: `items` after the lock check of `fence` (and its replica-set check).
+   * Returns the indexes (into `items`) whose condition failed, empty when everything was
+   * written. The lock check failing throws LockLost; a conflict with a concurrent transaction
+   * is retried (nothing was written); the SDK's own retries reuse one ClientRequestToken, so a
+   * retried request that had landed is not applied twice.
+   */
+  protected async fencedTransaction(
+    operation: string,
+    fence: WriteFence,
+    items: readonly TransactItem[],
+  ): Promise<number[]> {
+    const checks = [lockCheck(this.tableName, fence.lease)];
+    if (fence.replicaSet) checks.push(replicaSetCheck(this.tableName, fence.lease.shard, fence.replicaSet));
+    for (let attempt = 1; ; attempt++) {
+      const codes = await this.call(`TransactWriteItems (${operation})`, async () => {
+        try {
+          await this.documents.send(new TransactWriteCommand({ TransactItems: [...checks, ...items] }));
+          return [];
+        } catch (error) {
+          const reasons = cancellationCodes(error);
+          if (reasons === undefined) throw error;
+          return reasons;
+        }
+      });
+      if (codes[0] === "ConditionalCheckFailed") {
+        throw new LockLost(
+          `${operation}: the lock of shard ${fence.lease.shard} is no longer held by ${fence.lease.owner} (fence ${fence.lease.fence}); nothing written`,
+        );
+      }
+      // -1: the replica-set check; 0..: the items.
+      const failed = codes.flatMap((code, index) =>
+        code === "ConditionalCheckFailed" ? [index - checks.length] : [],
+      );
+      if (failed.length > 0 || codes.length === 0) return failed;
+      if (!codes.includes("TransactionConflict") || attempt >= TRANSACTION_CONFLICT_ATTEMPTS) {
+        throw new CoordinationUnavailable(`TransactWriteItems (${operation}) cancelled: ${codes.join(", ")}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20 * attempt));
+    }
+  }
+
   /** TTL attribute value (epoch seconds) `seconds` from now. */
   protected ttlIn(seconds: number): number {
     return Math.ceil(this.clock.now() / 1000) + seconds;
@@ -119,6 +163,61 @@ class DynamoTable {
     if (!result.success)
       throw new ConfigurationError(`invalid ${what} "${value}": ${result.error.issues[0]?.message}`);
   }
+}
+
+/** One item of a TransactWriteItems request (the document client's shape). */
+type TransactItem = NonNullable<
+  ConstructorParameters<typeof TransactWriteCommand>[0]["TransactItems"]
+>[number];
+
+/** Attempts of a fenced transaction that DynamoDB cancelled for a conflicting concurrent transaction. */
+const TRANSACTION_CONFLICT_ATTEMPTS = 4;
+
+/**
+ * The ConditionCheck every fenced write carries: the lock is still held by this lease. Owner
+ * tokens are unique per acquisition and the fence rises with each, so a controller whose lease
+ * expired and was taken over fails here, however long it was paused.
+ */
+function lockCheck(tableName: string, lease: LockLease): TransactItem {
+  return {
+    ConditionCheck: {
+      TableName: tableName,
+      Key: { pk: keys.shardPk(lease.shard), sk: keys.lock },
+      // expires_at 0 marks a released lock. An expired lease that nobody took over still passes:
+      // the owner token and fence changing is what tells a stale holder.
+      ConditionExpression: "#owner = :owner AND fence = :fence AND expires_at > :released",
+      ExpressionAttributeNames: { "#owner": "owner" },
+      ExpressionAttributeValues: { ":owner": lease.owner, ":fence": lease.fence, ":released": 0 },
+    },
+  };
+}
+
+/** The replica set of `primary` is still at the version the decision read. */
+function replicaSetCheck(
+  tableName: string,
+  shard: string,
+  replicaSet: NonNullable<WriteFence["replicaSet"]>,
+): TransactItem {
+  return {
+    ConditionCheck: {
+      TableName: tableName,
+      Key: { pk: keys.shardPk(shard), sk: keys.replicas(replicaSet.primary) },
+      ...(replicaSet.version === undefined
+        ? { ConditionExpression: "attribute_not_exists(version)" }
+        : {
+            ConditionExpression: "version = :version",
+            ExpressionAttributeValues: { ":version": replicaSet.version },
+          }),
+    },
+  };
+}
+
+/** The per-item codes of a cancelled transaction ("None", "ConditionalCheckFailed", "TransactionConflict", ...). */
+function cancellationCodes(error: unknown): string[] | undefined {
+  if (typeof error !== "object" || error === null) return undefined;
+  const shape = error as { name?: string; CancellationReasons?: Array<{ Code?: string }> };
+  if (shape.name !== "TransactionCanceledException") return undefined;
+  return (shape.CancellationReasons ?? []).map((reason) => reason.Code ?? "None");
 }
 
 /** First failing field and every reason, for MalformedItem and MalformedRecord. */
@@ -236,10 +335,17 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
     return snapshot;
   }
 
-  async deleteNode(shard: string, nodeId: string): Promise<void> {
+  async deleteNode(shard: string, nodeId: string, fence?: WriteFence): Promise<void> {
     this.requireId("shard id", shard);
     this.requireId("node id", nodeId);
     const pk = keys.shardPk(shard);
+    if (fence) {
+      await this.fencedTransaction(`delete node ${shard}/${nodeId}`, fence, [
+        { Delete: { TableName: this.tableName, Key: { pk, sk: keys.node(nodeId) } } },
+        { Delete: { TableName: this.tableName, Key: { pk, sk: keys.replicas(nodeId) } } },
+      ]);
+      return;
+    }
     await this.call(`TransactWriteItems (delete node ${shard}/${nodeId})`, () =>
       this.documents.send(
         new TransactWriteCommand({
@@ -336,34 +442,46 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
 
 export class DynamoLockStore extends DynamoTable implements LockStore {
   /**
-   * Conditional put: absent, expired (on the AWS-aligned clock), or already ours. "Already ours"
-   * makes an SDK retry of a put that did land return true instead of a false "lost".
+   * Conditional update: absent, expired (on the AWS-aligned clock), or already ours; raises
+   * `fence` by one and returns the lease with the new fence. "Already ours" makes an SDK retry of
+   * an update that did land return the lease instead of a false "lost" (with the fence raised
+   * once more, which only invalidates our own earlier value).
    */
-  async acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<boolean> {
+  async acquire(
+    shard: string,
+    owner: string,
+    leaseMs: number,
+    forPrimary?: string,
+  ): Promise<LockLease | false> {
     this.requireId("shard id", shard);
     this.#requireOwner(owner);
     this.#requireLease(leaseMs);
     const now = this.clock.now();
     const expiresAt = now + leaseMs;
-    return this.conditional(`PutItem (lock acquire, shard ${shard})`, () =>
-      this.documents.send(
-        new PutCommand({
+    let fence: number | undefined;
+    const acquired = await this.conditional(`UpdateItem (lock acquire, shard ${shard})`, async () => {
+      const out = await this.documents.send(
+        new UpdateCommand({
           TableName: this.tableName,
-          Item: {
-            pk: keys.shardPk(shard),
-            sk: keys.lock,
-            owner,
-            expires_at: expiresAt,
-            for_primary: forPrimary,
-            // Garbage collection only: expiry is decided by the condition below.
-            [TTL_ATTRIBUTE]: Math.ceil(expiresAt / 1000) + DAY_SECONDS,
-          },
+          Key: { pk: keys.shardPk(shard), sk: keys.lock },
+          UpdateExpression: `SET #owner = :owner, expires_at = :expires, #ttl = :ttl${forPrimary === undefined ? " REMOVE for_primary" : ", for_primary = :forPrimary"} ADD fence :one`,
           ConditionExpression: "attribute_not_exists(pk) OR expires_at < :now OR #owner = :owner",
-          ExpressionAttributeNames: { "#owner": "owner" },
-          ExpressionAttributeValues: { ":now": now, ":owner": owner },
+          ExpressionAttributeNames: { "#owner": "owner", "#ttl": TTL_ATTRIBUTE },
+          ExpressionAttributeValues: {
+            ":now": now,
+            ":owner": owner,
+            ":expires": expiresAt,
+            // Garbage collection only: expiry is decided by the condition.
+            ":ttl": Math.ceil(expiresAt / 1000) + DAY_SECONDS,
+            ":one": 1,
+            ...(forPrimary === undefined ? {} : { ":forPrimary": forPrimary }),
+          },
+          ReturnValues: "ALL_NEW",
         }),
-      ),
-    );
+      );
+      fence = Number(out.Attributes?.fence);
+    });
+    return acquired && fence !== undefined ? { shard, owner, fence } : false;
   }
 
   /** Extends a lease that `owner` still holds and that has not expired. */
@@ -392,22 +510,33 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
   }
 
   /**
-   * Deletes the lock if `owner` holds it. An absent lock counts as released (idempotent, so a
-   * retried release does not report a lost lock); another owner's lock is left untouched -> false.
+   * Ends the lease if `owner` holds it: the item stays with `expires_at` 0, so its `fence` keeps
+   * rising across acquisitions (a deleted item would start again at 1). An absent lock counts as
+   * released (idempotent, so a retried release does not report a lost lock); another owner's lock
+   * is left untouched -> false.
    */
   async release(shard: string, owner: string): Promise<boolean> {
     this.requireId("shard id", shard);
-    return this.conditional(`DeleteItem (lock release, shard ${shard})`, () =>
-      this.documents.send(
-        new DeleteCommand({
-          TableName: this.tableName,
-          Key: { pk: keys.shardPk(shard), sk: keys.lock },
-          ConditionExpression: "attribute_not_exists(pk) OR #owner = :owner",
-          ExpressionAttributeNames: { "#owner": "owner" },
-          ExpressionAttributeValues: { ":owner": owner },
-        }),
-      ),
-    );
+    try {
+      await this.call(`UpdateItem (lock release, shard ${shard})`, () =>
+        this.documents.send(
+          new UpdateCommand({
+            TableName: this.tableName,
+            Key: { pk: keys.shardPk(shard), sk: keys.lock },
+            UpdateExpression: "SET expires_at = :zero",
+            ConditionExpression: "#owner = :owner",
+            ExpressionAttributeNames: { "#owner": "owner" },
+            ExpressionAttributeValues: { ":owner": owner, ":zero": 0 },
+            ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+          }),
+        ),
+      );
+      return true;
+    } catch (error) {
+      if (classifyAwsError(error) !== "conditional") throw error;
+      // No item at all: nothing to release.
+      return (error as { Item?: unknown }).Item === undefined;
+    }
   }
 
   #requireOwner(owner: string): void {
@@ -450,12 +579,25 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
     return parsed.data;
   }
 
+  #requireFenceOf(shard: string, fence: WriteFence): void {
+    if (fence.lease.shard !== shard) {
+      throw new ConfigurationError(
+        `a lease of shard ${fence.lease.shard} cannot fence a write to shard ${shard}`,
+      );
+    }
+  }
+
   /**
    * Writes the whole topology if the stored epoch is `expectedEpoch` (or none exists when it is
    * undefined). Each write carries a fresh `write_id`; the condition also accepts our own
    * `write_id`, so an SDK retry of a write that did land is not misread as a lost race.
    */
-  async compareAndSet(shard: string, expectedEpoch: number | undefined, next: Topology): Promise<boolean> {
+  async compareAndSet(
+    shard: string,
+    expectedEpoch: number | undefined,
+    next: Topology,
+    fence?: WriteFence,
+  ): Promise<boolean> {
     this.requireId("shard id", shard);
     const parsed = topologySchema.safeParse(next);
     if (!parsed.success) {
@@ -474,6 +616,20 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
       expectedEpoch === undefined
         ? { condition: "attribute_not_exists(pk) OR write_id = :writeId", values: {} }
         : { condition: "epoch = :expected OR write_id = :writeId", values: { ":expected": expectedEpoch } };
+    if (fence) {
+      this.#requireFenceOf(shard, fence);
+      const failed = await this.fencedTransaction(`topology compare-and-set, shard ${shard}`, fence, [
+        {
+          Put: {
+            TableName: this.tableName,
+            Item: { ...parsed.data, pk: keys.shardPk(shard), sk: keys.topology, write_id: writeId },
+            ConditionExpression: expected.condition,
+            ExpressionAttributeValues: { ...expected.values, ":writeId": writeId },
+          },
+        },
+      ]);
+      return failed.length === 0;
+    }
     return this.conditional(`PutItem (topology compare-and-set, shard ${shard})`, () =>
       this.documents.send(
         new PutCommand({
@@ -489,7 +645,7 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
 
 export class DynamoHistoryStore extends DynamoTable implements HistoryStore {
   /** Idempotent per epoch: the first record of an epoch wins, a resumed orchestration's append is a no-op. */
-  async append(record: HistoryRecord): Promise<void> {
+  async append(record: HistoryRecord, fence?: WriteFence): Promise<void> {
     const parsed = historyRecordSchema.safeParse(record);
     if (!parsed.success) {
       const bad = malformedFrom(keys.history(record.epoch), parsed.error);
@@ -500,19 +656,25 @@ export class DynamoHistoryStore extends DynamoTable implements HistoryStore {
       );
     }
     const item = parsed.data;
+    const put = {
+      TableName: this.tableName,
+      Item: {
+        ...item,
+        pk: keys.historyPk(item.shard),
+        sk: keys.history(item.epoch),
+        [TTL_ATTRIBUTE]: this.ttlIn(this.historyTtlSeconds),
+      },
+      ConditionExpression: "attribute_not_exists(pk)",
+    };
+    if (fence) {
+      // A record already there for this epoch fails its condition: the append is a no-op.
+      await this.fencedTransaction(`history of shard ${item.shard}, epoch ${item.epoch}`, fence, [
+        { Put: put },
+      ]);
+      return;
+    }
     await this.conditional(`PutItem (history of shard ${item.shard}, epoch ${item.epoch})`, () =>
-      this.documents.send(
-        new PutCommand({
-          TableName: this.tableName,
-          Item: {
-            ...item,
-            pk: keys.historyPk(item.shard),
-            sk: keys.history(item.epoch),
-            [TTL_ATTRIBUTE]: this.ttlIn(this.historyTtlSeconds),
-          },
-          ConditionExpression: "attribute_not_exists(pk)",
-        }),
-      ),
+      this.documents.send(new PutCommand(put)),
     );
   }
 

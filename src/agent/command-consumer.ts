@@ -2,7 +2,7 @@ import { errorMessage } from "../core/errors.ts";
 import type { Command } from "../core/model.ts";
 import type { ReceivedCommand } from "../core/ports.ts";
 import { Backoff, sleep } from "./backoff.ts";
-import { screenCommand } from "./command-screen.ts";
+import { needsTopology, screenCommand } from "./command-screen.ts";
 import type { AgentContext } from "./context.ts";
 import { runCycle } from "./heartbeat-loop.ts";
 import { becomePrimary, becomeReplicaOf } from "./node-control.ts";
@@ -49,13 +49,17 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
   const bus = ctx.deps.commands;
   try {
     const outcome = await ctx.roleLock.run(async () => {
-      // Screened under the lock: a concurrent self-demotion may have raised the epoch.
+      // Screened under the lock: a concurrent self-demotion may have raised the epoch. A change
+      // of role is checked against the topology as it is now (strongly consistent read): a read
+      // that fails leaves the message for redelivery.
+      const topology = needsTopology(message.command) ? await ctx.deps.topology.read(ctx.shard) : undefined;
       const screening = screenCommand(message, {
         shard: ctx.shard,
         nodeId: ctx.nodeId,
         address: ctx.address,
         highestEpoch: ctx.highestEpoch,
         hasApplied: (id) => ctx.state.hasApplied(id),
+        topology,
       });
       if (screening.action === "apply") {
         await applyCommand(ctx, screening.command);
@@ -72,7 +76,11 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
       return true;
     }
     if (outcome.action === "ignore") {
-      ctx.logger.info("command ignored", { ...commandContext(outcome.command), reason: outcome.reason });
+      ctx.logger.info("command ignored", {
+        ...commandContext(outcome.command),
+        reason: outcome.reason,
+        ...ctx.epochContext,
+      });
     } else {
       // The controller confirms by observing this heartbeat (role and epoch), not by the delete.
       await runCycle(ctx);

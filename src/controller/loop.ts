@@ -130,7 +130,7 @@ export class ControllerLoop {
       // A shard still orchestrating from an earlier pass is not looked at again until it is done.
       if (this.#inFlight.has(shard)) continue;
       await slots.acquire();
-      const cycle = this.#cycle(shard, act, totals).finally(() => {
+      const cycle = this.#cycle(shard, act, options.remainingMs, totals).finally(() => {
         this.#inFlight.delete(shard);
         slots.release();
       });
@@ -157,9 +157,16 @@ export class ControllerLoop {
     } while (token);
   }
 
-  async #cycle(shard: string, act: boolean, totals: { cycles: number; actions: number; errors: number }) {
+  async #cycle(
+    shard: string,
+    act: boolean,
+    remainingMs: (() => number) | undefined,
+    totals: { cycles: number; actions: number; errors: number },
+  ) {
     try {
-      const result = await runShardCycle(this.#deps, shard, { act });
+      // The remaining time bounds each phase and the lease: a phase that could be cut off by the
+      // invocation's timeout is left to the next invocation instead.
+      const result = await runShardCycle(this.#deps, shard, { act, remainingMs });
       totals.cycles += 1;
       if (ACTED.has(result.outcome)) totals.actions += 1;
       this.#observe(result);

@@ -1,3 +1,4 @@
+import { ShardguardError } from "./errors.ts";
 import type { Command, Heartbeat, HeartbeatInput, HistoryRecord, Lock, Topology } from "./model.ts";
 
 /**
@@ -37,11 +38,39 @@ export interface ShardSnapshot {
   readonly malformed: readonly MalformedItem[];
 }
 
+/**
+ * What a controller holds while it holds a shard's lock: its owner token (unique per
+ * acquisition) and the lock's `fence`, a number the store raises by one on every acquisition.
+ */
+export interface LockLease {
+  readonly shard: string;
+  readonly owner: string;
+  readonly fence: number;
+}
+
+/**
+ * The conditions a controller's write carries in the same request as the write itself (one
+ * TransactWriteItems): the lock is still held with this lease, and optionally the replica set of
+ * `replicaSet.primary` is still at the version the decision read (`undefined`: no version yet).
+ */
+export interface WriteFence {
+  readonly lease: LockLease;
+  readonly replicaSet?: { readonly primary: string; readonly version: number | undefined };
+}
+
+/**
+ * A fenced write found the lock no longer held with its lease (taken over after the lease
+ * expired, or released): the writer is stale and must stop. Nothing was written.
+ */
+export class LockLost extends ShardguardError {
+  override name = "LockLost";
+}
+
 export interface HeartbeatStore {
   put(heartbeat: HeartbeatInput): Promise<void>;
   snapshot(shard: string): Promise<ShardSnapshot>;
-  /** Deletes the node's heartbeat and its replica set. */
-  deleteNode(shard: string, nodeId: string): Promise<void>;
+  /** Deletes the node's heartbeat and its replica set; with `fence`, only while the lock is held (else LockLost). */
+  deleteNode(shard: string, nodeId: string, fence?: WriteFence): Promise<void>;
 }
 
 export interface ReplicaSetStore {
@@ -62,8 +91,11 @@ export interface ReplicaSetStore {
 }
 
 export interface LockStore {
-  /** Conditional on the lock being absent or expired; false when another owner holds it. */
-  acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<boolean>;
+  /**
+   * Conditional on the lock being absent, expired or already `owner`'s; raises the lock's
+   * `fence` by one and returns the lease, or false when another owner holds it.
+   */
+  acquire(shard: string, owner: string, leaseMs: number, forPrimary?: string): Promise<LockLease | false>;
   /** Extends the lease; false when `owner` no longer holds it. */
   renew(shard: string, owner: string, leaseMs: number): Promise<boolean>;
   /** Deletes the lock; false (and the lock untouched) when `owner` does not hold it. */
@@ -74,14 +106,24 @@ export interface TopologyStore {
   read(shard: string): Promise<Topology | undefined>;
   /**
    * Writes `next` only if the stored epoch equals `expectedEpoch` (`undefined`: no topology
-   * yet). Used both to bump the epoch and to record phases within an epoch.
+   * yet). Used both to bump the epoch and to record phases within an epoch. With `fence`, the
+   * write also requires the lock held with that lease (else LockLost, nothing written) and the
+   * replica set at the given version (else false), in the same request.
    */
-  compareAndSet(shard: string, expectedEpoch: number | undefined, next: Topology): Promise<boolean>;
+  compareAndSet(
+    shard: string,
+    expectedEpoch: number | undefined,
+    next: Topology,
+    fence?: WriteFence,
+  ): Promise<boolean>;
 }
 
 export interface HistoryStore {
-  /** One record per epoch; a second append for the same epoch is a no-op (idempotent resume). */
-  append(record: HistoryRecord): Promise<void>;
+  /**
+   * One record per epoch; a second append for the same epoch is a no-op (idempotent resume).
+   * With `fence`, only while the lock is held with that lease (else LockLost, nothing written).
+   */
+  append(record: HistoryRecord, fence?: WriteFence): Promise<void>;
   /** Newest first. */
   list(shard: string, limit?: number): Promise<HistoryRecord[]>;
 }

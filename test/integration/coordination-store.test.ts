@@ -6,7 +6,7 @@ import { AwsClock } from "../../src/adapters/clock.ts";
 import { createDynamoCoordinationStore } from "../../src/adapters/dynamo-coordination-store.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
 import type { HeartbeatInput, HistoryRecord, Topology } from "../../src/core/model.ts";
-import type { Clock, CoordinationStore } from "../../src/core/ports.ts";
+import { type Clock, type CoordinationStore, LockLost } from "../../src/core/ports.ts";
 import { keys } from "../../src/core/table.ts";
 import { freePort } from "../../src/local-stack/processes.ts";
 import { awsEnv, tableName, uniqueName } from "../support/aws.ts";
@@ -90,7 +90,7 @@ describe("lock", () => {
       const results = await Promise.all(
         owners.map((owner, index) => stores[index % stores.length]?.locks.acquire(shard, owner, 60_000)),
       );
-      const winners = owners.filter((_, index) => results[index] === true);
+      const winners = owners.filter((_, index) => results[index] !== false);
       winnersPerRound.push(winners.length);
       const holder = (await stores[0]?.heartbeats.snapshot(shard))?.lock?.owner;
       expect(holder).toBe(winners[0]);
@@ -106,7 +106,11 @@ describe("lock", () => {
     const clock = new ManualClock(Date.now());
     const store = storeWithClock(clock);
     const shard = shardId();
-    await expect(store.locks.acquire(shard, "first", 1000, "n1")).resolves.toBe(true);
+    await expect(store.locks.acquire(shard, "first", 1000, "n1")).resolves.toEqual({
+      shard,
+      owner: "first",
+      fence: 1,
+    });
 
     // Act
     clock.at += 999;
@@ -117,7 +121,7 @@ describe("lock", () => {
 
     // Assess
     expect(whileLive).toBe(false);
-    expect(afterExpiry).toBe(true);
+    expect(afterExpiry).toEqual({ shard, owner: "second", fence: 2 });
     expect(renewByFormerOwner).toBe(false);
     expect((await store.heartbeats.snapshot(shard)).lock?.owner).toBe("second");
   });
@@ -135,7 +139,7 @@ describe("lock", () => {
 
     // Assess
     expect(early).toBe(false);
-    expect(late).toBe(true);
+    expect(late).toMatchObject({ owner: "second" });
   });
 
   it("refuses release by a non-owner and leaves the lock intact", async () => {
@@ -184,7 +188,7 @@ describe("lock", () => {
     const again = await store.locks.acquire(shard, "holder", 60_000);
 
     // Assess
-    expect(again).toBe(true);
+    expect(again).toMatchObject({ owner: "holder" });
   });
 });
 
@@ -241,6 +245,140 @@ describe("topology", () => {
   it("reads nothing for a shard without a topology", async () => {
     const { store } = adapters();
     await expect(store.topology.read(shardId())).resolves.toBeUndefined();
+  });
+});
+
+describe("fenced writes (every controller write conditioned on its lease)", () => {
+  /** A controller that took the lock, and a second one that took it over after the lease expired. */
+  async function takenOver() {
+    const clock = new ManualClock(Date.now());
+    const store = storeWithClock(clock);
+    const shard = shardId();
+    await store.topology.compareAndSet(shard, undefined, aTopology(shard, 1, "n1"));
+    const first = await store.locks.acquire(shard, "first", 1000);
+    if (!first) throw new Error("first acquire failed");
+    clock.at += 1001;
+    const second = await store.locks.acquire(shard, "second", 1000);
+    if (!second) throw new Error("takeover failed");
+    return { store, shard, first, second };
+  }
+
+  it("raises the fence by one on every acquisition", async () => {
+    // Prepare
+    const { shard, first, second } = await takenOver();
+
+    // Assess
+    expect(first).toEqual({ shard, owner: "first", fence: 1 });
+    expect(second).toEqual({ shard, owner: "second", fence: 2 });
+  });
+
+  it("rejects a topology write by a controller whose lease was taken over with LockLost, writing nothing", async () => {
+    // Prepare
+    const { store, shard, first, second } = await takenOver();
+
+    // Act
+    const stale = store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "stale"), { lease: first });
+    const error = await stale.catch((caught: unknown) => caught);
+    const current = await store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "current"), {
+      lease: second,
+    });
+
+    // Assess
+    expect(error).toBeInstanceOf(LockLost);
+    expect(String(error)).toMatch(/no longer held by first \(fence 1\); nothing written/);
+    expect(current).toBe(true);
+    expect(await store.topology.read(shard)).toMatchObject({ epoch: 2, primary_node_id: "current" });
+  });
+
+  it("rejects a history append and a node deletion by the stale holder with LockLost", async () => {
+    // Prepare
+    const { store, shard, first } = await takenOver();
+    await store.heartbeats.put(aHeartbeat(shard, "n1", { role: "primary", primary_node_id: undefined }));
+
+    // Act + Assess
+    await expect(store.history.append(aHistoryRecord(shard, 2), { lease: first })).rejects.toBeInstanceOf(
+      LockLost,
+    );
+    await expect(store.heartbeats.deleteNode(shard, "n1", { lease: first })).rejects.toBeInstanceOf(LockLost);
+    expect(await store.history.list(shard)).toEqual([]);
+    expect((await store.heartbeats.snapshot(shard)).nodes.map((node) => node.node_id)).toEqual(["n1"]);
+  });
+
+  it("rejects a write after the lock was released, and one by a former holder that re-acquired", async () => {
+    // Prepare: the same owner token acquiring again gets a new fence.
+    const { store } = adapters();
+    const shard = shardId();
+    await store.topology.compareAndSet(shard, undefined, aTopology(shard, 1, "n1"));
+    const lease = await store.locks.acquire(shard, "holder", 60_000);
+    if (!lease) throw new Error("acquire failed");
+    await store.locks.release(shard, "holder");
+
+    // Act + Assess
+    await expect(
+      store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "x"), { lease }),
+    ).rejects.toBeInstanceOf(LockLost);
+    const again = await store.locks.acquire(shard, "holder", 60_000);
+    await expect(
+      store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "x"), { lease }),
+    ).rejects.toBeInstanceOf(LockLost);
+    expect(again).toMatchObject({ fence: lease.fence + 1 });
+    expect(await store.topology.read(shard)).toMatchObject({ epoch: 1 });
+  });
+
+  it("keeps the epoch compare-and-set and the idempotent history under a held lease", async () => {
+    // Prepare
+    const { store } = adapters();
+    const shard = shardId();
+    await store.topology.compareAndSet(shard, undefined, aTopology(shard, 1, "n1"));
+    const lease = await store.locks.acquire(shard, "holder", 60_000);
+    if (!lease) throw new Error("acquire failed");
+
+    // Act
+    const wrongEpoch = await store.topology.compareAndSet(shard, 5, aTopology(shard, 6, "x"), { lease });
+    const bumped = await store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "n2"), { lease });
+    await store.history.append(aHistoryRecord(shard, 2, { reason: "first" }), { lease });
+    await store.history.append(aHistoryRecord(shard, 2, { reason: "second" }), { lease });
+
+    // Assess
+    expect([wrongEpoch, bumped]).toEqual([false, true]);
+    expect((await store.history.list(shard)).map((record) => record.reason)).toEqual(["first"]);
+  });
+
+  it("aborts an epoch bump when the old primary's replica set changed since the decision", async () => {
+    // Prepare
+    const { store } = adapters();
+    const shard = shardId();
+    await store.topology.compareAndSet(shard, undefined, aTopology(shard, 1, "n1"));
+    await store.replicaSets.add(shard, "n1", ["n2", "n3"]);
+    const decided = (await store.heartbeats.snapshot(shard)).replicaSetVersions.n1;
+    const lease = await store.locks.acquire(shard, "holder", 60_000);
+    if (!lease) throw new Error("acquire failed");
+    await store.replicaSets.remove(shard, "n1", ["n3"]);
+    const now = (await store.heartbeats.snapshot(shard)).replicaSetVersions.n1;
+
+    // Act
+    const stale = await store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "n2"), {
+      lease,
+      replicaSet: { primary: "n1", version: decided },
+    });
+    const absent = await store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "n2"), {
+      lease,
+      replicaSet: { primary: "n1", version: undefined },
+    });
+    const current = await store.topology.compareAndSet(shard, 1, aTopology(shard, 2, "n2"), {
+      lease,
+      replicaSet: { primary: "n1", version: now },
+    });
+    const neverSet = await store.topology.compareAndSet(shard, 2, aTopology(shard, 3, "n3"), {
+      lease,
+      replicaSet: { primary: "n9", version: undefined },
+    });
+
+    // Assess
+    expect(decided).toBeDefined();
+    expect(now).not.toBe(decided);
+    expect([stale, absent, current, neverSet]).toEqual([false, false, true, true]);
+    expect(await store.topology.read(shard)).toMatchObject({ epoch: 3 });
   });
 });
 

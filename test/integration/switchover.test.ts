@@ -62,7 +62,8 @@ describe("switchover", () => {
     expect(result.reason).toMatch(/catch_up/);
     expect(shard.get("r1").received.map((command) => command.type)).not.toContain("PROMOTE");
     const topology = await shard.aws.store.topology.read(shard.shard);
-    expect(topology).toMatchObject({ status: "online", epoch: 2, primary_node_id: "p1" });
+    // Abandoned under a further epoch: a new plan (back to p1) is a new epoch.
+    expect(topology).toMatchObject({ status: "online", epoch: 3, primary_node_id: "p1" });
     expect(topology?.phase).toBeUndefined();
     expect(events.ofType("FailoverAborted")).toHaveLength(1);
     expect(metrics.get("failoverAborted")).toBe(1);

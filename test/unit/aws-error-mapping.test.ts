@@ -127,7 +127,11 @@ describe("a store that keeps failing", () => {
       await expect(attempt).rejects.toBeInstanceOf(CoordinationUnavailable);
       await expect(attempt).rejects.toThrow(new RegExp(type));
       expect(stub.hits()).toBe(2);
-      expect(adapters.counter.snapshot()["DynamoDB.PutItem"]).toEqual({ calls: 1, requests: 2, errors: 1 });
+      expect(adapters.counter.snapshot()["DynamoDB.UpdateItem"]).toEqual({
+        calls: 1,
+        requests: 2,
+        errors: 1,
+      });
     },
   );
 

@@ -1,0 +1,146 @@
+import { randomUUID } from "node:crypto";
+import { setTimeout as delay } from "node:timers/promises";
+import type { FailoverConfig } from "../core/config.ts";
+import type { Decision } from "../core/decide.ts";
+import { errorMessage, ShardguardError } from "../core/errors.ts";
+import type { FailoverPhase } from "../core/model.ts";
+import type { Clock, CommandBus, CoordinationStore, EventPublisher } from "../core/ports.ts";
+import type { ControllerLog, ControllerMetrics, EventDetailType } from "./observability.ts";
+
+/** What the orchestrator's parts share: ports, config, timeouts, outcomes. */
+
+export interface PhaseTimeouts {
+  /** Waiting for a switchover target to reach the old primary's offset. */
+  readonly catch_up: number;
+  /** Sending PROMOTE. */
+  readonly promote: number;
+  /** Waiting for the promoted node's heartbeat to show primary at the new epoch. */
+  readonly confirm: number;
+  /** Sending REPLICAOF to the other nodes. */
+  readonly repoint: number;
+  /** Deleting the old primary's records, writing history and the final topology. */
+  readonly cleanup: number;
+}
+
+/** Defaults derived from the heartbeat timing: a live agent confirms within two of its heartbeats. */
+export function defaultPhaseTimeouts(config: FailoverConfig): PhaseTimeouts {
+  const apiCalls = Math.max(5000, config.failureTimeoutMs);
+  return {
+    catch_up: 2 * config.failureTimeoutMs + config.heartbeatIntervalMs,
+    promote: apiCalls,
+    confirm: 2 * config.failureTimeoutMs + config.heartbeatIntervalMs,
+    repoint: apiCalls,
+    cleanup: apiCalls,
+  };
+}
+
+/** Time a phase needs beyond its own bound before it may start (the writes around it, the release). */
+export const PHASE_MARGIN_MS = 1000;
+
+export interface ControllerDeps {
+  readonly store: CoordinationStore;
+  readonly bus: CommandBus;
+  readonly events: EventPublisher;
+  readonly clock: Clock;
+  readonly config: FailoverConfig;
+  readonly log: ControllerLog;
+  readonly metrics: ControllerMetrics;
+  /** @default defaultPhaseTimeouts(config) */
+  readonly timeouts?: Partial<PhaseTimeouts>;
+  /** @default node:timers/promises setTimeout */
+  readonly sleep?: (ms: number) => Promise<void>;
+  /** Lock owner tokens. @default "controller-" + random UUID */
+  readonly newOwner?: () => string;
+  /** Called after each phase's work is done; tests use it to stop a controller at a precise point. */
+  readonly onPhase?: (shard: string, phase: FailoverPhase, epoch: number) => void | Promise<void>;
+}
+
+export type CycleOutcome =
+  | "no_action"
+  | "deferred"
+  | "initialized"
+  | "lost_race"
+  | "aborted"
+  | "completed"
+  | "offline"
+  | "stuck"
+  | "refused"
+  | "paused"
+  | "resumed";
+
+export interface CycleResult {
+  readonly shard: string;
+  readonly outcome: CycleOutcome;
+  /** The first decision of the cycle (absent for operator requests). */
+  readonly decision?: Decision;
+  readonly epoch?: number;
+  readonly primary?: string;
+  /** One sentence: what the cycle did and why. */
+  readonly reason: string;
+}
+
+/** A cycle's result before the shard and first decision are added. */
+export type Outcome = Omit<CycleResult, "shard" | "decision">;
+
+/** A phase ran past its timeout. */
+export class PhaseTimeout extends ShardguardError {
+  override name = "PhaseTimeout";
+  readonly phase: FailoverPhase;
+  constructor(phase: FailoverPhase, message: string) {
+    super(message);
+    this.phase = phase;
+  }
+}
+
+/**
+ * The invocation has too little time left to run a phase within its bound: the phase is not
+ * started, the lock released, and the next invocation continues from the recorded phase.
+ */
+export class OutOfTime extends ShardguardError {
+  override name = "OutOfTime";
+  readonly phase: FailoverPhase;
+  constructor(phase: FailoverPhase, message: string) {
+    super(message);
+    this.phase = phase;
+  }
+}
+
+/**
+ * The topology or the old primary's replica set changed since the decision, while the lock was
+ * ours (an operator, or an agent shrinking its replica set): the plan is dropped and decided anew.
+ */
+export class PlanStale extends ShardguardError {
+  override name = "PlanStale";
+}
+
+export const sleepOf = (deps: ControllerDeps) => deps.sleep ?? ((ms: number) => delay(ms));
+
+export const timeoutsOf = (deps: ControllerDeps): PhaseTimeouts => ({
+  ...defaultPhaseTimeouts(deps.config),
+  ...deps.timeouts,
+});
+
+export const newOwnerOf = (deps: ControllerDeps) => (deps.newOwner ?? (() => `controller-${randomUUID()}`))();
+
+export async function publish(
+  deps: ControllerDeps,
+  type: EventDetailType,
+  detail: Record<string, unknown>,
+): Promise<void> {
+  try {
+    await deps.events.publish(type, detail);
+  } catch (error) {
+    // Events inform; they must never stop a failover.
+    deps.log.error("could not publish event", {
+      event: type,
+      shard: detail.shard,
+      error: errorMessage(error),
+    });
+  }
+}
+
+export async function aborted(deps: ControllerDeps, shard: string, epoch: number, reason: string) {
+  deps.metrics.count("failoverAborted");
+  deps.log.warn("failover aborted", { shard, epoch, reason });
+  await publish(deps, "FailoverAborted", { shard, epoch, reason });
+}

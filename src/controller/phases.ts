@@ -1,0 +1,179 @@
+import { targetConfirmed } from "../core/continuation.ts";
+import type { Command, CommandType, FailoverPhase } from "../core/model.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import { type Outcome, OutOfTime, PHASE_MARGIN_MS, PhaseTimeout, sleepOf } from "./deps.ts";
+import { complete, type Run, recordPhase, stateOf } from "./transitions.ts";
+
+/**
+ * The phases of a change, in their one order:
+ *
+ *   [catch_up] -> promote -> confirm -> repoint -> cleanup -> complete
+ *
+ * Each is recorded in the topology (a fenced write) before its work, has a bound, and is
+ * idempotent: command ids are deterministic per epoch and node, so a resumed phase re-sends the
+ * same command, which the agent runs at most once. `promote` is the point of no return.
+ * A phase starts only when the invocation's remaining time covers its bound plus a margin;
+ * otherwise the cycle stops (OutOfTime) with the phase recorded for the next invocation.
+ */
+
+interface Phase {
+  readonly name: ExecutedPhase;
+  /** Only for some changes (catch_up: switchovers). */
+  readonly applies?: (run: Run) => boolean;
+  readonly run: (run: Run) => Promise<void>;
+}
+
+export type ExecutedPhase = "catch_up" | "promote" | "confirm" | "repoint" | "cleanup";
+
+const PHASES: readonly Phase[] = [
+  { name: "catch_up", applies: (run) => stateOf(run).kind === "switchover", run: catchUp },
+  { name: "promote", run: promote },
+  { name: "confirm", run: confirm },
+  { name: "repoint", run: repoint },
+  { name: "cleanup", run: cleanup },
+];
+
+/** Runs the phases from `from` (up to `until`, included, when given) and completes the change at the end. */
+export async function execute(
+  run: Run,
+  from: ExecutedPhase,
+  until?: ExecutedPhase,
+): Promise<Outcome | undefined> {
+  const start = PHASES.findIndex((phase) => phase.name === from);
+  const end = until === undefined ? PHASES.length : PHASES.findIndex((phase) => phase.name === until) + 1;
+  for (const phase of PHASES.slice(start, end)) {
+    if (phase.applies && !phase.applies(run)) continue;
+    requireTime(run, phase.name);
+    await run.lock.hold();
+    await recordPhase(run, phase.name);
+    await phase.run(run);
+    await run.deps.onPhase?.(run.shard, phase.name, run.topology.epoch);
+  }
+  return until === undefined ? complete(run) : undefined;
+}
+
+/** Throws OutOfTime when the invocation cannot finish `phase` within its bound plus the margin. */
+export function requireTime(run: Run, phase: ExecutedPhase | "epoch_bumped"): void {
+  const bound = phase === "epoch_bumped" ? run.timeouts.promote : run.timeouts[phase];
+  const left = run.remainingMs();
+  if (left < bound + PHASE_MARGIN_MS) {
+    throw new OutOfTime(
+      phase,
+      `shard ${run.shard}: phase ${phase} needs up to ${bound} + ${PHASE_MARGIN_MS} ms, ${Math.max(0, Math.floor(left))} ms left in this invocation; the next one continues`,
+    );
+  }
+}
+
+function command(run: Run, type: CommandType, node: string, extra: Partial<Command> = {}): Command {
+  const epoch = run.topology.epoch;
+  return {
+    type,
+    shard: run.shard,
+    epoch,
+    // Deterministic: a resumed phase re-sends the same id, which the agent runs at most once.
+    command_id: `${run.shard}:${epoch}:${type}:${node}`,
+    issued_at: run.deps.clock.now(),
+    ...extra,
+  };
+}
+
+/** Runs an API-call phase under its timeout. */
+async function withTimeout<T>(
+  run: Run,
+  phase: FailoverPhase,
+  ms: number,
+  work: () => Promise<T>,
+): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new PhaseTimeout(phase, `shard ${run.shard}: phase ${phase} took longer than ${ms} ms`)),
+      ms,
+    );
+  });
+  try {
+    return await Promise.race([work(), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Polls the shard's snapshot until `done`, renewing the lease; throws PhaseTimeout past `ms`. */
+async function waitFor(
+  run: Run,
+  phase: FailoverPhase,
+  ms: number,
+  done: (snapshot: ShardSnapshot) => boolean,
+): Promise<void> {
+  const deadline = run.deps.clock.now() + ms;
+  const pollMs = Math.max(50, Math.min(250, Math.floor(run.deps.config.heartbeatIntervalMs / 4)));
+  for (;;) {
+    const snapshot = await run.deps.store.heartbeats.snapshot(run.shard);
+    if (done(snapshot)) return;
+    if (run.deps.clock.now() >= deadline) {
+      throw new PhaseTimeout(phase, `shard ${run.shard}: phase ${phase} not done after ${ms} ms`);
+    }
+    await run.lock.hold();
+    await sleepOf(run.deps)(pollMs);
+  }
+}
+
+/** Switchover only: writes paused on the old primary, wait until the target has everything. */
+async function catchUp(run: Run): Promise<void> {
+  const state = stateOf(run);
+  const old = state.old_primary_node_id as string;
+  const pauseMs = run.timeouts.catch_up + run.timeouts.promote + run.timeouts.confirm;
+  await run.deps.bus.send(run.shard, old, command(run, "PAUSE_WRITES", old, { timeout_ms: pauseMs }));
+  await waitFor(run, "catch_up", run.timeouts.catch_up, (snapshot) => {
+    const primary = snapshot.nodes.find((node) => node.node_id === old);
+    const target = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+    // The old primary's offset is final only once its agent applied the pause (its epoch moved).
+    return (
+      primary !== undefined &&
+      target !== undefined &&
+      primary.epoch >= run.topology.epoch &&
+      target.last_txn_id >= primary.last_txn_id
+    );
+  });
+}
+
+/** The point of no return: from here on the change is finished, never rolled back. */
+async function promote(run: Run): Promise<void> {
+  const target = stateOf(run).new_primary_node_id;
+  await withTimeout(run, "promote", run.timeouts.promote, () =>
+    run.deps.bus.send(run.shard, target, command(run, "PROMOTE", target)),
+  );
+}
+
+/** Observe, don't trust a reply: the target's own heartbeat must say primary at the new epoch. */
+async function confirm(run: Run): Promise<void> {
+  const target = stateOf(run).new_primary_node_id;
+  await waitFor(run, "confirm", run.timeouts.confirm, (snapshot) =>
+    targetConfirmed(snapshot, target, run.topology.epoch, run.deps.config, run.deps.clock.now()),
+  );
+}
+
+/** REPLICAOF to every other node, the old primary included: a returning old primary finds it in its queue. */
+async function repoint(run: Run): Promise<void> {
+  const state = stateOf(run);
+  const snapshot = await run.deps.store.heartbeats.snapshot(run.shard);
+  const others = new Set(snapshot.nodes.map((node) => node.node_id));
+  if (state.old_primary_node_id) others.add(state.old_primary_node_id);
+  others.delete(state.new_primary_node_id);
+  const primary = { node_id: state.new_primary_node_id, address: state.new_primary_address };
+  await withTimeout(run, "repoint", run.timeouts.repoint, () =>
+    Promise.all(
+      [...others].map((node) =>
+        run.deps.bus.send(run.shard, node, command(run, "REPLICAOF", node, { primary })),
+      ),
+    ),
+  );
+}
+
+/** The old primary's heartbeat and replica set go (while the lock is ours); it re-creates them when it returns. */
+async function cleanup(run: Run): Promise<void> {
+  const state = stateOf(run);
+  const old = state.old_primary_node_id;
+  if (old === undefined || old === state.new_primary_node_id) return;
+  await withTimeout(run, "cleanup", run.timeouts.cleanup, () => run.lock.deleteNode(old));
+}

@@ -1,0 +1,152 @@
+import { planSwitchover } from "../core/decide.ts";
+import type { Topology } from "../core/model.ts";
+import { guarded } from "./cycle.ts";
+import {
+  type ControllerDeps,
+  type CycleOutcome,
+  type CycleResult,
+  type Outcome,
+  PhaseTimeout,
+  timeoutsOf,
+} from "./deps.ts";
+import { ShardLock } from "./lock.ts";
+import { execute, requireTime } from "./phases.ts";
+import { abandon, type Run, startPlan } from "./transitions.ts";
+
+/** Operator requests: a planned switchover, pause and resume; each under the shard's lock like a failover. */
+
+/** Options of an operator's switchover. */
+export interface SwitchoverRequest {
+  /** Target node; the best eligible replica when absent. */
+  readonly to?: string;
+  readonly reason?: string;
+}
+
+/**
+ * A planned switchover: writes paused on the old primary, the target waited for until it has
+ * the old primary's offset, then the failover phases. Refused (with the reason) when not safe.
+ */
+export async function requestSwitchover(
+  deps: ControllerDeps,
+  shard: string,
+  request: SwitchoverRequest = {},
+): Promise<CycleResult> {
+  const snapshot = await deps.store.heartbeats.snapshot(shard);
+  const plan = planSwitchover(snapshot, deps.config, deps.clock.now(), { to: request.to });
+  if (plan.kind === "refused")
+    return { shard, outcome: "refused", epoch: snapshot.topology?.epoch, reason: plan.reason };
+  const lock = await ShardLock.acquire(deps, shard, { forPrimary: plan.oldPrimary.node_id });
+  if (!lock)
+    return { shard, outcome: "refused", reason: "another controller holds the shard's lock; try again" };
+  const lockedAt = deps.clock.now();
+  const outcome = await guarded(lock, async (): Promise<Outcome> => {
+    const again = await deps.store.heartbeats.snapshot(shard);
+    // Pin the target chosen before locking: under write load the "best" replica by offset changes
+    // from one read to the next, and that alone must not abort the switchover.
+    const replan = planSwitchover(again, deps.config, deps.clock.now(), {
+      to: plan.target.node_id,
+      lockOwner: lock.owner,
+    });
+    if (
+      replan.kind === "refused" ||
+      replan.target.node_id !== plan.target.node_id ||
+      replan.epoch !== plan.epoch
+    ) {
+      return { outcome: "aborted", reason: `the shard changed while locking: ${replan.reason}` };
+    }
+    const run: Run = {
+      deps,
+      shard,
+      lock,
+      timeouts: timeoutsOf(deps),
+      remainingMs: () => Number.POSITIVE_INFINITY,
+      topology: again.topology as Topology,
+    };
+    requireTime(run, "epoch_bumped");
+    await startPlan(
+      run,
+      {
+        kind: "switchover",
+        old_primary_node_id: replan.oldPrimary.node_id,
+        new_primary_node_id: replan.target.node_id,
+        new_primary_address: replan.target.node_address,
+        reason: request.reason ? `${plan.reason}: ${request.reason}` : plan.reason,
+        started_at: lockedAt,
+        candidates: [...replan.candidates],
+        phase_started: { locked: lockedAt },
+        lineage: replan.lineage,
+      },
+      again,
+    );
+    try {
+      await execute(run, "catch_up", "catch_up");
+    } catch (error) {
+      if (!(error instanceof PhaseTimeout)) throw error;
+      // Before PROMOTE: abandon under a new epoch; the old primary's writes resume when its pause times out.
+      return abandon(run, `${error.message}; switchover aborted, ${replan.oldPrimary.node_id} stays primary`);
+    }
+    return (await execute(run, "promote")) as Outcome;
+  });
+  return { shard, ...outcome };
+}
+
+/** Maintenance mode: no automatic action until resumed. Taken under the lock, so it cannot race a failover. */
+export async function pauseShard(
+  deps: ControllerDeps,
+  shard: string,
+  reason = "paused by an operator",
+): Promise<CycleResult> {
+  return underTopologyLock(
+    deps,
+    shard,
+    (topology) => {
+      if (topology.status === "paused") return { result: "already paused" };
+      if (topology.status === "failing_over")
+        return { refused: "a failover is in progress; pause after it completes" };
+      return { next: { ...topology, status: "paused", paused_reason: reason }, result: `paused: ${reason}` };
+    },
+    "paused",
+  );
+}
+
+/** Leaves maintenance mode: online with its primary, or offline when it has none. */
+export async function resumeShard(deps: ControllerDeps, shard: string): Promise<CycleResult> {
+  return underTopologyLock(
+    deps,
+    shard,
+    (topology) => {
+      if (topology.status !== "paused") return { result: `not paused (${topology.status})` };
+      const { paused_reason: _, ...rest } = topology;
+      const status = topology.primary_node_id ? "online" : "offline";
+      return { next: { ...rest, status }, result: `resumed, shard ${status}` };
+    },
+    "resumed",
+  );
+}
+
+async function underTopologyLock(
+  deps: ControllerDeps,
+  shard: string,
+  change: (topology: Topology) => { next?: Topology; result?: string; refused?: string },
+  outcome: CycleOutcome,
+): Promise<CycleResult> {
+  const lock = await ShardLock.acquire(deps, shard);
+  if (!lock)
+    return { shard, outcome: "refused", reason: "another controller holds the shard's lock; try again" };
+  const result = await guarded(lock, async (): Promise<Outcome> => {
+    const topology = await deps.store.topology.read(shard);
+    if (topology === undefined) return { outcome: "refused", reason: "the shard has no topology yet" };
+    const { next, result, refused } = change(topology);
+    if (refused) return { outcome: "refused", epoch: topology.epoch, reason: refused };
+    if (next) {
+      await lock.writeTopology(topology.epoch, { ...next, updated_at: deps.clock.now() });
+      deps.log.info(`shard ${outcome}`, { shard, epoch: topology.epoch, reason: result });
+    }
+    return { outcome, epoch: topology.epoch, reason: result ?? outcome };
+  });
+  // A lost race here means the topology or the lock moved meanwhile: the operator tries again.
+  if (result.outcome === "lost_race") {
+    return { shard, outcome: "refused", epoch: result.epoch, reason: `${result.reason}; try again` };
+  }
+  return { shard, ...result };
+}

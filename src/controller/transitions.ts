@@ -1,0 +1,205 @@
+import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
+import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "../core/model.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import { aborted, type ControllerDeps, type Outcome, type PhaseTimeouts, publish } from "./deps.ts";
+import type { ShardLock } from "./lock.ts";
+
+/**
+ * The shard's state transitions, each one fenced topology write: a plan starts (epoch + 1,
+ * failing_over), a phase is recorded, the change completes (online), the shard goes offline
+ * (epoch + 1), a plan is abandoned before PROMOTE (epoch + 1). Every change of plan moves the
+ * epoch; only recording a phase of the same plan and completing it keep it.
+ */
+
+/** One orchestration in progress: the lock and the state last written to the topology. */
+export interface Run {
+  readonly deps: ControllerDeps;
+  readonly shard: string;
+  readonly lock: ShardLock;
+  readonly timeouts: PhaseTimeouts;
+  /** Time the invocation has left (Lambda); unlimited for a local process. */
+  readonly remainingMs: () => number;
+  topology: Topology;
+}
+
+export function stateOf(run: Run): FailoverState {
+  return failoverStateOf(run.topology);
+}
+
+/** A fenced topology write; with `guard`, also conditioned on the old primary's replica-set version read there. */
+async function write(run: Run, expectedEpoch: number, next: Topology, guard?: ShardSnapshot) {
+  const primary = next.failover?.old_primary_node_id;
+  const replicaSet =
+    guard !== undefined && primary !== undefined
+      ? { primary, version: guard.replicaSetVersions[primary] }
+      : undefined;
+  await run.lock.writeTopology(expectedEpoch, next, replicaSet);
+  run.topology = next;
+}
+
+/**
+ * Starts a plan under epoch + 1 (status failing_over, the plan stored so another controller can
+ * resume it). `decidedOn` is the snapshot the plan was chosen from: the write is conditioned on
+ * the old primary's replica set still being at the version read there, so a set that shrank
+ * after the decision aborts the plan (PlanStale) instead of promoting a node outside it.
+ */
+export async function startPlan(run: Run, state: FailoverState, decidedOn: ShardSnapshot): Promise<void> {
+  const now = run.deps.clock.now();
+  const epoch = run.topology.epoch + 1;
+  const next: Topology = {
+    ...run.topology,
+    epoch,
+    status: "failing_over",
+    phase: "epoch_bumped",
+    updated_at: now,
+    failover: { ...state, phase_started: { ...state.phase_started, epoch_bumped: now } },
+  };
+  await write(run, epoch - 1, next, decidedOn);
+  const detail = {
+    shard: run.shard,
+    epoch,
+    kind: state.kind,
+    old_primary: state.old_primary_node_id,
+    new_primary: state.new_primary_node_id,
+    reason: state.reason,
+  };
+  run.deps.metrics.count("failoverStarted");
+  run.deps.log.info("failover started", detail);
+  await publish(run.deps, "FailoverStarted", detail);
+  await run.deps.onPhase?.(run.shard, "epoch_bumped", epoch);
+}
+
+/** Records that `phase` of the current plan starts now (same epoch, same plan). */
+export async function recordPhase(run: Run, phase: FailoverPhase): Promise<void> {
+  const now = run.deps.clock.now();
+  const state = stateOf(run);
+  await write(run, run.topology.epoch, {
+    ...run.topology,
+    phase,
+    updated_at: now,
+    failover: { ...state, phase_started: { ...state.phase_started, [phase]: now } },
+  });
+}
+
+export function phaseTimings(state: FailoverState, end: number): Record<string, number> {
+  const entries = Object.entries(state.phase_started).sort((a, b) => a[1] - b[1]);
+  const timings: Record<string, number> = {};
+  entries.forEach(([phase, start], index) => {
+    timings[phase] = (entries[index + 1]?.[1] ?? end) - start;
+  });
+  return timings;
+}
+
+/** History, topology online (or back to paused), events. The caller releases the lock. */
+export async function complete(run: Run): Promise<Outcome> {
+  const state = stateOf(run);
+  const now = run.deps.clock.now();
+  const epoch = run.topology.epoch;
+  await run.lock.appendHistory({
+    shard: run.shard,
+    epoch,
+    kind: state.kind,
+    at: now,
+    old_primary_node_id: state.old_primary_node_id,
+    new_primary_node_id: state.new_primary_node_id,
+    reason: state.reason,
+    candidates: state.candidates,
+    phase_timings: phaseTimings(state, now),
+  });
+  const paused = run.topology.paused_reason !== undefined;
+  await write(run, epoch, {
+    shard: run.shard,
+    epoch,
+    primary_node_id: state.new_primary_node_id,
+    primary_address: state.new_primary_address,
+    status: paused ? "paused" : "online",
+    paused_reason: run.topology.paused_reason,
+    updated_at: now,
+    // An operator's switchover does not hold off the next automatic failover.
+    cooldown_until:
+      state.kind === "switchover" ? run.topology.cooldown_until : now + run.deps.config.cooldownMs,
+  });
+  const detail = {
+    shard: run.shard,
+    epoch,
+    kind: state.kind,
+    old_primary: state.old_primary_node_id,
+    new_primary: state.new_primary_node_id,
+    duration_ms: now - state.started_at,
+    reason: state.reason,
+  };
+  run.deps.metrics.count("failoverCompleted");
+  run.deps.log.info("failover completed", detail);
+  await publish(run.deps, "FailoverCompleted", detail);
+  if (state.kind === "bring_online") await publish(run.deps, "ShardOnline", detail);
+  return {
+    outcome: "completed",
+    epoch,
+    primary: state.new_primary_node_id,
+    reason: `${state.kind} to ${state.new_primary_node_id} completed at epoch ${epoch} in ${now - state.started_at} ms: ${state.reason}`,
+  };
+}
+
+export interface OfflineCause {
+  readonly reason: string;
+  readonly oldPrimary: string | undefined;
+  readonly candidates: readonly Candidate[];
+  readonly lineage: Lineage | undefined;
+}
+
+/**
+ * No eligible node: the shard goes offline under epoch + 1, from an online shard as from one
+ * failing over (a late PROMOTE of an earlier plan is fenced by the new epoch).
+ */
+export async function goOffline(run: Run, cause: OfflineCause): Promise<Outcome> {
+  const now = run.deps.clock.now();
+  const epoch = run.topology.epoch + 1;
+  await write(run, epoch - 1, {
+    shard: run.shard,
+    epoch,
+    status: "offline",
+    updated_at: now,
+    lineage: cause.lineage,
+    cooldown_until: run.topology.cooldown_until,
+  });
+  await run.lock.appendHistory({
+    shard: run.shard,
+    epoch,
+    kind: "offline",
+    at: now,
+    old_primary_node_id: cause.oldPrimary,
+    reason: cause.reason,
+    candidates: [...cause.candidates],
+    phase_timings: {},
+  });
+  run.deps.log.warn("shard offline", {
+    shard: run.shard,
+    epoch,
+    old_primary: cause.oldPrimary,
+    reason: cause.reason,
+  });
+  await publish(run.deps, "ShardOffline", {
+    shard: run.shard,
+    epoch,
+    old_primary: cause.oldPrimary,
+    reason: cause.reason,
+  });
+  return { outcome: "offline", epoch, reason: cause.reason };
+}
+
+/**
+ * Before PROMOTE, the change no longer holds: the shard returns to its previous state (the old
+ * primary, or offline) under epoch + 1, so nothing sent under the abandoned plan can act.
+ */
+export async function abandon(run: Run, reason: string): Promise<Outcome> {
+  const now = run.deps.clock.now();
+  const previous = topologyBefore(run.topology, stateOf(run), now);
+  const epoch = run.topology.epoch + 1;
+  await write(run, epoch - 1, {
+    ...previous,
+    epoch,
+    status: previous.paused_reason ? "paused" : previous.status,
+  });
+  await aborted(run.deps, run.shard, epoch, reason);
+  return { outcome: "aborted", epoch, reason };
+}

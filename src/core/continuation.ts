@@ -1,0 +1,243 @@
+import type { FailoverConfig } from "./config.ts";
+import { decide, guardMembers, isFresh, isPastPointOfNoReturn, rankCandidates } from "./decide.ts";
+import { ShardguardError } from "./errors.ts";
+import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "./model.ts";
+import type { ShardSnapshot } from "./ports.ts";
+
+/**
+ * What a controller does with a failover that another controller (or an earlier cycle) left in
+ * `failing_over`: a pure function of the snapshot, the config and `now`, like `decide`.
+ *
+ * The rule that keeps stale orders harmless: **a new plan is a new epoch**. Only `continue`
+ * keeps the stored epoch, and it keeps the stored plan too (same target, same commands, same
+ * command ids). Every other answer changes the plan (another target, offline, back to the old
+ * primary) and is written under epoch + 1, so an order issued under the old plan can never be
+ * taken for the current one: agents obey a command only when its epoch and target match the
+ * topology.
+ */
+export type Continuation =
+  | {
+      /** The stored plan holds: run its phases from `from`, at the stored epoch. */
+      readonly kind: "continue";
+      readonly from: "promote" | "repoint" | "cleanup";
+      readonly reason: string;
+    }
+  | {
+      /** Another target: the plan is replaced under epoch + 1 and its phases start at promote. */
+      readonly kind: "replan";
+      readonly failover: FailoverState;
+      readonly reason: string;
+    }
+  | {
+      /** Nobody can be promoted: offline under epoch + 1. */
+      readonly kind: "offline";
+      readonly oldPrimary: string | undefined;
+      readonly candidates: readonly Candidate[];
+      readonly lineage: Lineage | undefined;
+      readonly reason: string;
+    }
+  | {
+      /** Before PROMOTE, the change no longer holds: the previous state returns under epoch + 1. */
+      readonly kind: "abandon";
+      readonly reason: string;
+    };
+
+export interface ContinuationOptions {
+  /** The confirm phase's timeout: a live target that has not confirmed after MAX_CONFIRM_ROUNDS of them is replaced. */
+  readonly confirmTimeoutMs: number;
+}
+
+/** Confirm timeouts a live target gets before another node is promoted instead. */
+export const MAX_CONFIRM_ROUNDS = 3;
+
+/** The topology is `failing_over` but holds no plan: corrupt or hand-edited, never a lost lock. */
+export class FailoverStateMissing extends ShardguardError {
+  override name = "FailoverStateMissing";
+}
+
+/** The failover plan stored in a `failing_over` topology; throws FailoverStateMissing when absent. */
+export function failoverStateOf(topology: Topology): FailoverState {
+  if (topology.failover === undefined) {
+    throw new FailoverStateMissing(
+      `shard ${topology.shard} is ${topology.status} at epoch ${topology.epoch} (phase ${topology.phase ?? "none"}) but its topology holds no failover state`,
+    );
+  }
+  return topology.failover;
+}
+
+/** The node a topology names for its epoch: the plan's target while failing over, else its primary. */
+export function planTarget(topology: Topology): string | undefined {
+  return topology.status === "failing_over"
+    ? topology.failover?.new_primary_node_id
+    : topology.primary_node_id;
+}
+
+/** The promoted node's own heartbeat says primary at the epoch, and it is fresh. */
+export function targetConfirmed(
+  snapshot: ShardSnapshot,
+  target: string,
+  epoch: number,
+  config: FailoverConfig,
+  now: number,
+): boolean {
+  const node = snapshot.nodes.find((candidate) => candidate.node_id === target);
+  return node !== undefined && node.role === "primary" && node.epoch >= epoch && isFresh(node, config, now);
+}
+
+/** The shard as it was before the stored change began (what `decide` judged). */
+export function topologyBefore(topology: Topology, state: FailoverState, now: number): Topology {
+  const wasOffline = state.kind === "bring_online";
+  return {
+    shard: topology.shard,
+    epoch: topology.epoch,
+    status: wasOffline ? "offline" : "online",
+    primary_node_id: wasOffline ? undefined : state.old_primary_node_id,
+    primary_address: wasOffline ? undefined : topology.primary_address,
+    updated_at: now,
+    lineage: wasOffline ? state.lineage : undefined,
+    paused_reason: topology.paused_reason,
+    cooldown_until: topology.cooldown_until,
+  };
+}
+
+/**
+ * Decides how to continue the change stored in `snapshot.topology` (which must be
+ * `failing_over`):
+ * - before PROMOTE (`locked`, `epoch_bumped`, `catch_up`): judged again as if the shard were
+ *   still in its previous state. Same target: `continue` from promote; another target:
+ *   `replan`; nobody eligible: `offline`; nothing to do any more, or an interrupted switchover:
+ *   `abandon`.
+ * - `repoint`/`cleanup`: `continue` there.
+ * - `promote`/`confirm`: target confirmed: `continue` from repoint; target alive and not overdue
+ *   (MAX_CONFIRM_ROUNDS confirm timeouts since the epoch was bumped): `continue` from promote
+ *   (the same PROMOTE again); otherwise `replan` to the best other eligible node, or `offline`.
+ */
+export function decideContinuation(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  options: ContinuationOptions,
+): Continuation {
+  const topology = snapshot.topology;
+  if (topology === undefined || topology.status !== "failing_over") {
+    throw new FailoverStateMissing(
+      `shard ${snapshot.shard} is not failing over (${topology ? `status ${topology.status}` : "no topology"})`,
+    );
+  }
+  const state = failoverStateOf(topology);
+  const phase: FailoverPhase | undefined = topology.phase;
+  if (!isPastPointOfNoReturn(phase)) return reconsider(snapshot, topology, state, config, now);
+  if (phase === "repoint" || phase === "cleanup") {
+    return { kind: "continue", from: phase, reason: `resuming phase ${phase}` };
+  }
+  const target = state.new_primary_node_id;
+  if (targetConfirmed(snapshot, target, topology.epoch, config, now)) {
+    return {
+      kind: "continue",
+      from: "repoint",
+      reason: `${target} confirmed as primary at epoch ${topology.epoch}`,
+    };
+  }
+  const heartbeat = snapshot.nodes.find((node) => node.node_id === target);
+  const alive = heartbeat !== undefined && isFresh(heartbeat, config, now) && heartbeat.db_status === "up";
+  const attemptStarted = state.phase_started.epoch_bumped ?? state.started_at;
+  const overdue = now - attemptStarted > MAX_CONFIRM_ROUNDS * options.confirmTimeoutMs;
+  if (alive && !overdue) {
+    return { kind: "continue", from: "promote", reason: `${target} is alive; sending PROMOTE again` };
+  }
+  return retarget(
+    snapshot,
+    state,
+    config,
+    now,
+    alive ? "did not confirm in time" : heartbeat ? "is no longer alive" : "has no heartbeat",
+  );
+}
+
+function reconsider(
+  snapshot: ShardSnapshot,
+  topology: Topology,
+  state: FailoverState,
+  config: FailoverConfig,
+  now: number,
+): Continuation {
+  if (state.kind === "switchover") {
+    return {
+      kind: "abandon",
+      reason: "resumed before PROMOTE and abandoned: an interrupted switchover is not resumed",
+    };
+  }
+  const previous = topologyBefore(topology, state, now);
+  const decision = decide({ ...snapshot, topology: previous, lock: undefined }, config, now);
+  if (decision.kind === "failover" || decision.kind === "bring_online") {
+    if (decision.target.node_id === state.new_primary_node_id) {
+      return { kind: "continue", from: "promote", reason: `the plan still holds: ${decision.reason}` };
+    }
+    return {
+      kind: "replan",
+      failover: {
+        ...state,
+        new_primary_node_id: decision.target.node_id,
+        new_primary_address: decision.target.node_address,
+        candidates: [...decision.candidates],
+        reason: `resumed before PROMOTE; ${decision.target.node_id} instead of ${state.new_primary_node_id}: ${decision.reason}`,
+      },
+      reason: `resumed before PROMOTE with another target: ${decision.reason}`,
+    };
+  }
+  if (decision.kind === "mark_offline") {
+    return {
+      kind: "offline",
+      oldPrimary: decision.oldPrimary,
+      candidates: decision.candidates,
+      lineage: decision.lineage,
+      reason: decision.reason,
+    };
+  }
+  // Nothing to do any more (the primary came back, quorum lost): PROMOTE was never sent.
+  return { kind: "abandon", reason: `resumed before PROMOTE and abandoned: ${decision.reason}` };
+}
+
+/**
+ * The promoted node died or never confirmed. PROMOTE may still reach it later, so the
+ * replacement is a new plan under a further epoch: the failed target, if it ever applies the
+ * old PROMOTE, finds the topology at a newer epoch naming another node and drops it.
+ */
+function retarget(
+  snapshot: ShardSnapshot,
+  state: FailoverState,
+  config: FailoverConfig,
+  now: number,
+  problem: string,
+): Continuation {
+  const candidates = rankCandidates(
+    snapshot.nodes,
+    state.lineage,
+    config,
+    now,
+    state.old_primary_node_id,
+    guardMembers(snapshot, state.old_primary_node_id),
+  ).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
+  const best = candidates[0];
+  const why = `target ${state.new_primary_node_id} ${problem} after PROMOTE`;
+  if (best === undefined || !best.eligible) {
+    return {
+      kind: "offline",
+      oldPrimary: state.old_primary_node_id,
+      candidates,
+      lineage: state.lineage,
+      reason: `${why} and no other node is eligible (${candidates.map((c) => `${c.node_id}: ${c.reason}`).join("; ") || "none"})`,
+    };
+  }
+  return {
+    kind: "replan",
+    failover: {
+      ...state,
+      new_primary_node_id: best.node_id,
+      new_primary_address: best.node_address,
+      candidates,
+      reason: `${why}; promoting ${best.node_id} instead (${state.reason})`,
+    },
+    reason: `${why}; promoting ${best.node_id} instead`,
+  };
+}

@@ -1,0 +1,259 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  type Continuation,
+  decideContinuation,
+  FailoverStateMissing,
+  MAX_CONFIRM_ROUNDS,
+  planTarget,
+} from "../../src/core/continuation.ts";
+import type { FailoverPhase, Topology } from "../../src/core/model.ts";
+import type { ShardSnapshot } from "../../src/core/ports.ts";
+import { aConfig, aShard, NOW, type ShardBuilder } from "../support/builders.ts";
+
+/**
+ * decideContinuation: what a controller does with a change it finds `failing_over`. The table
+ * covers every answer; the properties check the epoch rule over random histories.
+ */
+
+const config = aConfig();
+const CONFIRM_MS = 7000;
+const options = { confirmTimeoutMs: CONFIRM_MS };
+
+function continuation(shard: ShardBuilder): Continuation {
+  return decideContinuation(shard.build(), config, NOW, options);
+}
+
+/** p1 dead, replicas see it; a failover to r1 left at `phase`. */
+const interrupted = (phase: FailoverPhase, target = "r1") =>
+  aShard().withStalePrimary().failingOver(phase, target);
+
+describe("decideContinuation: every case", () => {
+  const rows: ReadonlyArray<{
+    readonly name: string;
+    readonly shard: () => ShardBuilder;
+    readonly expected: Partial<Continuation> & { kind: Continuation["kind"] };
+  }> = [
+    {
+      name: "before PROMOTE, the plan still holds: continue from promote, same epoch",
+      shard: () => interrupted("epoch_bumped"),
+      expected: { kind: "continue", from: "promote" },
+    },
+    {
+      name: "before PROMOTE, a better target now: replan (a new epoch)",
+      shard: () => interrupted("epoch_bumped", "r2"),
+      expected: { kind: "replan" },
+    },
+    {
+      name: "before PROMOTE, the target died: replan to the other replica",
+      shard: () => interrupted("epoch_bumped").withNode({ node_id: "r1", ageMs: 10_000 }),
+      expected: { kind: "replan" },
+    },
+    {
+      name: "before PROMOTE, nobody eligible: offline",
+      shard: () =>
+        interrupted("epoch_bumped")
+          .withNode({ node_id: "r1", priority: 0 })
+          .withNode({ node_id: "r2", priority: 0 }),
+      expected: { kind: "offline", oldPrimary: "p1" },
+    },
+    {
+      name: "before PROMOTE, the primary is back: abandon",
+      shard: () =>
+        interrupted("epoch_bumped")
+          .withNode({ node_id: "p1", ageMs: 100 })
+          .withNode({ node_id: "r1", primary_link: "up" })
+          .withNode({ node_id: "r2", primary_link: "up" }),
+      expected: { kind: "abandon" },
+    },
+    {
+      name: "an interrupted switchover before PROMOTE: abandon",
+      shard: () => {
+        const shard = interrupted("catch_up");
+        const topology = shard.build().topology as Topology;
+        return shard.withTopology({
+          failover: { ...(topology.failover as NonNullable<Topology["failover"]>), kind: "switchover" },
+        });
+      },
+      expected: {
+        kind: "abandon",
+        reason: "resumed before PROMOTE and abandoned: an interrupted switchover is not resumed",
+      },
+    },
+    {
+      name: "repoint: continue there",
+      shard: () => interrupted("repoint"),
+      expected: { kind: "continue", from: "repoint" },
+    },
+    {
+      name: "cleanup: continue there",
+      shard: () => interrupted("cleanup"),
+      expected: { kind: "continue", from: "cleanup" },
+    },
+    {
+      name: "confirm, target confirmed at the epoch: continue from repoint",
+      shard: () => interrupted("confirm").withNode({ node_id: "r1", role: "primary", epoch: 4 }),
+      expected: { kind: "continue", from: "repoint" },
+    },
+    {
+      name: "promote, target alive and not overdue: the same PROMOTE again",
+      shard: () => interrupted("promote"),
+      expected: { kind: "continue", from: "promote" },
+    },
+    {
+      name: "confirm, target alive but overdue: replan",
+      shard: () => {
+        const shard = interrupted("confirm");
+        const topology = shard.build().topology as Topology;
+        const failover = topology.failover as NonNullable<Topology["failover"]>;
+        return shard.withTopology({
+          failover: {
+            ...failover,
+            phase_started: { epoch_bumped: NOW - MAX_CONFIRM_ROUNDS * CONFIRM_MS - 1 },
+          },
+        });
+      },
+      expected: { kind: "replan" },
+    },
+    {
+      name: "confirm, target dead: replan to the next eligible node",
+      shard: () => interrupted("confirm").withNode({ node_id: "r1", ageMs: 10_000 }),
+      expected: { kind: "replan" },
+    },
+    {
+      name: "confirm, target without heartbeat and nobody else eligible: offline",
+      shard: () => interrupted("confirm").without("r1").withNode({ node_id: "r2", priority: 0 }),
+      expected: { kind: "offline" },
+    },
+  ];
+
+  for (const row of rows) {
+    it(row.name, () => {
+      expect(continuation(row.shard())).toMatchObject(row.expected);
+    });
+  }
+
+  it("names the new target of a replan and keeps the old primary and lineage", () => {
+    const next = continuation(interrupted("confirm").withNode({ node_id: "r1", ageMs: 10_000 }));
+    expect(next.kind === "replan" && next.failover).toMatchObject({
+      kind: "failover",
+      old_primary_node_id: "p1",
+      new_primary_node_id: "r2",
+      lineage: { node_id: "p1" },
+    });
+    expect(next.reason).toMatch(/target r1 is no longer alive after PROMOTE; promoting r2 instead/);
+  });
+
+  it("throws FailoverStateMissing, not LockLost, for failing_over without a plan", () => {
+    const shard = aShard().withTopology({ status: "failing_over", phase: "promote", failover: undefined });
+    expect(() => continuation(shard)).toThrow(FailoverStateMissing);
+    expect(() => continuation(aShard())).toThrow(FailoverStateMissing);
+  });
+
+  it("reads the plan's target while failing over and the primary otherwise", () => {
+    expect(planTarget(interrupted("promote", "r2").build().topology as Topology)).toBe("r2");
+    expect(planTarget(aShard().build().topology as Topology)).toBe("p1");
+  });
+});
+
+/**
+ * A random history of controllers resuming one failover: at each step a controller finds the
+ * shard failing_over in some phase with some nodes alive, and applies decideContinuation as the
+ * orchestrator does (continue: same epoch, same plan; anything else: epoch + 1). Every PROMOTE
+ * it would send (continue from promote, or a new plan) is recorded with its epoch.
+ */
+const stepArb = fc.record({
+  phase: fc.constantFrom<FailoverPhase>("epoch_bumped", "promote", "confirm", "repoint", "cleanup"),
+  r1Age: fc.constantFrom(100, 10_000),
+  r2Age: fc.constantFrom(100, 10_000),
+  r3Age: fc.constantFrom(100, 10_000),
+  r1Confirmed: fc.boolean(),
+  primaryBack: fc.boolean(),
+  overdue: fc.boolean(),
+});
+
+type Step = typeof stepArb extends fc.Arbitrary<infer T> ? T : never;
+
+function replay(steps: ReadonlyArray<Step>) {
+  const promotes: Array<{ epoch: number; target: string }> = [];
+  const epochs: number[] = [];
+  let topology: Topology | undefined;
+  for (const step of steps) {
+    let shard = aShard()
+      .withNode({ node_id: "r3", last_txn_id: 970 })
+      .withStalePrimary()
+      .withNode({
+        node_id: "r1",
+        ageMs: step.r1Age,
+        role: step.r1Confirmed ? "primary" : "replica",
+        epoch: 9,
+      })
+      .withNode({ node_id: "r2", ageMs: step.r2Age })
+      .withNode({ node_id: "r3", ageMs: step.r3Age });
+    if (step.primaryBack) {
+      shard = shard.withNode({ node_id: "p1", ageMs: 100 });
+      for (const id of ["r1", "r2", "r3"]) shard = shard.withNode({ node_id: id, primary_link: "up" });
+    }
+    if (topology === undefined || topology.status !== "failing_over") {
+      // A new failover (after the last one ended) starts at the next epoch.
+      const started = shard.failingOver(step.phase).build().topology as Topology;
+      topology = { ...started, epoch: topology === undefined ? started.epoch : topology.epoch + 1 };
+      epochs.push(topology.epoch);
+    }
+    const failover = topology.failover as NonNullable<Topology["failover"]>;
+    const current: Topology = {
+      ...topology,
+      phase: step.phase,
+      failover: {
+        ...failover,
+        phase_started: {
+          epoch_bumped: step.overdue ? NOW - MAX_CONFIRM_ROUNDS * CONFIRM_MS - 1 : NOW - 1000,
+        },
+      },
+    };
+    const snapshot: ShardSnapshot = { ...shard.build(), topology: current };
+    const next = decideContinuation(snapshot, config, NOW, options);
+    epochs.push(current.epoch);
+    if (next.kind === "continue") {
+      if (next.from === "promote")
+        promotes.push({ epoch: current.epoch, target: failover.new_primary_node_id });
+      topology = current;
+    } else if (next.kind === "replan") {
+      topology = { ...current, epoch: current.epoch + 1, phase: "epoch_bumped", failover: next.failover };
+      promotes.push({ epoch: topology.epoch, target: next.failover.new_primary_node_id });
+    } else {
+      topology = {
+        ...current,
+        epoch: current.epoch + 1,
+        status: next.kind === "offline" ? "offline" : "online",
+      };
+    }
+    epochs.push(topology.epoch);
+  }
+  return { promotes, epochs };
+}
+
+describe("decideContinuation: properties", () => {
+  it("never makes two nodes the target of a PROMOTE at the same epoch", () => {
+    fc.assert(
+      fc.property(fc.array(stepArb, { minLength: 1, maxLength: 12 }), (steps) => {
+        const { promotes } = replay(steps);
+        const byEpoch = new Map<number, Set<string>>();
+        for (const { epoch, target } of promotes)
+          byEpoch.set(epoch, (byEpoch.get(epoch) ?? new Set()).add(target));
+        return [...byEpoch.values()].every((targets) => targets.size <= 1);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("never lowers the epoch", () => {
+    fc.assert(
+      fc.property(fc.array(stepArb, { minLength: 1, maxLength: 12 }), (steps) => {
+        const { epochs } = replay(steps);
+        return epochs.every((epoch, index) => index === 0 || epoch >= (epochs[index - 1] ?? 0));
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
