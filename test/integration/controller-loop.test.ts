@@ -34,6 +34,12 @@ function threeNodeShard() {
   return shard;
 }
 
+/**
+ * Phase bounds that fit the few seconds these invocations get: a phase starts only when the
+ * remaining time covers its bound plus 1 s (the scripted nodes confirm within a heartbeat).
+ */
+const SHORT_PHASES = { catch_up: 1000, promote: 1000, confirm: 1000, repoint: 1000, cleanup: 1000 };
+
 function deadlineIn(ms: number) {
   const end = Date.now() + ms;
   return { end, remainingMs: () => end - Date.now() };
@@ -45,7 +51,7 @@ describe("controller loop", () => {
     const shard = threeNodeShard();
     await shard.start();
     const log = new RecordingLog();
-    const { deps, metrics } = controller(shard, { log });
+    const { deps, metrics } = controller(shard, { log, timeouts: SHORT_PHASES });
     const loop = new ControllerLoop(deps);
     const deadline = deadlineIn(5000);
     setTimeout(() => shard.kill("p1"), 700);
@@ -82,8 +88,8 @@ describe("controller loop", () => {
     // Prepare
     const shard = threeNodeShard();
     await shard.start();
-    const first = controller(shard);
-    const second = controller(shard);
+    const first = controller(shard, { timeouts: SHORT_PHASES });
+    const second = controller(shard, { timeouts: SHORT_PHASES });
     const deadline = deadlineIn(4000);
     setTimeout(() => shard.kill("p1"), 300);
 
