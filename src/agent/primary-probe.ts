@@ -67,7 +67,7 @@ export class PrimaryProbe {
   /** INFO of the primary within the timeout; undefined when it does not answer. */
   async #info(): Promise<ReplicationInfo | undefined> {
     const client = this.#client;
-    if (!client || client.status !== "ready") return undefined;
+    if (client?.status !== "ready") return undefined;
     try {
       const replies = (await client.pipeline().info("replication").info("server").exec()) ?? [];
       const texts: string[] = [];
