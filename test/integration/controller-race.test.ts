@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, onTestFailed } from "vitest";
 import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
 import {
@@ -26,10 +26,13 @@ const KEYS_PER_ROUND = 50;
 const NODES = ["node-1", "node-2", "node-3"];
 
 let cluster: LocalCluster | undefined;
+/** A failed run keeps its process logs (their directory is in the failure message). */
+let keepLogs = false;
 
 afterEach(async () => {
-  await cluster?.stop();
+  await cluster?.stop({ keepLogs });
   cluster = undefined;
+  keepLogs = false;
 });
 
 /** Writes the round's keys, each one accepted, then waits until both replicas acknowledged them. */
@@ -52,6 +55,9 @@ describe("chaos: two controllers racing", () => {
     timeout: 600_000,
   }, async () => {
     // Prepare
+    onTestFailed(() => {
+      keepLogs = true;
+    });
     cluster = await startChaosCluster({ controllers: 2, config: { ...CHAOS_CONFIG, tickIntervalMs: 1000 } });
     const active = cluster;
     let topology = (await active.topology()) as Topology;
