@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it, onTestFailed } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
 import {
@@ -55,15 +55,13 @@ describe("chaos: two controllers racing", () => {
     timeout: 600_000,
   }, async () => {
     // Prepare
-    onTestFailed(() => {
-      keepLogs = true;
-    });
     cluster = await startChaosCluster({ controllers: 2, config: { ...CHAOS_CONFIG, tickIntervalMs: 1000 } });
     const active = cluster;
     let topology = (await active.topology()) as Topology;
     const started = performance.now();
 
     // Act
+    keepLogs = true; // until the rounds are through: a stuck round leaves its logs to read
     for (let round = 0; round < ROUNDS; round++) {
       const old = topology.primary_node_id as string;
       const others = NODES.filter((id) => id !== old);
@@ -75,6 +73,7 @@ describe("chaos: two controllers racing", () => {
       await active.node(old).start({ replicaOf: active.node(primary).address });
     }
     const elapsedS = Math.round((performance.now() - started) / 1000);
+    keepLogs = false;
 
     // Assess
     const primary = topology.primary_node_id as string;
