@@ -72,14 +72,7 @@ export class RedisDatabase implements Database {
   }
 
   async replicationInfo(): Promise<ReplicationInfo> {
-    // One round trip; `INFO server` carries run_id, the identity of the database process.
-    const replies = (await this.client.pipeline().info("replication").info("server").exec()) ?? [];
-    const texts: string[] = [];
-    for (const [error, text] of replies) {
-      if (error) throw error;
-      texts.push(String(text));
-    }
-    return parseReplicationInfo(texts.join("\n"));
+    return readReplicationInfo(this.client);
   }
 
   async replicaOf(host: string, port: number): Promise<void> {
@@ -132,6 +125,20 @@ export class RedisDatabase implements Database {
   async close(): Promise<void> {
     this.client.disconnect();
   }
+}
+
+/**
+ * `INFO replication` and `INFO server` in one round trip (`INFO server` carries run_id, the
+ * identity of the database process), parsed. Used on the agent's own database and by its probe.
+ */
+export async function readReplicationInfo(client: Redis): Promise<ReplicationInfo> {
+  const replies = (await client.pipeline().info("replication").info("server").exec()) ?? [];
+  const texts: string[] = [];
+  for (const [error, text] of replies) {
+    if (error) throw error;
+    texts.push(String(text));
+  }
+  return parseReplicationInfo(texts.join("\n"));
 }
 
 /** "host:port" -> [host, port]; the address was validated by the options schema. */

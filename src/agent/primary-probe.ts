@@ -1,8 +1,8 @@
 import { Redis } from "ioredis";
 import { errorMessage } from "../core/errors.ts";
 import type { AgentContext } from "./context.ts";
-import { splitAddress } from "./database.ts";
-import { parseReplicationInfo, type ReplicationInfo } from "./redis-info.ts";
+import { readReplicationInfo, splitAddress } from "./database.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
 
 /**
  * A replica's own look at its primary, as Sentinel does: a connection to the primary's address
@@ -69,13 +69,7 @@ export class PrimaryProbe {
     const client = this.#client;
     if (client?.status !== "ready") return undefined;
     try {
-      const replies = (await client.pipeline().info("replication").info("server").exec()) ?? [];
-      const texts: string[] = [];
-      for (const [error, text] of replies) {
-        if (error) return undefined;
-        texts.push(String(text));
-      }
-      return parseReplicationInfo(texts.join("\n"));
+      return await readReplicationInfo(client);
     } catch {
       return undefined;
     }

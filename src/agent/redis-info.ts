@@ -123,7 +123,15 @@ export function parseReplicationInfo(text: string): ReplicationInfo {
   };
 }
 
-/** Replicas whose full sync has completed: the only ones that may enter the replica set. */
-export function syncedReplicaAddresses(info: ReplicationInfo): string[] {
-  return info.replicas.filter((replica) => replica.state === "online").map((replica) => replica.address);
+/**
+ * Replicas whose full sync has completed (the only ones that may enter the replica set), and that
+ * acknowledged within `maxLagSeconds` when it is given.
+ */
+export function syncedReplicaAddresses(
+  info: ReplicationInfo,
+  maxLagSeconds = Number.POSITIVE_INFINITY,
+): string[] {
+  return info.replicas
+    .filter((replica) => replica.state === "online" && replica.lagSeconds <= maxLagSeconds)
+    .map((replica) => replica.address);
 }

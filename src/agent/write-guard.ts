@@ -8,7 +8,7 @@ import {
 import type { AgentContext } from "./context.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import { withStoreTimeout } from "./loop.ts";
-import type { ReplicationInfo } from "./redis-info.ts";
+import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
 
 /**
  * Applies the write guard (src/core/write-guard.ts) to the database: one place that sets
@@ -19,9 +19,8 @@ import type { ReplicationInfo } from "./redis-info.ts";
 /** Node ids of the replicas attached with a completed sync and acknowledging within the guard's lag. */
 export function attachedReplicas(ctx: AgentContext, info: ReplicationInfo): string[] {
   const ids: string[] = [];
-  for (const replica of info.replicas) {
-    if (replica.state !== "online" || replica.lagSeconds > GUARD_MAX_LAG_S) continue;
-    const id = ctx.knownNodes.get(replica.address);
+  for (const address of syncedReplicaAddresses(info, GUARD_MAX_LAG_S)) {
+    const id = ctx.knownNodes.get(address);
     // A replica without a heartbeat has no agent yet: it joins once its agent reports.
     if (id !== undefined && id !== ctx.nodeId) ids.push(id);
   }

@@ -82,9 +82,8 @@ export interface CycleResult {
 /** A cycle's result before the shard and first decision are added. */
 export type Outcome = Omit<CycleResult, "shard" | "decision">;
 
-/** A phase ran past its timeout. */
-export class PhaseTimeout extends ShardguardError {
-  override name = "PhaseTimeout";
+/** An error about one failover phase; `phase` names it. */
+abstract class PhaseError extends ShardguardError {
   readonly phase: FailoverPhase;
   constructor(phase: FailoverPhase, message: string) {
     super(message);
@@ -92,17 +91,17 @@ export class PhaseTimeout extends ShardguardError {
   }
 }
 
+/** A phase ran past its timeout. */
+export class PhaseTimeout extends PhaseError {
+  override name = "PhaseTimeout";
+}
+
 /**
  * The invocation has too little time left to run a phase within its bound: the phase is not
  * started, the lock released, and the next invocation continues from the recorded phase.
  */
-export class OutOfTime extends ShardguardError {
+export class OutOfTime extends PhaseError {
   override name = "OutOfTime";
-  readonly phase: FailoverPhase;
-  constructor(phase: FailoverPhase, message: string) {
-    super(message);
-    this.phase = phase;
-  }
 }
 
 /**

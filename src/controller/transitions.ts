@@ -22,6 +22,18 @@ export interface Run {
   topology: Topology;
 }
 
+/** What the log line and the event of a failover's start and end say about it. */
+function failoverDetail(run: Run, state: FailoverState, epoch: number): Record<string, unknown> {
+  return {
+    shard: run.shard,
+    epoch,
+    kind: state.kind,
+    old_primary: state.old_primary_node_id,
+    new_primary: state.new_primary_node_id,
+    reason: state.reason,
+  };
+}
+
 export function stateOf(run: Run): FailoverState {
   return failoverStateOf(run.topology);
 }
@@ -55,14 +67,7 @@ export async function startPlan(run: Run, state: FailoverState, decidedOn: Shard
     failover: { ...state, phase_started: { ...state.phase_started, epoch_bumped: now } },
   };
   await write(run, epoch - 1, next, decidedOn);
-  const detail = {
-    shard: run.shard,
-    epoch,
-    kind: state.kind,
-    old_primary: state.old_primary_node_id,
-    new_primary: state.new_primary_node_id,
-    reason: state.reason,
-  };
+  const detail = failoverDetail(run, state, epoch);
   run.deps.metrics.count("failoverStarted");
   run.deps.log.info("failover started", detail);
   await publish(run.deps, "FailoverStarted", detail);
@@ -119,15 +124,7 @@ export async function complete(run: Run): Promise<Outcome> {
     cooldown_until:
       state.kind === "switchover" ? run.topology.cooldown_until : now + run.deps.config.cooldownMs,
   });
-  const detail = {
-    shard: run.shard,
-    epoch,
-    kind: state.kind,
-    old_primary: state.old_primary_node_id,
-    new_primary: state.new_primary_node_id,
-    duration_ms: now - state.started_at,
-    reason: state.reason,
-  };
+  const detail = { ...failoverDetail(run, state, epoch), duration_ms: now - state.started_at };
   run.deps.metrics.count("failoverCompleted");
   run.deps.log.info("failover completed", detail);
   await publish(run.deps, "FailoverCompleted", detail);

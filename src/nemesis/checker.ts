@@ -304,32 +304,34 @@ export function check(
     }
   }
 
+  /** The report, with the data rules' findings (empty when they could not be checked). */
+  const result = (
+    data: Pick<CheckResult, "lost" | "unexpected" | "recovered" | "asyncOnly">,
+  ): CheckResult => ({
+    valid: mergeVerdicts(...verdicts),
+    ...data,
+    twoWritable,
+    violations,
+    unavailable,
+    stats: {
+      attempted: attempted.size,
+      acked: ackedByReplica + ackedAsyncOnly,
+      ackedByReplica,
+      ackedAsyncOnly,
+      failed,
+      indeterminate,
+      samples,
+      twoWritableInWindow,
+      epochChanges: epochChanges.length,
+      finalPrimary,
+    },
+  });
+
   const primaryRead = final.nodes.find((node) => node.node === finalPrimary);
   if (finalPrimary === undefined || primaryRead?.seqs === undefined) {
     violations.push("no final primary could be read: the data rules (a, c) were not checked");
     verdicts.push("unknown");
-    return {
-      valid: mergeVerdicts(...verdicts),
-      lost: [],
-      unexpected: [],
-      recovered: [],
-      asyncOnly: [],
-      twoWritable,
-      violations,
-      unavailable,
-      stats: {
-        attempted: attempted.size,
-        acked: ackedByReplica + ackedAsyncOnly,
-        ackedByReplica,
-        ackedAsyncOnly,
-        failed,
-        indeterminate,
-        samples,
-        twoWritableInWindow,
-        epochChanges: epochChanges.length,
-        finalPrimary,
-      },
-    };
+    return result({ lost: [], unexpected: [], recovered: [], asyncOnly: [] });
   }
 
   // (a), (c) and the set checker's unexpected / recovered.
@@ -368,26 +370,5 @@ export function check(
     );
     verdicts.push(false);
   }
-  return {
-    valid: mergeVerdicts(...verdicts),
-    lost,
-    unexpected,
-    recovered,
-    asyncOnly,
-    twoWritable,
-    violations,
-    unavailable,
-    stats: {
-      attempted: attempted.size,
-      acked: ackedByReplica + ackedAsyncOnly,
-      ackedByReplica,
-      ackedAsyncOnly,
-      failed,
-      indeterminate,
-      samples,
-      twoWritableInWindow,
-      epochChanges: epochChanges.length,
-      finalPrimary,
-    },
-  };
+  return result({ lost, unexpected, recovered, asyncOnly });
 }
