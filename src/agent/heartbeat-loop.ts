@@ -23,6 +23,8 @@ async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined>
     if (!ctx.dbUp) ctx.logger.info("database answers", { redis: ctx.options.redis, role: info.role });
     ctx.dbUp = true;
     ctx.lastInfo = info;
+    // A restarted primary is harmless once it follows a primary (a command or a step-down did it).
+    if (info.role === "replica") ctx.dbRestarted = false;
     // While connected, the replica acknowledges every second: the primary counts it until then.
     if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
     checkIdentity(ctx, info);
@@ -56,7 +58,8 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   const named = ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false;
   // Without a replica in the replica set no other node holds the data: fencing would only stop writes.
   const othersHoldData = ctx.guardMembers.length > 0;
-  if (continues || (previous.role !== "primary" && !named) || !othersHoldData) {
+  // A database that already follows a primary serves nobody's writes: its sync replaces its data.
+  if (continues || info.role !== "primary" || (previous.role !== "primary" && !named) || !othersHoldData) {
     ctx.logger.warn("database restarted", { ...ctx.epochContext, runId: info.runId, continues });
     return;
   }
@@ -165,8 +168,18 @@ function verdictFor(ctx: AgentContext, snapshot: ShardSnapshot, info: Replicatio
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
   });
-  // A parked replica waits for its own primary to come back holding its data, or for a new one.
-  if (verdict.kind === "repoint" && isParked(info) && verdict.target.address === ctx.probe.address) {
+  // A parked replica waits for its own primary to come back holding its data, or for a new
+  // decision: a newer, committed topology that names the same address again is followed (a
+  // failover still under way names the old primary until its point of no return).
+  const stillParkedFrom =
+    verdict.kind === "repoint" &&
+    (verdict.epoch === ctx.probe.parkedAtEpoch || snapshot.topology?.status !== "online");
+  if (
+    verdict.kind === "repoint" &&
+    isParked(info) &&
+    verdict.target.address === ctx.probe.address &&
+    stillParkedFrom
+  ) {
     return { kind: "keep", primaryConfirmed: false, reason: `parked from ${verdict.target.node_id}` };
   }
   return verdict;

@@ -27,6 +27,11 @@ export class PrimaryProbe {
   #address: string | undefined;
   /** run_id of the primary while this replica was linked to it. */
   #runId: string | undefined;
+  /**
+   * Topology epoch when the replica was parked. A newer topology that names the same address
+   * again is a new decision (the controller promoted whatever runs there now): follow it.
+   */
+  parkedAtEpoch: number | undefined;
   readonly #ctx: AgentContext;
   readonly #timeoutMs: number;
 
@@ -110,6 +115,7 @@ export class PrimaryProbe {
           return;
         await ctx.db.replicaOf(PARKED_HOST, PARKED_PORT);
         ctx.roleGeneration++;
+        this.parkedAtEpoch = ctx.lastTopology?.epoch ?? ctx.highestEpoch;
         ctx.logger.warn(
           "primary's connection closed: replica parked until the primary is known to hold its data",
           {
