@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Command } from "commander";
+import { Command, InvalidArgumentError } from "commander";
 import { parseIntegerOption } from "../src/cli/options.ts";
 import { abortOnSignal } from "../src/cli/signals.ts";
 import { errorMessage } from "../src/core/errors.ts";
@@ -23,8 +23,23 @@ interface CliOptions {
   faults?: string;
   nodes: number;
   fenceWindow: number;
+  gap: { min: number; max: number };
+  maxConcurrent: number;
   out?: string;
   json?: boolean;
+}
+
+/** "3000-7000" -> { min: 3000, max: 7000 } (ms, 100 <= min <= max <= 10 min). */
+export function parseGap(text: string): { min: number; max: number } {
+  const match = /^(\d+)-(\d+)$/.exec(text.trim());
+  const min = Number(match?.[1]);
+  const max = Number(match?.[2]);
+  if (!match || min < 100 || max < min || max > 600_000) {
+    throw new InvalidArgumentError(
+      `expected <min>-<max> in ms with 100 <= min <= max <= 600000, got "${text}"`,
+    );
+  }
+  return { min, max };
 }
 
 export function buildProgram(): Command {
@@ -41,6 +56,13 @@ export function buildProgram(): Command {
       parseIntegerOption(0, 600_000),
       3000,
     )
+    .option(
+      "--gap <min-max>",
+      "pause between two fault starts in ms, drawn uniformly (a 30-minute run with 12 kinds: 3000-7000)",
+      parseGap,
+      { min: 4000, max: 10_000 },
+    )
+    .option("--max-concurrent <n>", "faults active at once", parseIntegerOption(1, 6), 2)
     .option("--out <file>", "report path (default bench/results/nemesis-<seed>.json)")
     .option("--json", "print the report as JSON on stdout")
     .action(async (options: CliOptions) => {
@@ -53,6 +75,11 @@ export function buildProgram(): Command {
         nodes: options.nodes,
         faults,
         fenceWindowMs: options.fenceWindow,
+        schedule: {
+          gapMinMs: options.gap.min,
+          gapMaxMs: options.gap.max,
+          maxConcurrent: options.maxConcurrent,
+        },
         signal: abort.signal,
         onLine: (line) => log(`[nemesis] ${line}`),
       });

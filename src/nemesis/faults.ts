@@ -15,6 +15,7 @@ export const FAULT_KINDS = [
   "partition-agent-store",
   "partition-agent-sqs",
   "partition-controller-store",
+  "store-outage",
   "clock-skew",
   "dup-commands",
   "delay-commands",
@@ -23,7 +24,8 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /**
  * Who a fault hits. Node specs are resolved against the topology at injection time: `primary`
- * the node it names, `replica` one of the others, `random-node` any node, `all-nodes` every node.
+ * the node it names, `replica` one of the others, `random-node` any node, `all-nodes` every node,
+ * `everyone` every node and every controller.
  */
 export const TARGET_SPECS = [
   "primary",
@@ -32,6 +34,7 @@ export const TARGET_SPECS = [
   "all-nodes",
   "random-controller",
   "all-controllers",
+  "everyone",
 ] as const;
 export type TargetSpec = (typeof TARGET_SPECS)[number];
 
@@ -144,6 +147,10 @@ function draw(
       };
     case "partition-controller-store":
       return { target: random.pick(CONTROLLER_TARGETS), params: {}, durationMs: ms(2000, 15_000) };
+    case "store-outage":
+      // DynamoDB gone for every agent and every controller at once (a regional endpoint outage):
+      // from a few heartbeats to past the 40 s of issue 20.
+      return { target: "everyone", params: {}, durationMs: ms(3000, 45_000) };
     case "clock-skew": {
       const offsetS = random.int(2, 60) * (random.chance(0.5) ? 1 : -1);
       return {

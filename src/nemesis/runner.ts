@@ -161,6 +161,10 @@ function resourcesOf(kind: FaultKind, target: string): string[] {
       return [`controller:${target}`];
     case "partition-controller-store":
       return [`cstore:${target}`];
+    case "store-outage":
+      // Shares the store proxies with the partitions: cuts are counted (`cut`/`uncut`), so no
+      // fault's heal lifts another's cut and neither has to wait for the other.
+      return [];
   }
 }
 
@@ -188,7 +192,15 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     options.historyPath ??
     join(mkdtempSync(join(tmpdir(), `shardguard-nemesis-${options.seed}-`)), "history.jsonl");
   const history = new History({ path: historyPath });
-  const command = `npm run nemesis -- --minutes ${options.minutes} --seed ${options.seed}${options.faults ? ` --faults ${faultsEnabled.join(",")}` : ""} --nodes ${nodeCount}`;
+  const gap =
+    options.schedule?.gapMinMs !== undefined
+      ? ` --gap ${options.schedule.gapMinMs}-${options.schedule.gapMaxMs ?? options.schedule.gapMinMs}`
+      : "";
+  const concurrent =
+    options.schedule?.maxConcurrent !== undefined
+      ? ` --max-concurrent ${options.schedule.maxConcurrent}`
+      : "";
+  const command = `npm run nemesis -- --minutes ${options.minutes} --seed ${options.seed}${options.faults ? ` --faults ${faultsEnabled.join(",")}` : ""} --nodes ${nodeCount}${gap}${concurrent}`;
   line(
     `seed ${options.seed}: ${schedule.length} faults over ${options.minutes} min (${command}); history ${historyPath}`,
   );
@@ -275,6 +287,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     );
 
     const busy = new Set<string>();
+    // How many active faults cut each proxy: it passes again when the last of them heals.
+    const cuts = new Map<TcpProxy, number>();
+    const cut = (proxy: TcpProxy) => {
+      cuts.set(proxy, (cuts.get(proxy) ?? 0) + 1);
+      proxy.setMode({ kind: "drop" });
+    };
+    const uncut = (proxy: TcpProxy) => {
+      const left = (cuts.get(proxy) ?? 1) - 1;
+      cuts.set(proxy, left);
+      if (left <= 0) proxy.heal();
+    };
     const activeFaults = new Set<ActiveFault>();
     const outcomes: FaultOutcome[] = [];
     const skippedByKind = new Map<string, number>();
@@ -303,6 +326,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         case "all-controllers":
           candidates = [...controllerStore.keys()];
           break;
+        case "everyone":
+          candidates = [...nodeIds, ...controllerStore.keys()];
+          break;
       }
       candidates = candidates.filter((id) => !(kindNeedsRedis && dead.has(id)));
       const free = candidates.filter((id) => resourcesOf(fault.kind, id).every((r) => !busy.has(r)));
@@ -315,7 +341,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               : `${fault.target} busy with another fault`,
         };
       }
-      if (fault.target === "all-nodes" || fault.target === "all-controllers")
+      if (fault.target === "all-nodes" || fault.target === "all-controllers" || fault.target === "everyone")
         return { targets: free, primary };
       return { targets: [free[Math.floor(fault.pick * free.length)] as string], primary };
     };
@@ -380,16 +406,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           }
           case "partition-agent-store":
           case "partition-agent-sqs":
-          case "partition-controller-store": {
+          case "partition-controller-store":
+          case "store-outage": {
             const map =
-              fault.kind === "partition-agent-store"
-                ? agentStore
-                : fault.kind === "partition-agent-sqs"
-                  ? agentSqs
-                  : controllerStore;
+              fault.kind === "partition-agent-sqs"
+                ? agentSqs
+                : fault.kind === "partition-controller-store" || id.startsWith("controller-")
+                  ? controllerStore
+                  : agentStore;
             const proxy = map.get(id) as TcpProxy;
-            proxy.setMode({ kind: "drop" });
-            heals.push(() => proxy.heal());
+            cut(proxy);
+            heals.push(() => uncut(proxy));
             break;
           }
           case "delay-commands": {

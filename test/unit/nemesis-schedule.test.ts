@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { parseGap } from "../../bench/nemesis.ts";
 import { FAULT_KINDS, parseFaultKinds, scheduleFaults } from "../../src/nemesis/faults.ts";
 import { Random } from "../../src/nemesis/random.ts";
 
@@ -52,6 +53,23 @@ describe("nemesis fault schedule", () => {
     expect(
       faults.filter((f) => f.kind === "kill-redis" && f.params.restart === "none").length,
     ).toBeLessThanOrEqual(1);
+  });
+
+  it("cuts every agent and every controller from the store in a store outage, up to 45 s", () => {
+    const outages = scheduleFaults(5, { minutes: 30, nodes: 3, faults: ["store-outage"] });
+    expect(outages.length).toBeGreaterThan(20);
+    for (const fault of outages) {
+      expect(fault.target).toBe("everyone");
+      expect(fault.durationMs).toBeGreaterThanOrEqual(3000);
+      expect(fault.durationMs).toBeLessThanOrEqual(45_000);
+    }
+  });
+
+  it("reads a gap range and rejects a bad one by its text", () => {
+    expect(parseGap("3000-7000")).toEqual({ min: 3000, max: 7000 });
+    expect(() => parseGap("7000-3000")).toThrow(/7000-3000/);
+    expect(() => parseGap("fast")).toThrow(/fast/);
+    expect(() => parseGap("10-20")).toThrow(/100 <= min/);
   });
 
   it("rejects an unknown kind by name", () => {
