@@ -94,22 +94,62 @@ export function isPastPointOfNoReturn(phase: FailoverPhase | undefined): boolean
   return phaseIndex(phase) >= phaseIndex("promote");
 }
 
-/** Age of a heartbeat's database-alive timestamp, in ms. */
+/**
+ * How far ahead of the reader's clock a heartbeat timestamp may be dated and still count, in ms.
+ * Agents and controller stamp and judge on `AwsClock` (src/adapters/clock.ts): after its first
+ * response each reads within its bounds' width of AWS time, at most the `Date` header's 1 s
+ * resolution plus a round trip (tens of ms once a few dozen responses narrowed them). Two such
+ * clocks differ by at most 2 × 1 s; 500 ms more covers the round trips of the first samples.
+ * A timestamp further ahead comes from a clock outside that design (a host clock read before any
+ * response, a bug): it is no evidence of liveness. The heartbeat store uses the same bound to let
+ * a write replace a stored heartbeat dated that far ahead of the writer, so that no writer is ever
+ * stuck behind it.
+ */
+export const MAX_CLOCK_SKEW_MS = 2_500;
+
+/** Age of a heartbeat's database-alive timestamp, in ms (negative: dated ahead of `now`). */
 export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
   return now - heartbeat.last_updated / 1000;
 }
 
-/** Fresh: the database answered within `failureTimeoutMs`. A heartbeat from the future is fresh. */
+/**
+ * A timestamp (µs) counts as recent at `now`: at most `failureTimeoutMs` old and dated at most
+ * MAX_CLOCK_SKEW_MS ahead of `now`. So the controller times at which it counts form one interval
+ * `[t - MAX_CLOCK_SKEW_MS, t + failureTimeoutMs]`: no timestamp, however far in the future, counts
+ * for longer than `failureTimeoutMs + MAX_CLOCK_SKEW_MS`, while one from a clock within the
+ * design's bound always counts exactly as its age says.
+ */
+export function isRecent(timestampMicros: number, config: FailoverConfig, now: number): boolean {
+  const ageMs = now - timestampMicros / 1000;
+  return ageMs <= config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
+}
+
+/**
+ * Fresh: the database answered within `failureTimeoutMs`. A heartbeat dated more than
+ * MAX_CLOCK_SKEW_MS in the future is not fresh (see `isRecent`).
+ */
 export function isFresh(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
-  return heartbeatAgeMs(heartbeat, now) <= config.failureTimeoutMs;
+  return isRecent(heartbeat.last_updated, config, now);
 }
 
 /**
  * The agent itself was heard within `failureTimeoutMs` (its last write, whatever its database's
- * state). Heartbeats written before `agent_updated` existed count by `last_updated`.
+ * state), by the same rule as `isFresh`. Heartbeats written before `agent_updated` existed count
+ * by `last_updated`.
  */
 export function isAgentHeard(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
-  return now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000 <= config.failureTimeoutMs;
+  return isRecent(heartbeat.agent_updated ?? heartbeat.last_updated, config, now);
+}
+
+/**
+ * A heartbeat's age for reasons: "1234 ms old" (or "ago"), or how far it is dated ahead beyond
+ * the clock bound.
+ */
+export function describeHeartbeatAge(heartbeat: Heartbeat, now: number, word: "old" | "ago" = "old"): string {
+  const ageMs = Math.round(heartbeatAgeMs(heartbeat, now));
+  return ageMs < -MAX_CLOCK_SKEW_MS
+    ? `dated ${-ageMs} ms in the future, beyond the ${MAX_CLOCK_SKEW_MS} ms clock bound`
+    : `${Math.max(0, ageMs)} ms ${word}`;
 }
 
 /** How many `down` reports the quorum mode needs out of `voters` fresh replicas. */
@@ -155,7 +195,7 @@ export function rankCandidates(
     };
     const ineligible = (reason: string): Candidate => ({ ...base, eligible: false, reason });
     if (!isFresh(node, config, now)) {
-      return ineligible(`heartbeat stale (${Math.round(heartbeatAgeMs(node, now))} ms old)`);
+      return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
     }
     if (node.db_status === "down") return ineligible("database reported down");
     if (!knownLineage) return ineligible("the old primary's replication lineage is unknown");
@@ -394,7 +434,7 @@ function decideOnline(
   const staleness =
     primary === undefined
       ? `primary ${primaryId ?? "(none)"} has no heartbeat`
-      : `primary ${primary.node_id} is stale (database last answered ${Math.round(heartbeatAgeMs(primary, now))} ms ago` +
+      : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
         `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
 
   const lineage = primary
