@@ -7,6 +7,7 @@ import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
 import { type AgentLogger, jsonLineLogger, type LogLevel } from "./log.ts";
 import { runLoop } from "./loop.ts";
 import { type AgentOptionsInput, parseAgentOptions } from "./options.ts";
+import { SentinelEndpoint } from "./sentinel-endpoint.ts";
 import { StateDir } from "./state-dir.ts";
 import { currentPlan, fence } from "./write-guard.ts";
 
@@ -21,6 +22,8 @@ export interface AgentHandle {
   readonly shard: string;
   /** host:port other nodes reach this database on. */
   readonly address: string;
+  /** host:port of the Sentinel-protocol endpoint, when `sentinelPort` is set (docs/sentinel.md). */
+  readonly sentinelAddress: string | undefined;
   /** What the agent currently believes, for the CLI, the demo and tests. */
   status(): AgentStatus;
   /** Runs one heartbeat cycle now (tests and the demo; the loop runs on its own). */
@@ -79,7 +82,9 @@ export async function startAgent(
       commandTimeoutMs: redisTimeoutMs,
       logger,
     });
-  const ctx = new AgentContext({ options, nodeId, deps, db, state, logger });
+  const sentinel =
+    options.sentinelPort === undefined ? undefined : new SentinelEndpoint({ options, nodeId, deps, logger });
+  const ctx = new AgentContext({ options, nodeId, deps: sentinel?.wrap(deps) ?? deps, db, state, logger });
   logger.info("agent starting", {
     redis: options.redis,
     address: ctx.address,
@@ -98,6 +103,7 @@ export async function startAgent(
     stopping ??= (async () => {
       controller.abort();
       await loops;
+      await sentinel?.close();
       ctx.probe.close();
       await db.close();
       state.release();
@@ -107,9 +113,11 @@ export async function startAgent(
   };
 
   try {
+    await sentinel?.listen();
     await db.waitReady(redisTimeoutMs);
     await runCycle(ctx);
   } catch (error) {
+    await sentinel?.close();
     await db.close();
     state.release();
     throw error;
@@ -124,6 +132,7 @@ export async function startAgent(
     nodeId,
     shard: options.shard,
     address: ctx.address,
+    sentinelAddress: sentinel?.address,
     status: () => ({
       role: ctx.lastInfo?.role ?? ctx.lastHeartbeat?.role,
       epoch: ctx.highestEpoch,

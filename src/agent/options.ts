@@ -51,6 +51,12 @@ export const agentOptionsSchema = z
     commandWaitSeconds: z.number().int().min(0).max(20).default(20),
     redisUsername: z.string().min(1).optional(),
     redisPassword: z.string().min(1).optional(),
+    /** Serve the Sentinel protocol on this port (docs/sentinel.md); 0 = a free port. @default off */
+    sentinelPort: z.number().int().min(0).max(65535).optional(),
+    /** Address the Sentinel endpoint listens on. @default the host of `address` */
+    sentinelBind: z.string().min(1).optional(),
+    /** Password Sentinel clients must give (AUTH / HELLO AUTH). @default none */
+    sentinelPassword: z.string().min(1).optional(),
   })
   .superRefine((options, ctx) => {
     try {
@@ -110,6 +116,9 @@ export const AGENT_FIELDS = [
   { key: "commandWaitSeconds", kind: "integer", env: ENV.commandWaitSeconds },
   { key: "redisUsername", kind: "string", env: ENV.redisUsername },
   { key: "redisPassword", kind: "string", env: ENV.redisPassword },
+  { key: "sentinelPort", kind: "integer", flag: "--sentinel-port", env: ENV.sentinelPort },
+  { key: "sentinelBind", kind: "string", flag: "--sentinel-bind", env: ENV.sentinelBind },
+  { key: "sentinelPassword", kind: "string", env: ENV.sentinelPassword },
   { key: "table", kind: "string", env: ENV.table },
   { key: "queuePrefix", kind: "string", env: ENV.queuePrefix },
   { key: "logLevel", kind: "string", flag: "--log-level", env: ENV.logLevel },

@@ -34,6 +34,9 @@ export const ENV = {
   redisUsername: "SHARDGUARD_REDIS_USERNAME",
   redisPassword: "SHARDGUARD_REDIS_PASSWORD",
   logLevel: "SHARDGUARD_LOG_LEVEL",
+  sentinelPort: "SHARDGUARD_SENTINEL_PORT",
+  sentinelBind: "SHARDGUARD_SENTINEL_BIND",
+  sentinelPassword: "SHARDGUARD_SENTINEL_PASSWORD",
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
 } as const;
 

@@ -54,6 +54,8 @@ export const heartbeatSchema = z.object({
   epoch: z.number().int().nonnegative().default(0),
   /** 0 = never promote; otherwise lower values are preferred. */
   priority: z.number().int().nonnegative().default(100),
+  /** host:port of the agent's Sentinel-protocol endpoint, when it serves one (docs/sentinel.md). */
+  sentinel_address: addressSchema.optional(),
   ttl: z.number().int().optional(),
 });
 export type Heartbeat = z.output<typeof heartbeatSchema>;

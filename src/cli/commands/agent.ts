@@ -37,6 +37,14 @@ export function registerAgent(program: Command): void {
     .option("--heartbeat-interval-ms <ms>", "default 1000 (SHARDGUARD_HEARTBEAT_INTERVAL_MS)")
     .option("--fence-timeout-ms <ms>", "default 2000 (SHARDGUARD_FENCE_TIMEOUT_MS)")
     .option(
+      "--sentinel-port <port>",
+      "serve the Sentinel protocol here so Sentinel clients follow failovers; default off (SHARDGUARD_SENTINEL_PORT)",
+    )
+    .option(
+      "--sentinel-bind <host>",
+      "address the Sentinel endpoint listens on; default the host of --address (SHARDGUARD_SENTINEL_BIND)",
+    )
+    .option(
       "--log-level <level>",
       "debug | info | warn | error | silent; default info (SHARDGUARD_LOG_LEVEL)",
     )
