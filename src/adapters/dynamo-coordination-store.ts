@@ -10,6 +10,7 @@ import {
 } from "@aws-sdk/lib-dynamodb";
 import { z } from "zod";
 import { describeIssues } from "../core/config.ts";
+import { MAX_CLOCK_SKEW_MS } from "../core/decide.ts";
 import { ConfigurationError, CoordinationUnavailable, MalformedRecord } from "../core/errors.ts";
 import {
   type Heartbeat,
@@ -277,8 +278,41 @@ export function snapshotFromItems(shard: string, items: readonly Record<string, 
   return { shard, nodes, replicaSets, replicaSetVersions, topology, lock, malformed };
 }
 
+/**
+ * What a heartbeat put did: `written`, or `superseded` when the stored heartbeat is newer (an
+ * older put, e.g. an SDK retry of a timed-out one, landed after a newer one). Superseded is no
+ * failure: a newer heartbeat of the node is in the table.
+ */
+export type HeartbeatPutOutcome = "written" | "superseded";
+
+/**
+ * A heartbeat put replaces the stored one only if it is newer, so heartbeats never go backwards.
+ * Order: `written_at` (µs, the heartbeat's `agent_updated`, else `last_updated`: the writer's
+ * AWS-aligned time), then `write_seq` (this store's put counter) between puts of one instant; a
+ * retry of the same put matches itself and is applied again. A stored heartbeat dated more than
+ * MAX_CLOCK_SKEW_MS after the new one is replaced anyway: it came from a clock outside the design
+ * (and no reader counts it as fresh), so a writer is never stuck behind it. A restarted agent
+ * whose clock reads a few ms before its previous process's last write is superseded until its
+ * clock passes that write, i.e. at most MAX_CLOCK_SKEW_MS, normally a few ms.
+ */
+const NEWER_HEARTBEAT_CONDITION =
+  "attribute_not_exists(written_at) OR written_at < :written_at OR written_at > :ceiling" +
+  " OR (written_at = :written_at AND (attribute_not_exists(write_seq) OR write_seq <= :write_seq))";
+
 export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore {
+  /** Orders this store's puts made within one µs; other writers compare by time first. */
+  #writeSeq = 0;
+
+  /**
+   * The port's put: resolves normally whether written or superseded, so a caller never backs off
+   * or reports a failure because its older put lost to a newer one.
+   */
   async put(heartbeat: HeartbeatInput): Promise<void> {
+    await this.putIfNewer(heartbeat);
+  }
+
+  /** Writes the heartbeat unless a newer one of the node is stored; says which (never throws for that). */
+  async putIfNewer(heartbeat: HeartbeatInput): Promise<HeartbeatPutOutcome> {
     const parsed = heartbeatSchema.safeParse(heartbeat);
     if (!parsed.success) {
       const bad = malformedFrom(keys.node(String(heartbeat.node_id)), parsed.error);
@@ -289,7 +323,9 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
       );
     }
     const item = parsed.data;
-    await this.call(`PutItem (heartbeat ${item.shard}/${item.node_id})`, () =>
+    const writtenAt = item.agent_updated ?? item.last_updated;
+    this.#writeSeq += 1;
+    const written = await this.conditional(`PutItem (heartbeat ${item.shard}/${item.node_id})`, () =>
       this.documents.send(
         new PutCommand({
           TableName: this.tableName,
@@ -297,11 +333,20 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
             ...item,
             pk: keys.shardPk(item.shard),
             sk: keys.node(item.node_id),
+            written_at: writtenAt,
+            write_seq: this.#writeSeq,
             [TTL_ATTRIBUTE]: item.ttl ?? this.ttlIn(this.heartbeatTtlSeconds),
+          },
+          ConditionExpression: NEWER_HEARTBEAT_CONDITION,
+          ExpressionAttributeValues: {
+            ":written_at": writtenAt,
+            ":ceiling": writtenAt + MAX_CLOCK_SKEW_MS * 1000,
+            ":write_seq": this.#writeSeq,
           },
         }),
       ),
     );
+    return written ? "written" : "superseded";
   }
 
   /**
