@@ -38,6 +38,8 @@ export async function handler(
   context: ControllerContext,
 ): Promise<LoopSummary | OperatorResponse> {
   logger.appendKeys({ request_id: context.awsRequestId });
-  if (isOperatorRequest(event)) return handleOperatorRequest(runtime.deps, event);
-  return loop.run({ remainingMs: () => context.getRemainingTimeInMillis() });
+  // Both within the invocation's time: leases cut to it, phases started only when they fit in it.
+  const remainingMs = () => context.getRemainingTimeInMillis();
+  if (isOperatorRequest(event)) return handleOperatorRequest(runtime.deps, event, { remainingMs });
+  return loop.run({ remainingMs });
 }

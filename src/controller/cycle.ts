@@ -12,7 +12,9 @@ import {
   PhaseTimeout,
   PlanStale,
   publish,
+  type RemainingMs,
   timeoutsOf,
+  UNLIMITED,
 } from "./deps.ts";
 import { ShardLock } from "./lock.ts";
 import { execute, requireTime } from "./phases.ts";
@@ -28,8 +30,8 @@ import { abandon, goOffline, type Run, startPlan } from "./transitions.ts";
 export interface CycleOptions {
   /** False: decide and log only (too little time left to act). @default true */
   readonly act?: boolean;
-  /** Time the invocation has left; phases start only within it. @default unlimited */
-  readonly remainingMs?: () => number;
+  /** Time the invocation has left; phases start, and the lease runs, only within it. @default unlimited */
+  readonly remainingMs?: RemainingMs;
 }
 
 export async function runShardCycle(
@@ -97,10 +99,10 @@ async function underLock(
   decision: ActionDecision,
   options: CycleOptions,
 ): Promise<Outcome> {
-  const remainingMs = options.remainingMs ?? (() => Number.POSITIVE_INFINITY);
+  const remainingMs = options.remainingMs ?? UNLIMITED;
   const forPrimary = decision.kind === "failover" ? decision.oldPrimary : undefined;
   const lock = await ShardLock.acquire(deps, shard, { forPrimary, remainingMs });
-  if (!lock) return { outcome: "lost_race", reason: "another controller holds the shard's lock" };
+  if (!(lock instanceof ShardLock)) return lock;
   const lockedAt = deps.clock.now();
   return guarded(lock, async () => {
     // The seed's "re-check after the slow step": the world may have changed while we locked.
@@ -233,7 +235,7 @@ export async function guarded(lock: ShardLock, work: () => Promise<Outcome>): Pr
         phase: error.phase,
         error: errorMessage(error),
       });
-      return { outcome: "deferred", reason: errorMessage(error) };
+      return { outcome: "deferred", reason: `${errorMessage(error)}; the next invocation continues` };
     }
     if (error instanceof FailoverStateMissing) {
       deps.log.error("failing_over without a failover state; an operator must look", {

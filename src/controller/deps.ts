@@ -34,8 +34,11 @@ export function defaultPhaseTimeouts(config: FailoverConfig): PhaseTimeouts {
   };
 }
 
-/** Time a phase needs beyond its own bound before it may start (the writes around it, the release). */
-export const PHASE_MARGIN_MS = 1000;
+/** Time the invocation has left, in ms (Lambda: `context.getRemainingTimeInMillis`). */
+export type RemainingMs = () => number;
+
+/** A local process: no invocation timeout. */
+export const UNLIMITED: RemainingMs = () => Number.POSITIVE_INFINITY;
 
 export interface ControllerDeps {
   readonly store: CoordinationStore;
@@ -97,8 +100,9 @@ export class PhaseTimeout extends PhaseError {
 }
 
 /**
- * The invocation has too little time left to run a phase within its bound: the phase is not
- * started, the lock released, and the next invocation continues from the recorded phase.
+ * The invocation has too little time left to run a phase within its bound, or to take or extend
+ * the lock: the phase is not started, the lock released, and the next invocation continues from
+ * the recorded phase.
  */
 export class OutOfTime extends PhaseError {
   override name = "OutOfTime";

@@ -1,7 +1,16 @@
+import { leaseWithin, MIN_LEASE_MS } from "../core/budget.ts";
 import { errorMessage } from "../core/errors.ts";
-import type { HistoryRecord, Topology } from "../core/model.ts";
+import type { FailoverPhase, HistoryRecord, Topology } from "../core/model.ts";
 import { type LockLease, LockLost, type WriteFence } from "../core/ports.ts";
-import { type ControllerDeps, newOwnerOf, PlanStale } from "./deps.ts";
+import {
+  type ControllerDeps,
+  newOwnerOf,
+  type Outcome,
+  OutOfTime,
+  PlanStale,
+  type RemainingMs,
+  UNLIMITED,
+} from "./deps.ts";
 
 /**
  * The shard's lock, in one place: acquire, renew, release, and every write made under it.
@@ -12,43 +21,44 @@ import { type ControllerDeps, newOwnerOf, PlanStale } from "./deps.ts";
  * `WriteFence`: a ConditionCheck on the LOCK item's owner token and fence inside one
  * TransactWriteItems). A write after the lock was taken over writes nothing and throws
  * LockLost, whatever happened between the last renewal and the write.
+ *
+ * The lease never outlives the invocation that can renew it: it is the configured lease cut to
+ * the invocation's remaining time (core/budget.ts `leaseWithin`), at every acquisition and
+ * renewal, and with less than MIN_LEASE_MS left no lock is taken or extended (OutOfTime). A
+ * controller cut off by its timeout thus leaves a lock that expires when it stopped.
  */
 
-/** Shortest lease ever asked for, even when the invocation is nearly out of time. */
-const MIN_LEASE_MS = 1000;
+/** Why no lock was taken: another controller holds it, or the invocation is too near its end. */
+export type NotLocked = Outcome & { readonly outcome: "lost_race" | "deferred" };
 
 export class ShardLock {
   readonly deps: ControllerDeps;
   readonly lease: LockLease;
   /** Time left to the invocation (Lambda); the lease is never longer than that. */
-  readonly #remainingMs: () => number;
+  readonly #remainingMs: RemainingMs;
   #lastRenewal: number;
 
-  private constructor(deps: ControllerDeps, lease: LockLease, remainingMs: () => number) {
+  private constructor(deps: ControllerDeps, lease: LockLease, remainingMs: RemainingMs) {
     this.deps = deps;
     this.lease = lease;
     this.#remainingMs = remainingMs;
     this.#lastRenewal = deps.clock.now();
   }
 
-  /**
-   * Takes the shard's lock with a fresh owner token; undefined when another controller holds it.
-   * The lease is the configured one, shortened to the invocation's remaining time: a controller
-   * cut off by its timeout leaves a lock that expires when it would have stopped anyway.
-   */
+  /** Takes the shard's lock with a fresh owner token and a lease within the invocation's time. */
   static async acquire(
     deps: ControllerDeps,
     shard: string,
-    options: { readonly forPrimary?: string; readonly remainingMs?: () => number } = {},
-  ): Promise<ShardLock | undefined> {
-    const remainingMs = options.remainingMs ?? (() => Number.POSITIVE_INFINITY);
-    const lease = await deps.store.locks.acquire(
-      shard,
-      newOwnerOf(deps),
-      leaseFor(deps, remainingMs),
-      options.forPrimary,
-    );
-    return lease ? new ShardLock(deps, lease, remainingMs) : undefined;
+    options: { readonly forPrimary?: string; readonly remainingMs?: RemainingMs } = {},
+  ): Promise<ShardLock | NotLocked> {
+    const remainingMs = options.remainingMs ?? UNLIMITED;
+    const leaseMs = leaseWithin(deps.config.lockLeaseMs, remainingMs());
+    if (leaseMs === undefined) {
+      return { outcome: "deferred", reason: tooLate(shard, remainingMs, "take") };
+    }
+    const lease = await deps.store.locks.acquire(shard, newOwnerOf(deps), leaseMs, options.forPrimary);
+    if (!lease) return { outcome: "lost_race", reason: "another controller holds the shard's lock" };
+    return new ShardLock(deps, lease, remainingMs);
   }
 
   get shard(): string {
@@ -59,11 +69,16 @@ export class ShardLock {
     return this.lease.owner;
   }
 
-  /** Extends the lease when a third of it has passed (or always, `force`); LockLost when it is gone. */
-  async hold(force = false): Promise<void> {
+  /**
+   * Extends the lease when a third of the configured lease has passed since the last renewal
+   * (a lease cut to the invocation's end cannot be extended past it anyway); LockLost when it is
+   * gone; OutOfTime (before `phase`) when less than MIN_LEASE_MS is left to the invocation.
+   */
+  async hold(phase: FailoverPhase): Promise<void> {
     const now = this.deps.clock.now();
-    if (!force && now - this.#lastRenewal < this.deps.config.lockLeaseMs / 3) return;
-    const leaseMs = leaseFor(this.deps, this.#remainingMs);
+    if (now - this.#lastRenewal < this.deps.config.lockLeaseMs / 3) return;
+    const leaseMs = leaseWithin(this.deps.config.lockLeaseMs, this.#remainingMs());
+    if (leaseMs === undefined) throw new OutOfTime(phase, tooLate(this.shard, this.#remainingMs, "extend"));
     if (!(await this.deps.store.locks.renew(this.shard, this.owner, leaseMs))) {
       throw new LockLost(`shard ${this.shard}: the lock is no longer held by ${this.owner}`);
     }
@@ -111,7 +126,7 @@ export class ShardLock {
   }
 }
 
-/** The configured lease, never longer than the invocation has left (with a floor for the last calls). */
-export function leaseFor(deps: ControllerDeps, remainingMs: () => number): number {
-  return Math.min(deps.config.lockLeaseMs, Math.max(MIN_LEASE_MS, Math.floor(remainingMs())));
+function tooLate(shard: string, remainingMs: RemainingMs, verb: "take" | "extend"): string {
+  const left = Math.max(0, Math.floor(remainingMs()));
+  return `shard ${shard}: ${left} ms left in this invocation, under the ${MIN_LEASE_MS} ms shortest lease; too late to ${verb} the lock`;
 }

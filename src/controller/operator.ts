@@ -5,6 +5,7 @@ import {
   type ControllerDeps,
   type CycleOutcome,
   pauseShard,
+  type RequestOptions,
   requestSwitchover,
   resumeShard,
 } from "./orchestrator.ts";
@@ -39,7 +40,15 @@ export function isOperatorRequest(event: unknown): boolean {
   return typeof event === "object" && event !== null && "action" in event;
 }
 
-export async function handleOperatorRequest(deps: ControllerDeps, event: unknown): Promise<OperatorResponse> {
+/**
+ * Runs one operator request. `options.remainingMs` is the invocation's time (Lambda): the
+ * request's lease and phases stay within it, as a failover's do.
+ */
+export async function handleOperatorRequest(
+  deps: ControllerDeps,
+  event: unknown,
+  options: RequestOptions = {},
+): Promise<OperatorResponse> {
   const parsed = operatorRequestSchema.safeParse(event);
   if (!parsed.success) return { ok: false, reason: `invalid request: ${describeIssues(parsed.error)}` };
   const request = parsed.data;
@@ -54,10 +63,10 @@ export async function handleOperatorRequest(deps: ControllerDeps, event: unknown
   deps.log.info("operator request", { ...request });
   const result =
     request.action === "switchover"
-      ? await requestSwitchover(deps, request.shard, { to: request.to, reason: request.reason })
+      ? await requestSwitchover(deps, request.shard, { to: request.to, reason: request.reason }, options)
       : request.action === "pause"
-        ? await pauseShard(deps, request.shard, request.reason)
-        : await resumeShard(deps, request.shard);
+        ? await pauseShard(deps, request.shard, request.reason, options)
+        : await resumeShard(deps, request.shard, options);
   const response: OperatorResponse = {
     ok: SUCCESS.has(result.outcome),
     action: request.action,

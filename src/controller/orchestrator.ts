@@ -26,4 +26,10 @@ export {
   PlanStale,
 } from "./deps.ts";
 export { ShardLock } from "./lock.ts";
-export { pauseShard, requestSwitchover, resumeShard, type SwitchoverRequest } from "./requests.ts";
+export {
+  pauseShard,
+  type RequestOptions,
+  requestSwitchover,
+  resumeShard,
+  type SwitchoverRequest,
+} from "./requests.ts";

@@ -1,7 +1,8 @@
+import { PHASE_MARGIN_MS, timeNeeded } from "../core/budget.ts";
 import { targetConfirmed } from "../core/continuation.ts";
 import type { Command, CommandType, FailoverPhase } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
-import { type Outcome, OutOfTime, PHASE_MARGIN_MS, PhaseTimeout, sleepOf } from "./deps.ts";
+import { type Outcome, OutOfTime, PhaseTimeout, sleepOf } from "./deps.ts";
 import { complete, type Run, recordPhase, stateOf } from "./transitions.ts";
 
 /**
@@ -44,7 +45,7 @@ export async function execute(
   for (const phase of PHASES.slice(start, end)) {
     if (phase.applies && !phase.applies(run)) continue;
     requireTime(run, phase.name);
-    await run.lock.hold();
+    await run.lock.hold(phase.name);
     await recordPhase(run, phase.name);
     await phase.run(run);
     await run.deps.onPhase?.(run.shard, phase.name, run.topology.epoch);
@@ -52,14 +53,24 @@ export async function execute(
   return until === undefined ? complete(run) : undefined;
 }
 
-/** Throws OutOfTime when the invocation cannot finish `phase` within its bound plus the margin. */
-export function requireTime(run: Run, phase: ExecutedPhase | "epoch_bumped"): void {
-  const bound = phase === "epoch_bumped" ? run.timeouts.promote : run.timeouts[phase];
+/**
+ * Throws OutOfTime unless the invocation can still run `phases` (one after the other, each within
+ * its bound plus the margin) before `at` starts. By default `at` needs its own bound; the epoch
+ * bump, which writes but waits for nothing, needs the bound of the phases it leads to before
+ * PROMOTE (`promote`; a switchover's `catch_up` and `promote`).
+ */
+export function requireTime(
+  run: Run,
+  at: ExecutedPhase | "epoch_bumped",
+  phases: readonly ExecutedPhase[] = at === "epoch_bumped" ? ["promote"] : [at],
+): void {
+  const bounds = phases.map((phase) => run.timeouts[phase]);
   const left = run.remainingMs();
-  if (left < bound + PHASE_MARGIN_MS) {
+  if (left < timeNeeded(bounds)) {
+    const what = phases.length === 1 && phases[0] === at ? "" : ` (${phases.join(", ")})`;
     throw new OutOfTime(
-      phase,
-      `shard ${run.shard}: phase ${phase} needs up to ${bound} + ${PHASE_MARGIN_MS} ms, ${Math.max(0, Math.floor(left))} ms left in this invocation; the next one continues`,
+      at,
+      `shard ${run.shard}: phase ${at}${what} needs up to ${bounds.join(" + ")} + ${phases.length * PHASE_MARGIN_MS} ms, ${Math.max(0, Math.floor(left))} ms left in this invocation`,
     );
   }
 }
@@ -113,7 +124,7 @@ async function waitFor(
     if (run.deps.clock.now() >= deadline) {
       throw new PhaseTimeout(phase, `shard ${run.shard}: phase ${phase} not done after ${ms} ms`);
     }
-    await run.lock.hold();
+    await run.lock.hold(phase);
     await sleepOf(run.deps)(pollMs);
   }
 }

@@ -6,14 +6,27 @@ import {
   type CycleOutcome,
   type CycleResult,
   type Outcome,
+  OutOfTime,
   PhaseTimeout,
+  type RemainingMs,
   timeoutsOf,
+  UNLIMITED,
 } from "./deps.ts";
-import { ShardLock } from "./lock.ts";
+import { type NotLocked, ShardLock } from "./lock.ts";
 import { execute, requireTime } from "./phases.ts";
 import { abandon, type Run, startPlan } from "./transitions.ts";
 
-/** Operator requests: a planned switchover, pause and resume; each under the shard's lock like a failover. */
+/**
+ * Operator requests: a planned switchover, pause and resume; each under the shard's lock like a
+ * failover, and within the invocation's time budget like a failover (core/budget.ts): the lease
+ * is cut to the remaining time, and a switchover phase starts only when the remaining time covers
+ * its bound plus the margin.
+ */
+
+export interface RequestOptions {
+  /** Time the invocation has left (Lambda: `context.getRemainingTimeInMillis`). @default unlimited */
+  readonly remainingMs?: RemainingMs;
+}
 
 /** Options of an operator's switchover. */
 export interface SwitchoverRequest {
@@ -25,19 +38,27 @@ export interface SwitchoverRequest {
 /**
  * A planned switchover: writes paused on the old primary, the target waited for until it has
  * the old primary's offset, then the failover phases. Refused (with the reason) when not safe.
+ *
+ * Within the invocation's time: it starts (bumps the epoch) only when the remaining time covers
+ * catch_up and promote, since a switchover stopped before PROMOTE is abandoned, never resumed;
+ * with less, it is refused and nothing changes. Cut short before PROMOTE all the same, it is
+ * abandoned at once (epoch + 1, the old primary stays). Cut short after PROMOTE, it ends
+ * `deferred` with its phase recorded and the lock released, and the next controller cycle
+ * finishes it at the same epoch.
  */
 export async function requestSwitchover(
   deps: ControllerDeps,
   shard: string,
   request: SwitchoverRequest = {},
+  options: RequestOptions = {},
 ): Promise<CycleResult> {
+  const remainingMs = options.remainingMs ?? UNLIMITED;
   const snapshot = await deps.store.heartbeats.snapshot(shard);
   const plan = planSwitchover(snapshot, deps.config, deps.clock.now(), { to: request.to });
   if (plan.kind === "refused")
     return { shard, outcome: "refused", epoch: snapshot.topology?.epoch, reason: plan.reason };
-  const lock = await ShardLock.acquire(deps, shard, { forPrimary: plan.oldPrimary.node_id });
-  if (!lock)
-    return { shard, outcome: "refused", reason: "another controller holds the shard's lock; try again" };
+  const lock = await ShardLock.acquire(deps, shard, { forPrimary: plan.oldPrimary.node_id, remainingMs });
+  if (!(lock instanceof ShardLock)) return notLocked(shard, lock);
   const lockedAt = deps.clock.now();
   const outcome = await guarded(lock, async (): Promise<Outcome> => {
     const again = await deps.store.heartbeats.snapshot(shard);
@@ -59,10 +80,19 @@ export async function requestSwitchover(
       shard,
       lock,
       timeouts: timeoutsOf(deps),
-      remainingMs: () => Number.POSITIVE_INFINITY,
+      remainingMs,
       topology: again.topology as Topology,
     };
-    requireTime(run, "epoch_bumped");
+    try {
+      requireTime(run, "epoch_bumped", ["catch_up", "promote"]);
+    } catch (error) {
+      if (!(error instanceof OutOfTime)) throw error;
+      return {
+        outcome: "refused",
+        epoch: run.topology.epoch,
+        reason: `${error.message}; nothing changed, try again`,
+      };
+    }
     await startPlan(
       run,
       {
@@ -80,8 +110,9 @@ export async function requestSwitchover(
     );
     try {
       await execute(run, "catch_up", "catch_up");
+      requireTime(run, "promote");
     } catch (error) {
-      if (!(error instanceof PhaseTimeout)) throw error;
+      if (!(error instanceof PhaseTimeout || error instanceof OutOfTime)) throw error;
       // Before PROMOTE: abandon under a new epoch; the old primary's writes resume when its pause times out.
       return abandon(run, `${error.message}; switchover aborted, ${replan.oldPrimary.node_id} stays primary`);
     }
@@ -95,6 +126,7 @@ export async function pauseShard(
   deps: ControllerDeps,
   shard: string,
   reason = "paused by an operator",
+  options: RequestOptions = {},
 ): Promise<CycleResult> {
   return underTopologyLock(
     deps,
@@ -106,11 +138,16 @@ export async function pauseShard(
       return { next: { ...topology, status: "paused", paused_reason: reason }, result: `paused: ${reason}` };
     },
     "paused",
+    options,
   );
 }
 
 /** Leaves maintenance mode: online with its primary, or offline when it has none. */
-export async function resumeShard(deps: ControllerDeps, shard: string): Promise<CycleResult> {
+export async function resumeShard(
+  deps: ControllerDeps,
+  shard: string,
+  options: RequestOptions = {},
+): Promise<CycleResult> {
   return underTopologyLock(
     deps,
     shard,
@@ -121,7 +158,13 @@ export async function resumeShard(deps: ControllerDeps, shard: string): Promise<
       return { next: { ...rest, status }, result: `resumed, shard ${status}` };
     },
     "resumed",
+    options,
   );
+}
+
+/** An operator's request that could not take the lock is refused; the operator tries again. */
+function notLocked(shard: string, why: NotLocked): CycleResult {
+  return { shard, outcome: "refused", reason: `${why.reason}; try again` };
 }
 
 async function underTopologyLock(
@@ -129,10 +172,10 @@ async function underTopologyLock(
   shard: string,
   change: (topology: Topology) => { next?: Topology; result?: string; refused?: string },
   outcome: CycleOutcome,
+  options: RequestOptions,
 ): Promise<CycleResult> {
-  const lock = await ShardLock.acquire(deps, shard);
-  if (!lock)
-    return { shard, outcome: "refused", reason: "another controller holds the shard's lock; try again" };
+  const lock = await ShardLock.acquire(deps, shard, { remainingMs: options.remainingMs });
+  if (!(lock instanceof ShardLock)) return notLocked(shard, lock);
   const result = await guarded(lock, async (): Promise<Outcome> => {
     const topology = await deps.store.topology.read(shard);
     if (topology === undefined) return { outcome: "refused", reason: "the shard has no topology yet" };
