@@ -1,3 +1,4 @@
+import type { DatabaseIdentity } from "../core/identity.ts";
 import type { HeartbeatInput, Topology } from "../core/model.ts";
 import type {
   Clock,
@@ -55,6 +56,17 @@ export class AgentContext {
   lastHeartbeat: HeartbeatInput | undefined;
   /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
   lastHeartbeatWrittenAt: number;
+  /** Heartbeats written by this process: published on the probe connection as a witness. */
+  heartbeatsWritten = 0;
+  /**
+   * The replicas' published heartbeat counts when this agent's own writes began to fail;
+   * undefined while they succeed.
+   */
+  witnessBaseline: ReadonlyMap<string, number> | undefined;
+  /** Members seen writing to the store since this agent's writes began to fail. */
+  storeWitnesses: readonly string[] = [];
+  /** AWS-aligned ms when this primary's writes to the store began to fail (failsafe), if they do. */
+  failsafeSince: number | undefined;
   /** Whether the topology was read since start: a primary claims nothing before it was. */
   topologyRead = false;
   lastTopology: Topology | undefined;
@@ -75,7 +87,9 @@ export class AgentContext {
   /** The database restarted without continuing its lineage while it was primary: fenced until it follows. */
   dbRestarted = false;
   /** The database's identity as last read: a new run_id that does not continue it is a restart. */
-  identity: { runId: string; replId: string; offset: number; role: string } | undefined;
+  identity: DatabaseIdentity | undefined;
+  /** Whether this primary's replica set item exists in the store (false before its first member). */
+  guardRecorded = false;
   /** Monotonic ms until which a freshly promoted node refuses writes (the old primary's guard window). */
   promotionFenceUntil = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */

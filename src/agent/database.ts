@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { Backoff } from "./backoff.ts";
 import type { AgentLogger } from "./log.ts";
-import { parseReplicationInfo, type ReplicationInfo } from "./redis-info.ts";
+import { parseClientNames, parseReplicationInfo, type ReplicationInfo } from "./redis-info.ts";
 
 /** What the agent does to its own database. One implementation (ioredis); an interface so loops stay readable. */
 export interface Database {
@@ -16,6 +16,8 @@ export interface Database {
   pauseWrites(timeoutMs: number): Promise<void>;
   /** `CLIENT UNPAUSE`: ends a pause early. */
   resumeWrites(): Promise<void>;
+  /** Names of the normal clients connected (`CLIENT LIST TYPE normal`), unnamed ones left out. */
+  clientNames(): Promise<string[]>;
   /** Resolves once connected, or after `timeoutMs` (the loops report a database that stays down). */
   waitReady(timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
@@ -106,6 +108,10 @@ export class RedisDatabase implements Database {
 
   async resumeWrites(): Promise<void> {
     await this.client.call("CLIENT", "UNPAUSE");
+  }
+
+  async clientNames(): Promise<string[]> {
+    return parseClientNames(String(await this.client.call("CLIENT", "LIST", "TYPE", "normal")));
   }
 
   async waitReady(timeoutMs: number): Promise<boolean> {

@@ -1,4 +1,5 @@
 import { errorMessage } from "../core/errors.ts";
+import { judgeRestart } from "../core/identity.ts";
 import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { Backoff } from "./backoff.ts";
@@ -7,8 +8,8 @@ import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing
 import { runLoop, withStoreTimeout } from "./loop.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked, type ProbeResult } from "./primary-probe.ts";
-import type { ReplicationInfo } from "./redis-info.ts";
-import { tryEnforceWriteGuard } from "./write-guard.ts";
+import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+import { endFailsafe, observeStoreWitnesses, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /** What one cycle achieved; the loop paces itself on it. */
 export interface CycleResult {
@@ -50,28 +51,40 @@ async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined>
 function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   if (info.runId === undefined) return;
   const previous = ctx.identity;
-  ctx.identity = { runId: info.runId, replId: info.replId, offset: info.offset, role: info.role };
-  if (previous === undefined || previous.runId === info.runId) return;
+  const current = {
+    runId: info.runId,
+    replId: info.replId,
+    offset: info.offset,
+    role: info.role,
+    synced: syncedReplicaAddresses(info).length,
+  };
+  ctx.identity = current;
+  const verdict = judgeRestart(previous, current, {
+    named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
+    guardMembers: ctx.guardMembers,
+    guardRecorded: ctx.guardRecorded,
+  });
+  if (verdict.kind === "same") return;
   // The guard's settings died with the old process.
   ctx.appliedGuard = undefined;
-  const continues = info.replId === previous.replId && info.offset >= previous.offset;
-  const named = ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false;
-  // Without a replica in the replica set no other node holds the data: fencing would only stop writes.
-  const othersHoldData = ctx.guardMembers.length > 0;
-  // A database that already follows a primary serves nobody's writes: its sync replaces its data.
-  if (continues || info.role !== "primary" || (previous.role !== "primary" && !named) || !othersHoldData) {
-    ctx.logger.warn("database restarted", { ...ctx.epochContext, runId: info.runId, continues });
+  if (verdict.kind === "harmless") {
+    ctx.logger.warn("database restarted", {
+      ...ctx.epochContext,
+      runId: info.runId,
+      continues: verdict.continues,
+      why: verdict.reason,
+    });
     return;
   }
   ctx.dbRestarted = true;
   ctx.logger.error("database restarted without its data: fenced until it follows the shard's primary", {
     ...ctx.epochContext,
     runId: info.runId,
-    previousRunId: previous.runId,
+    previousRunId: previous?.runId,
     replId: info.replId,
-    previousReplId: previous.replId,
+    previousReplId: previous?.replId,
     offset: info.offset,
-    previousOffset: previous.offset,
+    previousOffset: previous?.offset,
   });
 }
 
@@ -293,6 +306,7 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
     ctx.confirmed = verdict.kind === "keep" && verdict.primaryConfirmed;
     ctx.unconfirmedReason = verdict.reason;
     ctx.guardMembers = snapshot.replicaSets[ctx.nodeId] ?? [];
+    ctx.guardRecorded = snapshot.replicaSetVersions[ctx.nodeId] !== undefined;
     if (verdict.kind !== "keep") {
       try {
         ({ info, generation } = await reconcile(ctx, snapshot));
@@ -324,9 +338,12 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
       storeAnswered(ctx);
       ctx.lastHeartbeat = heartbeat;
       ctx.lastHeartbeatWrittenAt = ctx.monotonicNow();
+      ctx.heartbeatsWritten++;
+      endFailsafe(ctx);
       written = true;
     } catch (error) {
       storeFailed(ctx, "heartbeat write", error);
+      if (info?.role === "primary") await observeStoreWitnesses(ctx);
     }
   }
   if (info && (ctx.topologyRead || ctx.dbRestarted)) {

@@ -1,5 +1,6 @@
 import { Redis } from "ioredis";
 import { errorMessage } from "../core/errors.ts";
+import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
 import { readReplicationInfo, splitAddress } from "./database.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
@@ -13,6 +14,12 @@ import type { ReplicationInfo } from "./redis-info.ts";
  * would otherwise hand every replica an empty dataset in a full resync. The replica is unparked
  * when the primary is back as the same process or one that continues its lineage; otherwise it
  * waits for the controller (the primary, fenced by its own agent, is failed over).
+ *
+ * The connection also carries a witness the other way: its client name is
+ * `shardguard-probe.<node id>.<heartbeats written>`, so the primary's agent, when its own writes
+ * to the coordination store fail, can tell from `CLIENT LIST` whether its replicas still reach the
+ * store (their counts move: it alone is cut off, and fences so that it can be replaced) or not (a
+ * store outage: it keeps serving under the replica-set guard). docs/agent.md#fence-policies.
  */
 
 /** Where a parked replica points: no listener on port 1, so Redis keeps the dataset and retries. */
@@ -20,11 +27,36 @@ export const PARKED_HOST = "127.0.0.1";
 export const PARKED_PORT = 1;
 export const PARKED_ADDRESS = `${PARKED_HOST}:${PARKED_PORT}`;
 
-export type ProbeResult = "ok" | "unreachable" | "restarted";
+export type ProbeResult = "ok" | "unreachable" | "restarted" | "fenced";
+
+const PROBE_NAME_PREFIX = "shardguard-probe.";
+
+/** The probe connection's client name: who probes and how many heartbeats it has written. */
+export function probeName(nodeId: string, heartbeatsWritten: number): string {
+  return `${PROBE_NAME_PREFIX}${nodeId}.${heartbeatsWritten}`;
+}
+
+/** node id -> heartbeats written, from the client names of the probes connected to a primary. */
+export function probeCounts(names: readonly string[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const name of names) {
+    if (!name.startsWith(PROBE_NAME_PREFIX)) continue;
+    const rest = name.slice(PROBE_NAME_PREFIX.length);
+    const dot = rest.lastIndexOf(".");
+    const count = Number(rest.slice(dot + 1));
+    if (dot <= 0 || !Number.isSafeInteger(count)) continue;
+    const id = rest.slice(0, dot);
+    // Two connections of one node (a reconnect not yet closed): the higher count is the newer.
+    counts.set(id, Math.max(count, counts.get(id) ?? 0));
+  }
+  return counts;
+}
 
 export class PrimaryProbe {
   #client: Redis | undefined;
   #address: string | undefined;
+  /** The client name last set on the connection (undefined after a reconnect). */
+  #published: string | undefined;
   /** run_id of the primary while this replica was linked to it. */
   #runId: string | undefined;
   /**
@@ -59,22 +91,35 @@ export class PrimaryProbe {
       maxRetriesPerRequest: 0,
       commandTimeout: this.#timeoutMs,
       connectTimeout: this.#timeoutMs,
-      connectionName: "shardguard-probe",
+      connectionName: probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten),
       username: this.#ctx.options.redisUsername,
       password: this.#ctx.options.redisPassword,
       retryStrategy: () => 100,
     });
     client.on("error", () => {});
     client.on("close", () => void this.#lost(address));
+    client.on("ready", () => {
+      this.#published = undefined;
+    });
     this.#client = client;
   }
 
-  /** INFO of the primary within the timeout; undefined when it does not answer. */
-  async #info(): Promise<ReplicationInfo | undefined> {
+  /**
+   * Publishes this replica's heartbeat count, then reads INFO of the primary and whether it
+   * refuses every write (the agent's fence), within the timeout; undefined when it does not answer.
+   */
+  async #info(): Promise<{ info: ReplicationInfo; fenced: boolean } | undefined> {
     const client = this.#client;
     if (client?.status !== "ready") return undefined;
     try {
-      return await readReplicationInfo(client);
+      const name = probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten);
+      if (name !== this.#published) {
+        await client.client("SETNAME", name);
+        this.#published = name;
+      }
+      const info = await readReplicationInfo(client);
+      const reply = (await client.config("GET", "min-replicas-to-write")) as string[];
+      return { info, fenced: Number(reply[1]) >= FENCED_MIN_REPLICAS };
     } catch {
       return undefined;
     }
@@ -85,8 +130,9 @@ export class PrimaryProbe {
    * back as itself (or continues its lineage).
    */
   async probe(mine: ReplicationInfo): Promise<ProbeResult> {
-    const primary = await this.#info();
-    if (primary === undefined) return "unreachable";
+    const answer = await this.#info();
+    if (answer === undefined) return "unreachable";
+    const primary = answer.info;
     const parked = isParked(mine);
     const linked = !parked && mine.primary?.link === "up";
     if (linked && primary.runId !== undefined) this.#runId = primary.runId;
@@ -98,7 +144,9 @@ export class PrimaryProbe {
         await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
       else return "restarted";
     }
-    return "ok";
+    // A primary that refuses every write serves nobody: its agent fenced it (cut off from the
+    // store, restarted, not confirmed). With its heartbeat stale, that is a failed primary.
+    return answer.fenced && primary.role === "primary" ? "fenced" : "ok";
   }
 
   async #lost(address: string): Promise<void> {

@@ -135,3 +135,13 @@ export function syncedReplicaAddresses(
     .filter((replica) => replica.state === "online" && replica.lagSeconds <= maxLagSeconds)
     .map((replica) => replica.address);
 }
+
+/** The `name=` of every line of `CLIENT LIST` output that has one. */
+export function parseClientNames(text: string): string[] {
+  const names: string[] = [];
+  for (const line of text.split("\n")) {
+    const name = / name=(\S*)/.exec(line)?.[1];
+    if (name) names.push(name);
+  }
+  return names;
+}

@@ -3,11 +3,13 @@ import {
   FENCED_MIN_REPLICAS,
   GUARD_MAX_LAG_S,
   planWriteGuard,
+  storeWitnessesOf,
   type WriteGuardPlan,
 } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import { withStoreTimeout } from "./loop.ts";
+import { probeCounts } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
 
 /**
@@ -27,6 +29,58 @@ export function attachedReplicas(ctx: AgentContext, info: ReplicationInfo): stri
   return ids;
 }
 
+/**
+ * A primary whose heartbeat write failed looks at its replicas' probes: the first failure sets
+ * the baseline of their published heartbeat counts; later ones name the members whose counts
+ * moved on (they reach the store while this agent does not). A count that went down (an agent
+ * restarted) becomes its new baseline.
+ */
+export async function observeStoreWitnesses(ctx: AgentContext): Promise<void> {
+  let counts: Map<string, number>;
+  try {
+    counts = probeCounts(await ctx.db.clientNames());
+  } catch (error) {
+    ctx.logger.debug("could not list the replicas' probes", { error: errorMessage(error) });
+    return;
+  }
+  const baseline = ctx.witnessBaseline;
+  if (baseline === undefined) {
+    ctx.witnessBaseline = counts;
+    ctx.failsafeSince = ctx.deps.clock.now();
+    ctx.logger.warn("failsafe: serving without the coordination store while the replica set acknowledges", {
+      ...ctx.epochContext,
+      members: ctx.guardMembers,
+      probes: Object.fromEntries(counts),
+    });
+    return;
+  }
+  const next = new Map(baseline);
+  for (const [id, count] of counts) if ((baseline.get(id) ?? count) >= count) next.set(id, count);
+  ctx.witnessBaseline = next;
+  const witnesses = storeWitnessesOf(ctx.guardMembers, next, counts);
+  if (witnesses.join() !== ctx.storeWitnesses.join()) {
+    ctx.logger.warn("replicas reach the coordination store while this agent cannot", {
+      ...ctx.epochContext,
+      witnesses,
+      members: ctx.guardMembers,
+    });
+  }
+  ctx.storeWitnesses = witnesses;
+}
+
+/** A heartbeat was written: the store answers this agent again. */
+export function endFailsafe(ctx: AgentContext): void {
+  if (ctx.witnessBaseline === undefined) return;
+  ctx.logger.warn("failsafe ended: the coordination store answers again", {
+    ...ctx.epochContext,
+    failsafeSince: ctx.failsafeSince,
+    durationMs: ctx.failsafeSince === undefined ? undefined : ctx.deps.clock.now() - ctx.failsafeSince,
+  });
+  ctx.witnessBaseline = undefined;
+  ctx.storeWitnesses = [];
+  ctx.failsafeSince = undefined;
+}
+
 /** The plan for this node now, from what the context holds. */
 export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuardPlan {
   return planWriteGuard({
@@ -40,6 +94,7 @@ export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuar
     fenceTimeoutMs: ctx.options.fenceTimeoutMs,
     restarted: ctx.dbRestarted,
     promotionWindowOpen: ctx.monotonicNow() < ctx.promotionFenceUntil,
+    storeWitnesses: ctx.storeWitnesses,
   });
 }
 

@@ -462,8 +462,9 @@ function decideOnline(
       isFresh(node, config, now),
   );
   // A replica votes the primary down when its replication link is down, or when its own probe
-  // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout) or found it
-  // restarted without its data.
+  // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout), found it
+  // restarted without its data, or found it refusing every write (fenced by its own agent, e.g.
+  // an agent cut off from the store while its replicas are not).
   const down = voters.filter(
     (node) =>
       node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),

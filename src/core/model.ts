@@ -45,9 +45,10 @@ export const heartbeatSchema = z.object({
   /**
    * Replica: its own probe of the primary (a connection of its agent, like Sentinel's): `ok`,
    * `unreachable` (no answer within the probe timeout: dead or hung), `restarted` (back as a new
-   * process that does not continue the lineage; the replica stays parked).
+   * process that does not continue the lineage; the replica stays parked), `fenced` (it refuses
+   * every write: its agent fenced it).
    */
-  primary_probe: z.enum(["ok", "unreachable", "restarted"]).optional(),
+  primary_probe: z.enum(["ok", "unreachable", "restarted", "fenced"]).optional(),
   /** Replica: seconds since it last heard from its primary (Redis `master_last_io_seconds_ago`). */
   lag_s: z.number().int().nonnegative().optional(),
   /** Highest command epoch this agent applied. */

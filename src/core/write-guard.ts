@@ -9,7 +9,9 @@
  *   promoted (decide.ts), so every promotion removes a member.
  * - **fence**: refuse every write (`min-replicas-to-write` beyond reach) while the topology does
  *   not confirm this node, or (policies `fence`, and `failsafe` with no replica to witness) after
- *   `fenceTimeoutMs` without a heartbeat written.
+ *   `fenceTimeoutMs` without a heartbeat written. Under `failsafe` also when this agent alone lost
+ *   the store: a majority of the replica set was seen reaching it since (`storeWitnesses`), so
+ *   the controller can replace this primary, and will, once its replicas report it fenced.
  * - **open**: the operator's own settings (policy `keep-serving`, and `fence` while confirmed).
  *
  * The set only grows after the database already demands the new member, and only shrinks through
@@ -53,6 +55,37 @@ export interface WriteGuardInput {
   readonly restarted: boolean;
   /** A promotion's fence window is still open (the old primary may not have noticed yet). */
   readonly promotionWindowOpen: boolean;
+  /**
+   * Members of the replica set seen writing to the coordination store after this agent's own
+   * writes began to fail (their probes' heartbeat counters, `storeWitnessesOf`). @default none
+   */
+  readonly storeWitnesses?: readonly string[];
+}
+
+/**
+ * How far a witness's published heartbeat count must move past the count seen when this agent's
+ * writes began to fail. A replica publishes its count before each heartbeat write, so the count
+ * seen lags its true count by at most one write; two more prove a write that completed after
+ * this agent was already failing: the store answers others. In a store-wide outage no write
+ * completes, so the count moves at most one.
+ */
+export const WITNESS_ADVANCE = 2;
+
+/**
+ * Members that reached the store while this agent could not: their count moved at least
+ * `WITNESS_ADVANCE` past the `baseline` (counts when this agent's writes began to fail). A count
+ * that went down is a restarted agent and proves nothing yet.
+ */
+export function storeWitnessesOf(
+  members: readonly string[],
+  baseline: ReadonlyMap<string, number>,
+  now: ReadonlyMap<string, number>,
+): string[] {
+  return members.filter((id) => {
+    const before = baseline.get(id);
+    const after = now.get(id);
+    return before !== undefined && after !== undefined && after - before >= WITNESS_ADVANCE;
+  });
 }
 
 export type WriteGuardPlan =
@@ -108,6 +141,15 @@ export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
       if (members.size === 0 && join.length === 0 && cutOff) {
         // No replica to witness that nobody else was promoted: nothing but the store can.
         return { kind: "fence", reason: `${cutOffReason} and no replica in the replica set` };
+      }
+      const witnesses = (input.storeWitnesses ?? []).filter((id) => members.has(id));
+      if (cutOff && members.size > 0 && witnesses.length > members.size / 2) {
+        // Not a store outage: this agent alone is cut off. Serving on would leave the shard with a
+        // primary nobody can manage; fenced, its replicas report it so and the controller replaces it.
+        return {
+          kind: "fence",
+          reason: `${cutOffReason} while ${[...witnesses].sort().join(", ")} of the replica set reach the coordination store: this agent alone is cut off`,
+        };
       }
       return {
         kind: "guard",

@@ -98,6 +98,15 @@ describe("decide: quorum", () => {
       expected: { kind: "failover" },
     },
     {
+      name: "counts a replica whose probe finds the stale primary refusing every write (its agent fenced it)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", primary_link: "up", primary_probe: "fenced" })
+          .withNode({ node_id: "r2", primary_link: "up", primary_probe: "fenced" })
+          .build(),
+      expected: { kind: "failover" },
+    },
+    {
       name: "does not count a replica whose probe reaches the primary while its link is up",
       snapshot: () =>
         aShardWithStalePrimary()

@@ -1,6 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { FENCE_POLICIES, planWriteGuard, type WriteGuardInput } from "../../src/core/write-guard.ts";
+import {
+  FENCE_POLICIES,
+  planWriteGuard,
+  storeWitnessesOf,
+  WITNESS_ADVANCE,
+  type WriteGuardInput,
+} from "../../src/core/write-guard.ts";
 
 const base: WriteGuardInput = {
   policy: "failsafe",
@@ -46,6 +52,31 @@ describe("the write guard", () => {
       { members: [], attached: [], msSinceHeartbeatWritten: 2000 },
       { kind: "fence" },
     ],
+    [
+      "failsafe fences when cut off while a majority of the replica set reaches the store",
+      { msSinceHeartbeatWritten: 2000, storeWitnesses: ["r1", "r2"] },
+      { kind: "fence" },
+    ],
+    [
+      "failsafe keeps serving when only half the replica set reaches the store (a partial outage)",
+      { msSinceHeartbeatWritten: 2000, storeWitnesses: ["r1"] },
+      { kind: "guard", minReplicas: 2 },
+    ],
+    [
+      "failsafe waits out the fence timeout even with witnesses",
+      { msSinceHeartbeatWritten: 1999, storeWitnesses: ["r1", "r2"] },
+      { kind: "guard", minReplicas: 2 },
+    ],
+    [
+      "failsafe does not count a witness outside the replica set",
+      { msSinceHeartbeatWritten: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r9"] },
+      { kind: "guard", minReplicas: 1 },
+    ],
+    [
+      "failsafe with one replica fences when that replica reaches the store",
+      { msSinceHeartbeatWritten: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r1"] },
+      { kind: "fence" },
+    ],
     ["policy fence serves while heartbeats are written", { policy: "fence" }, { kind: "open" }],
     [
       "policy fence fences after the fence timeout",
@@ -87,5 +118,49 @@ describe("the write guard", () => {
     for (const policy of FENCE_POLICIES) {
       expect(planWriteGuard({ ...base, policy, confirmed: false }).kind).toBe("fence");
     }
+  });
+
+  it.each([
+    ["no count moved", { r1: 10, r2: 7 }, { r1: 10, r2: 7 }, []],
+    ["one write may have been in flight: not a witness", { r1: 10, r2: 7 }, { r1: 11, r2: 8 }, []],
+    ["two writes past the baseline", { r1: 10, r2: 7 }, { r1: 12, r2: 8 }, ["r1"]],
+    ["a restarted agent's count went down", { r1: 10, r2: 7 }, { r1: 2, r2: 9 }, ["r2"]],
+    ["a member never seen before has no baseline", { r1: 10 }, { r1: 10, r2: 50 }, []],
+    ["a member no longer seen", { r1: 10, r2: 7 }, { r2: 9 }, ["r2"]],
+  ] as const)("store witnesses: %s", (_name, before, after, expected) => {
+    const members = ["r1", "r2"];
+    expect(
+      storeWitnessesOf(members, new Map(Object.entries(before)), new Map(Object.entries(after))),
+    ).toEqual(expected);
+  });
+
+  it("a witness is a member whose count moved at least WITNESS_ADVANCE, whatever the counts", () => {
+    fc.assert(
+      fc.property(fc.nat(1000), fc.integer({ min: -1000, max: 1000 }), (before, delta) => {
+        const witnesses = storeWitnessesOf(
+          ["r1"],
+          new Map([["r1", before]]),
+          new Map([["r1", before + delta]]),
+        );
+        expect(witnesses.length === 1).toBe(delta >= WITNESS_ADVANCE);
+      }),
+    );
+  });
+
+  it("under failsafe, a cut-off primary fences only with a strict majority of members as witnesses", () => {
+    const ids = fc.uniqueArray(fc.constantFrom("r1", "r2", "r3", "r4", "r5"), { minLength: 1, maxLength: 5 });
+    fc.assert(
+      fc.property(ids, ids, (members, witnesses) => {
+        const plan = planWriteGuard({
+          ...base,
+          members,
+          attached: members,
+          msSinceHeartbeatWritten: 10_000,
+          storeWitnesses: witnesses,
+        });
+        const counted = witnesses.filter((id) => members.includes(id)).length;
+        expect(plan.kind === "fence").toBe(counted * 2 > members.length);
+      }),
+    );
   });
 });

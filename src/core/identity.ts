@@ -1,0 +1,55 @@
+/**
+ * Database identity: whether a database that came back as a new process (another `run_id`) may
+ * serve, or restarted without its data and must be fenced until it follows the shard's primary
+ * (guarantee 5, docs/agent.md#database-identity).
+ */
+
+import type { Role } from "./model.ts";
+
+/** What the agent read of its database at one cycle. */
+export interface DatabaseIdentity {
+  readonly runId: string;
+  readonly replId: string;
+  readonly offset: number;
+  readonly role: Role;
+  /** Replicas attached with a completed sync. */
+  readonly synced: number;
+}
+
+export interface RestartContext {
+  /** The topology names this node as the primary. */
+  readonly named: boolean;
+  /** The primary's stored replica set. */
+  readonly guardMembers: readonly string[];
+  /** Whether that set was ever stored (false while a new shard's replicas have not joined yet). */
+  readonly guardRecorded: boolean;
+}
+
+export type RestartVerdict =
+  | { readonly kind: "same" }
+  | { readonly kind: "harmless"; readonly continues: boolean; readonly reason: string }
+  | { readonly kind: "lost-data"; readonly reason: string };
+
+/** Judges a database read `current` after `previous` (the last read before it). */
+export function judgeRestart(
+  previous: DatabaseIdentity | undefined,
+  current: DatabaseIdentity,
+  context: RestartContext,
+): RestartVerdict {
+  if (previous === undefined || previous.runId === current.runId) return { kind: "same" };
+  const continues = current.replId === previous.replId && current.offset >= previous.offset;
+  const harmless = (reason: string): RestartVerdict => ({ kind: "harmless", continues, reason });
+  if (continues) return harmless("it continues its replication lineage");
+  // A database that already follows a primary serves nobody's writes: its sync replaces its data.
+  if (current.role !== "primary") return harmless("it came back as a replica");
+  if (previous.role !== "primary" && !context.named) return harmless("it was not the shard's primary");
+  // Without a replica holding the data, fencing would only stop writes. Members of the replica
+  // set hold it; before the set was first stored (a shard just started), so do the replicas that
+  // were synced with the old process, and any of them may be promoted.
+  const othersHoldData = context.guardMembers.length > 0 || (!context.guardRecorded && previous.synced > 0);
+  if (!othersHoldData) return harmless("no other node holds its data");
+  return {
+    kind: "lost-data",
+    reason: "the database restarted without continuing its replication lineage (its data may be gone)",
+  };
+}

@@ -1,0 +1,109 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { type DatabaseIdentity, judgeRestart, type RestartContext } from "../../src/core/identity.ts";
+
+const before: DatabaseIdentity = {
+  runId: "run-a",
+  replId: "lineage-1",
+  offset: 5000,
+  role: "primary",
+  synced: 2,
+};
+const emptyRestart: DatabaseIdentity = {
+  runId: "run-b",
+  replId: "lineage-2",
+  offset: 0,
+  role: "primary",
+  synced: 0,
+};
+const shard: RestartContext = { named: true, guardMembers: ["r1", "r2"], guardRecorded: true };
+
+describe("database identity: judging a restarted database", () => {
+  it.each([
+    ["the first read", undefined, emptyRestart, shard, "same"],
+    ["the same process", before, { ...before, offset: 6000 }, shard, "same"],
+    [
+      "a restart that continues the lineage (an RDB as new as the data)",
+      before,
+      { ...before, runId: "run-b" },
+      shard,
+      "harmless",
+    ],
+    ["an empty restart of the shard's primary with a replica set", before, emptyRestart, shard, "lost-data"],
+    [
+      "a restart from an older snapshot (same lineage, offset behind)",
+      before,
+      { ...before, runId: "run-b", offset: 4000 },
+      shard,
+      "lost-data",
+    ],
+    [
+      "an empty restart that came back as a replica",
+      before,
+      { ...emptyRestart, role: "replica" },
+      shard,
+      "harmless",
+    ],
+    [
+      "an empty restart of a replica not named by the topology",
+      { ...before, role: "replica" },
+      emptyRestart,
+      { ...shard, named: false },
+      "harmless",
+    ],
+    [
+      "an empty restart of the named primary that was demoted meanwhile",
+      { ...before, role: "replica" },
+      emptyRestart,
+      shard,
+      "lost-data",
+    ],
+    [
+      "a single-node shard: no replica holds the data",
+      before,
+      emptyRestart,
+      { ...shard, guardMembers: [], guardRecorded: true },
+      "harmless",
+    ],
+    [
+      "a new shard whose replicas synced before the set was stored",
+      before,
+      emptyRestart,
+      { ...shard, guardMembers: [], guardRecorded: false },
+      "lost-data",
+    ],
+    [
+      "a new shard with no replica synced yet",
+      { ...before, synced: 0 },
+      emptyRestart,
+      { ...shard, guardMembers: [], guardRecorded: false },
+      "harmless",
+    ],
+  ] as const)("%s", (_name, previous, current, context, expected) => {
+    expect(judgeRestart(previous, current, context).kind).toBe(expected);
+  });
+
+  it("never fences a database whose new process continues the old lineage", () => {
+    const identity = fc.record({
+      runId: fc.constantFrom("a", "b"),
+      replId: fc.constantFrom("x", "y"),
+      offset: fc.nat(10_000),
+      role: fc.constantFrom("primary" as const, "replica" as const),
+      synced: fc.nat(3),
+    });
+    const context = fc.record({
+      named: fc.boolean(),
+      guardMembers: fc.subarray(["r1", "r2"]),
+      guardRecorded: fc.boolean(),
+    });
+    fc.assert(
+      fc.property(identity, identity, context, (previous, current, ctx) => {
+        const verdict = judgeRestart(previous, current, ctx);
+        if (current.replId === previous.replId && current.offset >= previous.offset) {
+          expect(verdict.kind).not.toBe("lost-data");
+        }
+        if (verdict.kind === "lost-data") expect(current.role).toBe("primary");
+      }),
+    );
+  });
+});
