@@ -465,10 +465,11 @@ function decideOnline(
   // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout), found it
   // restarted without its data, or found it refusing every write (fenced by its own agent, e.g.
   // an agent cut off from the store while its replicas are not).
-  const down = voters.filter(
+  const downVoters = voters.filter(
     (node) =>
       node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),
-  ).length;
+  );
+  const down = downVoters.length;
   const needed = quorumNeeded(config.quorum, voters.length);
   // Not one agent heard: the controller cannot tell a dead shard from agents cut off from the
   // table or stalled while every database serves. Marking it offline is then no harmless status:
@@ -493,7 +494,12 @@ function decideOnline(
   const quorumText =
     voters.length === 0
       ? "no fresh replica to ask"
-      : `${down} of ${voters.length} fresh replicas report the primary down`;
+      : `${down} of ${voters.length} fresh replicas report the primary down (${[...downVoters]
+          .sort((a, b) => a.node_id.localeCompare(b.node_id))
+          .map(
+            (node) => `${node.node_id}: ${node.primary_link === "down" ? "link down" : node.primary_probe}`,
+          )
+          .join(", ")})`;
 
   if (!anyEligible) {
     if (lockBlocks(snapshot, now, options)) {

@@ -1,5 +1,6 @@
 import { stripVTControlCharacters } from "node:util";
 import pc from "picocolors";
+import { MAX_CLOCK_SKEW_MS } from "../core/decide.ts";
 import type { HistoryRecord } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 
@@ -10,9 +11,12 @@ export interface NodeStatus {
   readonly last_txn_id: number;
   /** Replication offset bytes behind the primary; undefined when there is no primary heartbeat. */
   readonly lag: number | undefined;
+  /** Negative when the heartbeat is dated ahead of the reader's clock. */
   readonly heartbeat_age_ms: number;
   readonly db_status: string;
   readonly primary_link: string | undefined;
+  /** A replica's own probe of its primary: ok, unreachable, restarted, fenced. */
+  readonly primary_probe: string | undefined;
   readonly priority: number;
   readonly epoch: number;
   readonly stale: boolean;
@@ -25,6 +29,11 @@ export interface ShardStatus {
   readonly primary: { readonly node_id: string; readonly address: string } | undefined;
   readonly phase: string | undefined;
   readonly paused_reason: string | undefined;
+  /**
+   * What the primary's replicas say of it when its own heartbeat is stale: serving without its
+   * agent's heartbeats (failsafe: a store outage for its agent, or its agent down), or fenced.
+   */
+  readonly primary_seen_by_replicas: string | undefined;
   readonly nodes: readonly NodeStatus[];
   readonly malformed: readonly { sk: string; field: string; reason: string }[];
 }
@@ -39,7 +48,7 @@ export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeo
   const primaryBeat = snapshot.nodes.find((node) => node.node_id === primaryId);
   const nodes = snapshot.nodes
     .map((node): NodeStatus => {
-      const age = Math.max(0, nowMs - Math.floor(node.last_updated / 1000));
+      const age = nowMs - Math.floor(node.last_updated / 1000);
       return {
         node_id: node.node_id,
         role: node.role,
@@ -49,9 +58,10 @@ export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeo
         heartbeat_age_ms: age,
         db_status: node.db_status,
         primary_link: node.primary_link,
+        primary_probe: node.primary_probe,
         priority: node.priority,
         epoch: node.epoch,
-        stale: age > failureTimeoutMs,
+        stale: age > failureTimeoutMs || age < -MAX_CLOCK_SKEW_MS,
       };
     })
     .sort(
@@ -68,9 +78,39 @@ export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeo
         : undefined,
     phase: topology?.status === "failing_over" ? topology.phase : undefined,
     paused_reason: topology?.paused_reason,
+    primary_seen_by_replicas: primaryId ? seenByReplicas(primaryId, nodes) : undefined,
     nodes,
     malformed: snapshot.malformed.map((item) => ({ ...item })),
   };
+}
+
+/**
+ * When the primary's heartbeat is stale but replicas' heartbeats are fresh, what those replicas
+ * see: the database serving (failsafe: the agent is cut off from the store or down, and the
+ * replica-set guard is the fence), or refusing writes (fenced by its agent: the controller
+ * replaces it). Undefined while the primary's heartbeat is fresh or no replica is heard.
+ */
+export function seenByReplicas(primaryId: string, nodes: readonly NodeStatus[]): string | undefined {
+  const primary = nodes.find((node) => node.node_id === primaryId);
+  if (primary !== undefined && !primary.stale) return undefined;
+  const replicas = nodes.filter(
+    (node) => node.node_id !== primaryId && !node.stale && node.db_status === "up",
+  );
+  if (replicas.length === 0) return undefined;
+  const by = (probe: string) =>
+    replicas.filter((node) => node.primary_probe === probe).map((node) => node.node_id);
+  const serving = replicas
+    .filter((node) => node.primary_link === "up" && (node.primary_probe ?? "ok") === "ok")
+    .map((node) => node.node_id);
+  const fenced = by("fenced");
+  if (fenced.length > 0) {
+    return `fenced: ${fenced.join(", ")} find ${primaryId} refusing every write (its agent fenced it); the controller replaces it`;
+  }
+  if (serving.length * 2 > replicas.length) {
+    return `failsafe: ${primaryId} serves without its agent's heartbeats (its agent is cut off from the store, or down); ${serving.join(", ")} see it serving and are its write guard`;
+  }
+  const down = replicas.filter((node) => !serving.includes(node.node_id)).map((node) => node.node_id);
+  return `down: ${down.join(", ")} report ${primaryId} unreachable, restarted or its link down`;
 }
 
 const STATUS_COLOUR: Record<string, (text: string) => string> = {
@@ -102,6 +142,11 @@ export function formatDuration(ms: number): string {
   return `${Math.round(ms / 60_000)}m`;
 }
 
+/** A heartbeat's age; one dated ahead of the reader's clock shows as "+1.2s ahead". */
+function formatAge(ms: number): string {
+  return ms < 0 ? `+${formatDuration(-ms)} ahead` : formatDuration(ms);
+}
+
 export function renderShardStatus(status: ShardStatus): string {
   const colour = STATUS_COLOUR[status.status] ?? ((text: string) => text);
   const headline = [
@@ -120,17 +165,24 @@ export function renderShardStatus(status: ShardStatus): string {
     node.address,
     String(node.last_txn_id),
     node.lag === undefined ? "-" : String(node.lag),
-    node.stale ? pc.red(formatDuration(node.heartbeat_age_ms)) : formatDuration(node.heartbeat_age_ms),
+    node.stale ? pc.red(formatAge(node.heartbeat_age_ms)) : formatAge(node.heartbeat_age_ms),
     node.db_status === "up" ? node.db_status : pc.red(node.db_status),
     node.primary_link === "down" ? pc.red("down") : (node.primary_link ?? "-"),
+    node.primary_probe === undefined || node.primary_probe === "ok"
+      ? (node.primary_probe ?? "-")
+      : pc.red(node.primary_probe),
     String(node.priority),
   ]);
   const lines = [
     headline,
     rows.length > 0
-      ? table(["NODE", "ROLE", "ADDRESS", "LAST_TXN_ID", "LAG", "HEARTBEAT", "DB", "LINK", "PRIORITY"], rows)
+      ? table(
+          ["NODE", "ROLE", "ADDRESS", "LAST_TXN_ID", "LAG", "HEARTBEAT", "DB", "LINK", "PROBE", "PRIORITY"],
+          rows,
+        )
       : "  (no node heartbeats)",
   ];
+  if (status.primary_seen_by_replicas) lines.push(pc.yellow(`  ${status.primary_seen_by_replicas}`));
   for (const item of status.malformed)
     lines.push(pc.red(`  malformed item ${item.sk}: ${item.field}: ${item.reason}`));
   return lines.join("\n");
