@@ -47,7 +47,7 @@ export async function observeStoreWitnesses(ctx: AgentContext): Promise<void> {
   if (baseline === undefined) {
     ctx.witnessBaseline = counts;
     ctx.failsafeSince = ctx.deps.clock.now();
-    ctx.logger.warn("failsafe: serving without the coordination store while the replica set acknowledges", {
+    ctx.logger.info("heartbeat write failed: watching whether the replicas still reach the store", {
       ...ctx.epochContext,
       members: ctx.guardMembers,
       probes: Object.fromEntries(counts),
@@ -71,7 +71,7 @@ export async function observeStoreWitnesses(ctx: AgentContext): Promise<void> {
 /** A heartbeat was written: the store answers this agent again. */
 export function endFailsafe(ctx: AgentContext): void {
   if (ctx.witnessBaseline === undefined) return;
-  ctx.logger.warn("failsafe ended: the coordination store answers again", {
+  ctx.logger.warn("coordination store answers this primary again", {
     ...ctx.epochContext,
     failsafeSince: ctx.failsafeSince,
     durationMs: ctx.failsafeSince === undefined ? undefined : ctx.deps.clock.now() - ctx.failsafeSince,
