@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { splitAddress } from "../core/sentinel.ts";
 import type { AgentDeps } from "./context.ts";
 import type { AgentLogger } from "./log.ts";
@@ -11,6 +12,24 @@ import { announcedAddress, SentinelServer } from "./sentinel-server.ts";
  * table reads a crowd of reconnecting clients can cause (5 per second per agent).
  */
 const REFRESH_MS = 200;
+
+/**
+ * Most Sentinel clients served at once: at most half of the process's open-file limit, so that
+ * a crowd of clients can never leave the agent without descriptors for its own database and
+ * table connections (a starved heartbeat loop would look like a dead primary), and at most 4096.
+ */
+export function maxSentinelConnections(limitsText = readProcLimits()): number {
+  const soft = /^Max open files\s+(\d+)/m.exec(limitsText ?? "")?.[1];
+  return soft === undefined ? 512 : Math.max(16, Math.min(4096, Math.floor(Number(soft) / 2)));
+}
+
+function readProcLimits(): string | undefined {
+  try {
+    return readFileSync("/proc/self/limits", "utf8");
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * The agent's Sentinel-protocol endpoint, wired: a feed tapped into the agent's heartbeat store
@@ -47,6 +66,7 @@ export class SentinelEndpoint {
       password: options.sentinelPassword,
       feed: this.#feed,
       logger,
+      limits: { maxConnections: maxSentinelConnections() },
     });
   }
 

@@ -13,8 +13,16 @@ import type { SentinelFeed } from "./sentinel-feed.ts";
 import { encodeFrame, type Frame, RequestReader } from "./sentinel-resp.ts";
 import { SentinelSession } from "./sentinel-session.ts";
 
+export interface SentinelLimits {
+  readonly maxConnections: number;
+  readonly maxPendingBytes: number;
+  readonly maxArguments: number;
+  readonly maxQueuedCommands: number;
+  readonly maxOutputBytes: number;
+}
+
 /** Limits that keep a misbehaving or hostile client from costing the agent more than a bounded amount. */
-export const SENTINEL_LIMITS = {
+export const SENTINEL_LIMITS: SentinelLimits = {
   /** Connections beyond this are answered `-ERR max number of clients reached` and closed. */
   maxConnections: 4096,
   /** An unfinished command may not buffer more than this (Sentinel commands are a few hundred bytes). */
@@ -24,7 +32,7 @@ export const SENTINEL_LIMITS = {
   maxQueuedCommands: 32,
   /** Replies and messages a client has not read; past it the connection is closed (slow subscriber). */
   maxOutputBytes: 1024 * 1024,
-} as const;
+};
 
 export interface SentinelServerOptions {
   readonly shard: string;
@@ -34,7 +42,7 @@ export interface SentinelServerOptions {
   readonly password: string | undefined;
   readonly feed: SentinelFeed;
   readonly logger: AgentLogger;
-  readonly limits?: Partial<typeof SENTINEL_LIMITS>;
+  readonly limits?: Partial<SentinelLimits>;
 }
 
 interface Connection {
@@ -53,7 +61,7 @@ interface Connection {
  */
 export class SentinelServer {
   readonly #options: SentinelServerOptions;
-  readonly #limits: typeof SENTINEL_LIMITS;
+  readonly #limits: SentinelLimits;
   readonly #server: Server;
   readonly #connections = new Set<Connection>();
   #nextId = 1;

@@ -1,0 +1,376 @@
+import { connect, type Socket } from "node:net";
+import { Redis, type RedisOptions } from "ioredis";
+import { afterEach, describe, expect, it } from "vitest";
+import type { AgentLogger } from "../../src/agent/log.ts";
+import { maxSentinelConnections } from "../../src/agent/sentinel-endpoint.ts";
+import { SentinelFeed } from "../../src/agent/sentinel-feed.ts";
+import { encodeFrame, RequestReader } from "../../src/agent/sentinel-resp.ts";
+import { SentinelServer } from "../../src/agent/sentinel-server.ts";
+import { globToRegExp } from "../../src/agent/sentinel-session.ts";
+import type { Topology } from "../../src/core/model.ts";
+import type { ShardSnapshot } from "../../src/core/ports.ts";
+import { aHeartbeat, NOW } from "../support/builders.ts";
+
+/**
+ * The Sentinel endpoint over real sockets with a scripted shard: what clients see on the wire
+ * (RESP2 and RESP3, AUTH, pub/sub) and what bad input costs (an error reply or a closed
+ * connection, never the server).
+ */
+
+const silent: AgentLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+const ONLINE: Topology = {
+  shard: "s1",
+  epoch: 3,
+  primary_node_id: "p1",
+  primary_address: "10.0.0.1:6379",
+  status: "online",
+  updated_at: NOW,
+};
+
+class ScriptedShard {
+  topology: Topology | undefined = ONLINE;
+  reads = 0;
+  snapshot = async (): Promise<ShardSnapshot> => {
+    this.reads++;
+    return {
+      shard: "s1",
+      nodes: [
+        aHeartbeat({
+          node_id: "p1",
+          role: "primary",
+          node_address: "10.0.0.1:6379",
+          primary_node_id: undefined,
+        }),
+        aHeartbeat({ node_id: "r1", node_address: "10.0.0.2:6379", sentinel_address: "10.0.0.2:26379" }),
+      ],
+      replicaSets: {},
+      replicaSetVersions: {},
+      topology: this.topology,
+      lock: undefined,
+      malformed: [],
+    };
+  };
+}
+
+const servers: SentinelServer[] = [];
+const feeds: SentinelFeed[] = [];
+const sockets: Socket[] = [];
+const clients: Redis[] = [];
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) client.disconnect();
+  for (const socket of sockets.splice(0)) socket.destroy();
+  for (const feed of feeds.splice(0)) feed.stop();
+  await Promise.all(servers.splice(0).map((server) => server.close()));
+});
+
+async function anEndpoint(
+  options: { password?: string; maxConnections?: number; refreshMs?: number } = {},
+): Promise<{ shard: ScriptedShard; feed: SentinelFeed; server: SentinelServer; port: number }> {
+  const shard = new ScriptedShard();
+  const feed = new SentinelFeed({
+    shard: "s1",
+    nodeId: "p1",
+    failureTimeoutMs: 3000,
+    refreshMs: options.refreshMs ?? 0,
+    storeTimeoutMs: 1000,
+    read: shard.snapshot,
+    clock: { now: () => NOW },
+    monotonicNow: () => performance.now(),
+    logger: silent,
+  });
+  const server = new SentinelServer({
+    shard: "s1",
+    host: "127.0.0.1",
+    port: 0,
+    password: options.password,
+    feed,
+    logger: silent,
+    limits: options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections },
+  });
+  feeds.push(feed);
+  servers.push(server);
+  const { port } = await server.listen();
+  return { shard, feed, server, port };
+}
+
+function aClient(port: number, options: RedisOptions = {}): Redis {
+  const client = new Redis({
+    port,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    ...options,
+  });
+  client.on("error", () => {});
+  clients.push(client);
+  return client;
+}
+
+/** Sends raw bytes; resolves with everything the server wrote until it closed (or `untilMs`). */
+function raw(
+  port: number,
+  bytes: string | Buffer,
+  untilMs = 2000,
+): Promise<{ text: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    sockets.push(socket);
+    let text = "";
+    const timer = setTimeout(() => resolve({ text, closed: false }), untilMs);
+    socket.on("data", (chunk) => {
+      text += chunk.toString();
+    });
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve({ text, closed: true });
+    });
+    socket.write(bytes);
+  });
+}
+
+describe("Sentinel endpoint: what clients see", () => {
+  it.each([2, 3] as const)(
+    "answers ioredis over RESP%s: the primary, the masters entry and ROLE",
+    async (protocol) => {
+      // Prepare
+      const { port } = await anEndpoint();
+      const client = aClient(port, { protocol });
+      await client.connect();
+
+      // Act
+      const address = await client.call("SENTINEL", "get-master-addr-by-name", "s1");
+      const masters = (await client.call("SENTINEL", "masters")) as unknown[];
+      const role = await client.call("ROLE");
+
+      // Assess
+      expect(address).toEqual(["10.0.0.1", "6379"]);
+      expect(masters).toHaveLength(1);
+      expect(JSON.stringify(masters[0])).toContain("num-other-sentinels");
+      expect(role).toEqual(["sentinel", ["s1"]]);
+    },
+  );
+
+  it("answers HELLO with mode sentinel in the protocol asked, and NOPROTO for an unknown version", async () => {
+    // Act
+    const { port } = await anEndpoint();
+    const hello3 = await raw(port, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", 300);
+    const hello4 = await raw(port, "*2\r\n$5\r\nHELLO\r\n$1\r\n4\r\n", 300);
+
+    // Assess
+    expect(hello3.text).toMatch(/^%7\r\n/);
+    expect(hello3.text).toContain("$4\r\nmode\r\n$8\r\nsentinel\r\n");
+    expect(hello3.text).toContain("$5\r\nproto\r\n:3\r\n");
+    expect(hello4.text).toBe("-NOPROTO unsupported protocol version\r\n");
+  });
+
+  it("answers null, never the old primary, while the shard fails over", async () => {
+    // Prepare
+    const { shard, port } = await anEndpoint();
+    shard.topology = { ...ONLINE, epoch: 4, status: "failing_over" };
+    const client = aClient(port, { protocol: 2 });
+
+    // Act
+    const address = await client.call("SENTINEL", "get-master-addr-by-name", "s1");
+
+    // Assess
+    expect(address).toBeNull();
+  });
+
+  it("publishes +switch-master to SUBSCRIBE and PSUBSCRIBE clients when the topology names a new primary", async () => {
+    // Prepare
+    const { shard, feed, port } = await anEndpoint();
+    const subscriber = aClient(port);
+    const patterns = aClient(port, { protocol: 2 });
+    const messages: string[] = [];
+    subscriber.on("message", (channel: string, message: string) => messages.push(`${channel} ${message}`));
+    patterns.on("pmessage", (pattern: string, channel: string) => messages.push(`${pattern} ${channel}`));
+    await subscriber.subscribe("+switch-master");
+    await patterns.psubscribe("+s*");
+    await feed.refresh();
+
+    // Act
+    shard.topology = { ...ONLINE, epoch: 4, status: "failing_over" };
+    await feed.refresh();
+    shard.topology = { ...ONLINE, epoch: 4, primary_node_id: "r1", primary_address: "10.0.0.2:6379" };
+    await feed.refresh();
+    const deadline = Date.now() + 2000;
+    while (messages.length < 3 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+
+    // Assess
+    expect(messages.sort()).toEqual([
+      "+s* +sdown",
+      "+s* +switch-master",
+      "+switch-master s1 10.0.0.1 6379 10.0.0.2 6379",
+    ]);
+  });
+
+  it("requires the password when one is set, over AUTH (RESP2) and HELLO AUTH (RESP3)", async () => {
+    // Prepare
+    const { port } = await anEndpoint({ password: "s3cret" });
+
+    // Act
+    const none = await raw(port, "*1\r\n$4\r\nPING\r\n", 300);
+    const wrong = await raw(port, "*2\r\n$4\r\nAUTH\r\n$4\r\nnope\r\n", 300);
+    const resp2 = aClient(port, { protocol: 2, password: "s3cret" });
+    const resp3 = aClient(port, { protocol: 3, password: "s3cret" });
+    await resp2.connect();
+    await resp3.connect();
+
+    // Assess
+    expect(none.text).toBe("-NOAUTH Authentication required.\r\n");
+    expect(wrong.text).toBe("-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+    expect(await resp2.call("SENTINEL", "get-master-addr-by-name", "s1")).toEqual(["10.0.0.1", "6379"]);
+    expect(await resp3.call("SENTINEL", "get-master-addr-by-name", "s1")).toEqual(["10.0.0.1", "6379"]);
+  });
+
+  it("accepts CLIENT SETNAME / SETINFO and keeps the connection after an unknown command", async () => {
+    // Act
+    const { port } = await anEndpoint();
+    const answer = await raw(
+      port,
+      "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$3\r\napp\r\n*1\r\n$3\r\nGET\r\n*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n*1\r\n$4\r\nPING\r\n",
+      300,
+    );
+
+    // Assess
+    expect(answer.closed).toBe(false);
+    expect(answer.text).toBe(
+      "+OK\r\n-ERR unknown command 'GET', with args beginning with: \r\n$3\r\napp\r\n+PONG\r\n",
+    );
+  });
+
+  it("reads the shard once for a crowd of clients asking at the same moment", async () => {
+    // Prepare
+    const { shard, port } = await anEndpoint({ refreshMs: 60_000 });
+    const crowd = Array.from({ length: 20 }, () => aClient(port, { protocol: 2 }));
+
+    // Act
+    await Promise.all(crowd.map((client) => client.call("SENTINEL", "get-master-addr-by-name", "s1")));
+
+    // Assess
+    expect(shard.reads).toBe(1);
+  });
+});
+
+describe("Sentinel endpoint: bad input costs a reply or a connection, never the server", () => {
+  const cases: Array<{ what: string; bytes: string | Buffer; reply: RegExp }> = [
+    { what: "an inline command", bytes: "PING\r\n", reply: /^-ERR Protocol error/ },
+    { what: "a nested array", bytes: "*2\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n", reply: /^-ERR Protocol error/ },
+    { what: "an array too long for any array", bytes: "*99999999999999\r\n", reply: /^-ERR Protocol error/ },
+    {
+      what: "a bulk string larger than the request limit",
+      bytes: Buffer.concat([Buffer.from("*2\r\n$4\r\nPING\r\n$100000000\r\n"), Buffer.alloc(200_000, 97)]),
+      reply: /^-ERR Protocol error: request larger than/,
+    },
+    {
+      what: "too many arguments",
+      bytes: `*100\r\n${"$1\r\na\r\n".repeat(100)}`,
+      reply: /^-ERR Protocol error: more than 64 arguments/,
+    },
+  ];
+  it.each(cases)(
+    "closes the connection after an error reply on $what, and still serves others",
+    async ({ bytes, reply }) => {
+      // Prepare
+      const { port } = await anEndpoint();
+
+      // Act
+      const answer = await raw(port, bytes);
+      const after = aClient(port, { protocol: 2 });
+
+      // Assess
+      expect(answer.text).toMatch(reply);
+      expect(answer.closed).toBe(true);
+      expect(await after.ping()).toBe("PONG");
+    },
+  );
+
+  it("refuses connections past its limit with Redis's error while idle ones stay open", async () => {
+    // Prepare
+    const { server, port } = await anEndpoint({ maxConnections: 50 });
+    const idle: Socket[] = [];
+    for (let index = 0; index < 50; index++) {
+      const socket = connect(port, "127.0.0.1");
+      socket.on("error", () => {});
+      sockets.push(socket);
+      idle.push(socket);
+    }
+    const deadline = Date.now() + 5000;
+    while (server.connections < 50 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+
+    // Act
+    const refused = await raw(port, "*1\r\n$4\r\nPING\r\n");
+    for (const socket of idle) socket.destroy();
+    const freed = Date.now() + 5000;
+    while (server.connections > 0 && Date.now() < freed)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    const later = aClient(port, { protocol: 2 });
+
+    // Assess
+    expect(refused.text).toBe("-ERR max number of clients reached\r\n");
+    expect(refused.closed).toBe(true);
+    expect(await later.ping()).toBe("PONG");
+  });
+
+  it("keeps its request buffer bounded whatever length a bulk string declares", () => {
+    // Prepare
+    const fatal: string[] = [];
+    const reader = new RequestReader({
+      maxPendingBytes: 1024,
+      maxArguments: 8,
+      onCommand: () => {},
+      onFatal: (message) => fatal.push(message),
+    });
+
+    // Act
+    reader.feed(Buffer.from("*1\r\n$1000000000\r\n"));
+    for (let index = 0; index < 10 && !reader.failed; index++) reader.feed(Buffer.alloc(200, 97));
+
+    // Assess
+    expect(reader.failed).toBe(true);
+    expect(fatal).toEqual(["ERR Protocol error: request larger than 1024 bytes"]);
+  });
+});
+
+describe("Sentinel endpoint helpers", () => {
+  it.each([
+    ["*", "+switch-master", true],
+    ["+s*", "+sdown", true],
+    ["+s*", "-sdown", false],
+    ["+?down", "+odown", true],
+    ["+[so]down", "+odown", true],
+    ["+[^so]down", "+odown", false],
+    ["\\*", "*", true],
+    ["a.b", "axb", false],
+  ])("glob %s %s matching %s", (pattern, channel, matches) => {
+    expect(globToRegExp(pattern).test(channel)).toBe(matches);
+  });
+
+  it("writes maps as flat arrays in RESP2 and as maps in RESP3; nulls as each protocol spells them", () => {
+    const map = { type: "map", entries: [["ip", { type: "bulk", value: "h" }]] } as const;
+    expect(encodeFrame(map, 2)).toBe("*2\r\n$2\r\nip\r\n$1\r\nh\r\n");
+    expect(encodeFrame(map, 3)).toBe("%1\r\n$2\r\nip\r\n$1\r\nh\r\n");
+    expect(encodeFrame({ type: "nullArray" }, 2)).toBe("*-1\r\n");
+    expect(encodeFrame({ type: "null" }, 2)).toBe("$-1\r\n");
+    expect(encodeFrame({ type: "nullArray" }, 3)).toBe("_\r\n");
+    expect(encodeFrame({ type: "error", message: "ERR a\r\nb" }, 2)).toBe("-ERR a b\r\n");
+  });
+
+  it("serves at most half the open-file limit, between 16 and 4096 connections", () => {
+    expect(
+      maxSentinelConnections("Max open files            1024                4096                files"),
+    ).toBe(512);
+    expect(
+      maxSentinelConnections("Max open files            1048576             1048576             files"),
+    ).toBe(4096);
+    expect(
+      maxSentinelConnections("Max open files            20                  20                  files"),
+    ).toBe(16);
+    expect(maxSentinelConnections("")).toBe(512);
+  });
+});
