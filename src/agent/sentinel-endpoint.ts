@@ -3,6 +3,7 @@ import { splitAddress } from "../core/sentinel.ts";
 import type { AgentDeps } from "./context.ts";
 import type { AgentLogger } from "./log.ts";
 import type { AgentOptions } from "./options.ts";
+import { evictApplicationClients } from "./sentinel-eviction.ts";
 import { SentinelFeed } from "./sentinel-feed.ts";
 import { announcedAddress, SentinelServer } from "./sentinel-server.ts";
 
@@ -67,6 +68,12 @@ export class SentinelEndpoint {
       feed: this.#feed,
       logger,
       limits: { maxConnections: maxSentinelConnections() },
+      onEvents: (events) => {
+        const demoted = events.some(
+          (event) => event.channel === "+switch-master" && oldMasterOf(event.message) === this.#advertised,
+        );
+        if (demoted) this.#evict(options, logger);
+      },
     });
   }
 
@@ -85,8 +92,31 @@ export class SentinelEndpoint {
     this.#announced = announcedAddress(this.#bind, port, this.#advertised);
   }
 
+  /** This node was the primary clients were given and no longer is: drop its application clients. */
+  #evict(options: AgentOptions, logger: AgentLogger): void {
+    evictApplicationClients({
+      address: options.redis,
+      username: options.redisUsername,
+      password: options.redisPassword,
+      timeoutMs: options.redisTimeoutMs ?? Math.max(options.heartbeatIntervalMs, 1000),
+    }).then(
+      (closed) =>
+        logger.info("sentinel endpoint: closed the application connections of the old primary", { closed }),
+      (error: unknown) =>
+        logger.warn("sentinel endpoint: could not close the old primary's application connections", {
+          error: error instanceof Error ? error.message : String(error),
+        }),
+    );
+  }
+
   async close(): Promise<void> {
     this.#feed.stop();
     await this.#server.close();
   }
+}
+
+/** "<name> <old-ip> <old-port> <new-ip> <new-port>" -> "old-ip:old-port". */
+function oldMasterOf(message: string): string {
+  const [, ip, port] = message.split(" ");
+  return `${ip}:${port}`;
 }

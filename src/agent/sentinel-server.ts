@@ -5,6 +5,7 @@ import {
   INITIAL_EVENT_MEMORY,
   type MasterState,
   reply as replies,
+  type SentinelEvent,
   sentinelEvents,
   splitAddress,
 } from "../core/sentinel.ts";
@@ -43,6 +44,8 @@ export interface SentinelServerOptions {
   readonly feed: SentinelFeed;
   readonly logger: AgentLogger;
   readonly limits?: Partial<SentinelLimits>;
+  /** Called with the events of each topology move, after they were published. */
+  readonly onEvents?: (events: readonly SentinelEvent[]) => void;
 }
 
 interface Connection {
@@ -135,6 +138,7 @@ export class SentinelServer {
           this.#write(connection, frame);
       }
     }
+    if (events.length > 0) this.#options.onEvents?.(events);
   }
 
   #accept(socket: Socket): void {
