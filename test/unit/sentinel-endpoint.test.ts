@@ -3,6 +3,7 @@ import { Redis, type RedisOptions } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
 import type { AgentLogger } from "../../src/agent/log.ts";
 import { maxSentinelConnections } from "../../src/agent/sentinel-endpoint.ts";
+import { applicationClientIds } from "../../src/agent/sentinel-eviction.ts";
 import { SentinelFeed } from "../../src/agent/sentinel-feed.ts";
 import { encodeFrame, RequestReader } from "../../src/agent/sentinel-resp.ts";
 import { SentinelServer } from "../../src/agent/sentinel-server.ts";
@@ -10,6 +11,7 @@ import { globToRegExp } from "../../src/agent/sentinel-session.ts";
 import type { Topology } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aHeartbeat, NOW } from "../support/builders.ts";
+import { aTopology } from "../support/sentinel-builders.ts";
 
 /**
  * The Sentinel endpoint over real sockets with a scripted shard: what clients see on the wire
@@ -19,14 +21,7 @@ import { aHeartbeat, NOW } from "../support/builders.ts";
 
 const silent: AgentLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
-const ONLINE: Topology = {
-  shard: "s1",
-  epoch: 3,
-  primary_node_id: "p1",
-  primary_address: "10.0.0.1:6379",
-  status: "online",
-  updated_at: NOW,
-};
+const ONLINE = aTopology();
 
 class ScriptedShard {
   topology: Topology | undefined = ONLINE;
@@ -359,6 +354,23 @@ describe("Sentinel endpoint helpers", () => {
     expect(encodeFrame({ type: "null" }, 2)).toBe("$-1\r\n");
     expect(encodeFrame({ type: "nullArray" }, 3)).toBe("_\r\n");
     expect(encodeFrame({ type: "error", message: "ERR a\r\nb" }, 2)).toBe("-ERR a b\r\n");
+  });
+
+  it("closes application connections only, never Shardguard's own (agent, probes, eviction)", () => {
+    // Prepare
+    const list = [
+      "id=3 addr=127.0.0.1:5001 laddr=127.0.0.1:6379 fd=8 name=shardguard-agent age=9 db=0 flags=N",
+      "id=4 addr=127.0.0.1:5002 laddr=127.0.0.1:6379 fd=9 name=shardguard-probe.n2.17 age=9 db=0 flags=N",
+      "id=7 addr=127.0.0.1:5003 laddr=127.0.0.1:6379 fd=10 name= age=2 db=0 flags=N",
+      "id=9 addr=127.0.0.1:5004 laddr=127.0.0.1:6379 fd=11 name=checkout-api age=1 db=0 flags=P",
+      "",
+    ].join("\n");
+
+    // Act
+    const ids = applicationClientIds(list);
+
+    // Assess
+    expect(ids).toEqual(["7", "9"]);
   });
 
   it("serves at most half the open-file limit, between 16 and 4096 connections", () => {

@@ -10,18 +10,7 @@ import {
   sentinelEvents,
 } from "../../src/core/sentinel.ts";
 import { aHeartbeat, NOW } from "../support/builders.ts";
-
-function aTopology(overrides: Partial<Topology> = {}): Topology {
-  return {
-    shard: "s1",
-    epoch: 3,
-    primary_node_id: "p1",
-    primary_address: "10.0.0.1:6379",
-    status: "online",
-    updated_at: NOW,
-    ...overrides,
-  };
-}
+import { aTopology } from "../support/sentinel-builders.ts";
 
 function nodes(): Heartbeat[] {
   return [
