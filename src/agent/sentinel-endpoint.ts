@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { splitAddress } from "../core/sentinel.ts";
 import type { AgentDeps } from "./context.ts";
 import type { AgentLogger } from "./log.ts";
@@ -42,12 +43,14 @@ export class SentinelEndpoint {
   readonly #server: SentinelServer;
   readonly #advertised: string;
   readonly #bind: string;
+  readonly #port: number;
   #announced: string | undefined;
 
   constructor(init: { options: AgentOptions; nodeId: string; deps: AgentDeps; logger: AgentLogger }) {
     const { options, deps, logger } = init;
     this.#advertised = options.address ?? options.redis;
     this.#bind = options.sentinelBind ?? splitAddress(this.#advertised).host;
+    this.#port = options.sentinelPort ?? 0;
     const monotonicNow = deps.monotonicNow ?? (() => performance.now());
     this.#feed = new SentinelFeed({
       shard: options.shard,
@@ -63,7 +66,7 @@ export class SentinelEndpoint {
     this.#server = new SentinelServer({
       shard: options.shard,
       host: this.#bind,
-      port: options.sentinelPort ?? 0,
+      port: this.#port,
       password: options.sentinelPassword,
       feed: this.#feed,
       logger,
@@ -88,7 +91,14 @@ export class SentinelEndpoint {
   }
 
   async listen(): Promise<void> {
-    const { port } = await this.#server.listen();
+    let port: number;
+    try {
+      ({ port } = await this.#server.listen());
+    } catch (error) {
+      throw new ConfigurationError(
+        `--sentinel-port: cannot listen on ${this.#bind}:${this.#port}: ${errorMessage(error)}`,
+      );
+    }
     this.#announced = announcedAddress(this.#bind, port, this.#advertised);
   }
 
@@ -104,7 +114,7 @@ export class SentinelEndpoint {
         logger.info("sentinel endpoint: closed the application connections of the old primary", { closed }),
       (error: unknown) =>
         logger.warn("sentinel endpoint: could not close the old primary's application connections", {
-          error: error instanceof Error ? error.message : String(error),
+          error: errorMessage(error),
         }),
     );
   }

@@ -2,11 +2,12 @@ import { connect, type Socket } from "node:net";
 import { Redis, type RedisOptions } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
 import type { AgentLogger } from "../../src/agent/log.ts";
+import { resolveAgentOptions } from "../../src/agent/options.ts";
 import { maxSentinelConnections } from "../../src/agent/sentinel-endpoint.ts";
 import { applicationClientIds } from "../../src/agent/sentinel-eviction.ts";
 import { SentinelFeed } from "../../src/agent/sentinel-feed.ts";
 import { encodeFrame, RequestReader } from "../../src/agent/sentinel-resp.ts";
-import { SentinelServer } from "../../src/agent/sentinel-server.ts";
+import { announcedAddress, SentinelServer } from "../../src/agent/sentinel-server.ts";
 import { globToRegExp } from "../../src/agent/sentinel-session.ts";
 import type { Topology } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
@@ -384,5 +385,40 @@ describe("Sentinel endpoint helpers", () => {
       maxSentinelConnections("Max open files            20                  20                  files"),
     ).toBe(16);
     expect(maxSentinelConnections("")).toBe(512);
+  });
+
+  it("announces the bind address, or the host of --address when it listens on every interface", () => {
+    expect(announcedAddress("10.0.1.17", 26379, "10.0.1.17:6379")).toBe("10.0.1.17:26379");
+    expect(announcedAddress("0.0.0.0", 26379, "redis-a.internal:6379")).toBe("redis-a.internal:26379");
+    expect(announcedAddress("::", 26379, "10.0.1.17:6379")).toBe("10.0.1.17:26379");
+  });
+});
+
+describe("Sentinel endpoint options", () => {
+  const base = { SHARDGUARD_SHARD: "orders-1", SHARDGUARD_REDIS: "127.0.0.1:6379" };
+
+  it("reads the port and bind address from flags and the password from the environment only", () => {
+    // Act
+    const config = resolveAgentOptions({
+      flags: { sentinelPort: "26379", sentinelBind: "0.0.0.0" },
+      env: { ...base, SHARDGUARD_SENTINEL_PASSWORD: "s3cret" },
+    });
+
+    // Assess
+    expect(config.agent).toMatchObject({
+      sentinelPort: 26379,
+      sentinelBind: "0.0.0.0",
+      sentinelPassword: "s3cret",
+    });
+  });
+
+  it("is off unless a port is given", () => {
+    expect(resolveAgentOptions({ flags: {}, env: base }).agent.sentinelPort).toBeUndefined();
+  });
+
+  it("names the variable of a bad port", () => {
+    expect(() =>
+      resolveAgentOptions({ flags: {}, env: { ...base, SHARDGUARD_SENTINEL_PORT: "70000" } }),
+    ).toThrow(/SHARDGUARD_SENTINEL_PORT/);
   });
 });
