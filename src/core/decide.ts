@@ -1,5 +1,14 @@
 import type { FailoverConfig } from "./config.ts";
-import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "./model.ts";
+import { confirmedCrash } from "./crash.ts";
+import type {
+  Candidate,
+  CrashReport,
+  FailoverPhase,
+  FailoverState,
+  Heartbeat,
+  Lineage,
+  Topology,
+} from "./model.ts";
 import { FAILOVER_PHASES } from "./model.ts";
 import type { ShardSnapshot } from "./ports.ts";
 
@@ -24,6 +33,7 @@ export type NoActionCode =
   | "healthy"
   | "quorum_not_met"
   | "no_agent_heard"
+  | "crash_no_candidate"
   | "offline_no_candidate"
   | "inconsistent_topology";
 
@@ -50,6 +60,8 @@ export type Decision =
       readonly target: NodeRef;
       readonly candidates: readonly Candidate[];
       readonly lineage: Lineage;
+      /** Set when the crash fast path decided: the old primary's agent saw its process die. */
+      readonly crash?: CrashReport;
       readonly reason: string;
     }
   | {
@@ -425,7 +437,12 @@ function decideOnline(
 ): Decision {
   const primaryId = topology.primary_node_id;
   const primary = primaryHeartbeat(snapshot, topology);
-  if (primary !== undefined && isFresh(primary, config, now)) {
+  const fresh = primary !== undefined && isFresh(primary, config, now);
+  // The crash fast path: a fresh primary is failed before the timeout only on its own agent's
+  // confirmed report of a dead process. Nothing else (replicas' reports, an unreachable or hung
+  // database) shortens the failure timeout: a stall is not a crash.
+  const crash = fresh ? confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS) : undefined;
+  if (fresh && crash === undefined) {
     return none(
       "healthy",
       `primary ${primary.node_id} is fresh (database answered ${Math.max(0, Math.round(heartbeatAgeMs(primary, now)))} ms ago)`,
@@ -434,8 +451,11 @@ function decideOnline(
   const staleness =
     primary === undefined
       ? `primary ${primaryId ?? "(none)"} has no heartbeat`
-      : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
-        `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
+      : crash !== undefined
+        ? `primary ${primary.node_id}'s agent saw its database die (${crash.state}, process ${crash.run_id || "unknown"},` +
+          ` confirmed over ${Math.round((crash.last_seen - crash.first_seen) / 1000)} ms)`
+        : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
+          `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
 
   const lineage = primary
     ? lineageOf(primary)
@@ -465,12 +485,25 @@ function decideOnline(
   // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout), found it
   // restarted without its data, or found it refusing every write (fenced by its own agent, e.g.
   // an agent cut off from the store while its replicas are not).
-  const downVoters = voters.filter(
-    (node) =>
-      node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),
+  // On the fast path only the replication link counts (a crash drops it at once), and at least
+  // a majority of at least one replica must see it, whatever the configured quorum.
+  const downVoters = voters.filter((node) =>
+    crash !== undefined
+      ? node.primary_link === "down"
+      : node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),
   );
   const down = downVoters.length;
-  const needed = quorumNeeded(config.quorum, voters.length);
+  const needed =
+    crash !== undefined
+      ? Math.max(1, quorumNeeded(config.quorum, voters.length), quorumNeeded("majority", voters.length))
+      : quorumNeeded(config.quorum, voters.length);
+  if (crash !== undefined && down < needed) {
+    return none(
+      "quorum_not_met",
+      `${staleness}, but only ${down} of ${voters.length} fresh replicas see the replication link down` +
+        ` (the crash fast path needs ${needed}); waiting for them or for the failure timeout`,
+    );
+  }
   // Not one agent heard: the controller cannot tell a dead shard from agents cut off from the
   // table or stalled while every database serves. Marking it offline is then no harmless status:
   // the next tick brings it online with whichever node is heard first, possibly not the primary
@@ -483,7 +516,8 @@ function decideOnline(
       true,
     );
   }
-  const quorumMet = voters.length === 0 ? config.quorum === "none" || !anyEligible : down >= needed;
+  const quorumMet =
+    voters.length === 0 && crash === undefined ? config.quorum === "none" || !anyEligible : down >= needed;
   if (!quorumMet) {
     return none(
       "quorum_not_met",
@@ -501,6 +535,13 @@ function decideOnline(
           )
           .join(", ")})`;
 
+  if (!anyEligible && crash !== undefined) {
+    // The fast path only promotes; marking a shard offline waits for the failure timeout.
+    return none(
+      "crash_no_candidate",
+      `${staleness}, ${quorumText}, but no node is eligible (${describeCandidates(candidates)}); waiting for the failure timeout`,
+    );
+  }
   if (!anyEligible) {
     if (lockBlocks(snapshot, now, options)) {
       return none("locked", `${staleness}; another controller holds the lock`, true);
@@ -524,6 +565,7 @@ function decideOnline(
     target: refOf(best),
     candidates,
     lineage,
+    ...(crash !== undefined ? { crash } : {}),
     reason: `${staleness}, ${quorumText}; promoting ${best.node_id} (priority ${best.priority}, last_txn_id ${best.last_txn_id})`,
   };
 }

@@ -21,6 +21,27 @@ export const addressSchema = z.string().regex(/^[^\s:]+:\d{1,5}$/, "must be host
 export const ROLES = ["primary", "replica"] as const;
 export type Role = (typeof ROLES)[number];
 
+/**
+ * How a primary's agent saw its own database die (docs/agent.md#the-crash-fast-path): `refused`
+ * (nothing listens on its port), `reset` (the connection was accepted and reset before any
+ * reply), `restarted` (a new process, another `run_id`, answers and does not continue the data).
+ * A timeout is never one of them: a stalled database (SIGSTOP, DEBUG SLEEP, a busy script) is
+ * not a dead one.
+ */
+export const CRASH_STATES = ["refused", "reset", "restarted"] as const;
+export type CrashState = (typeof CRASH_STATES)[number];
+
+export const crashReportSchema = z.object({
+  state: z.enum(CRASH_STATES),
+  /** The process that died: the `run_id` the agent last read from it ("" when never read). */
+  run_id: z.string(),
+  /** µs (AWS-aligned) of the first observation after the database last answered. */
+  first_seen: z.number().int().nonnegative(),
+  /** µs of the latest observation; `last_seen - first_seen` is how long the death was confirmed. */
+  last_seen: z.number().int().nonnegative(),
+});
+export type CrashReport = z.output<typeof crashReportSchema>;
+
 export const heartbeatSchema = z.object({
   shard: idSchema,
   node_id: idSchema,
@@ -35,6 +56,8 @@ export const heartbeatSchema = z.object({
   /** µs of this write, whatever the database's state: tells "agent alive" from "database alive". */
   agent_updated: z.number().int().nonnegative().optional(),
   db_status: z.enum(["up", "down"]).default("up"),
+  /** With `db_status: down`: the agent's evidence that the process died (not merely stalled). */
+  db_crash: crashReportSchema.optional(),
   /** Redis: the replication offset. Higher is more up to date. */
   last_txn_id: z.number().int().nonnegative(),
   /** Replication lineage (Redis `master_replid`): only nodes of the old primary's lineage may be promoted. */
