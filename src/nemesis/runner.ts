@@ -484,7 +484,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         previous = op.t;
       }
       longestWriteGapMs = Math.round(Math.max(longestWriteGapMs, until - previous));
-      // Writes acknowledged from a little before the inject to the heal, looked up on the primary now.
+      // Writes acknowledged from a little before the inject to the heal, looked up on every live node
+      // now: a write missing from all of them is lost for good (the final check is authoritative; the
+      // primary alone can be a node restarted empty a moment ago, with the data still on its replicas).
       const from = injectedAt - 2000;
       const to = healedAt ?? until;
       const acked = history.ops.filter(
@@ -492,10 +494,11 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       );
       let lostByReplica = 0;
       let lostAsyncOnly = 0;
-      const primaryId = (await active.topology().catch(() => undefined))?.primary_node_id;
-      const primary = primaryId ? redisById.get(primaryId) : undefined;
-      if (primary && !dead.has(primary.id) && acked.length > 0) {
-        const client = primary.client({
+      const present = new Set<number>();
+      let answered = 0;
+      for (const node of active.redis.filter((candidate) => !dead.has(candidate.id))) {
+        if (acked.length === 0) break;
+        const client = node.client({
           maxRetriesPerRequest: 0,
           retryStrategy: () => null,
           lazyConnect: true,
@@ -508,15 +511,22 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             const batch = acked.slice(start, start + 1000);
             const values = await client.mget(batch.map((op) => writer.keyOf((op.value as WriteValue).seq)));
             batch.forEach((op, index) => {
-              if (values[index] !== null) return;
-              if (((op.value as WriteValue).replicas ?? 0) >= 1) lostByReplica++;
-              else lostAsyncOnly++;
+              if (values[index] !== null) present.add((op.value as WriteValue).seq);
             });
           }
+          answered++;
         } catch {
-          // The primary did not answer now: the final read will tell.
+          // A node that does not answer now (hung, restarting): the final read will tell.
         } finally {
           client.disconnect();
+        }
+      }
+      if (answered > 0) {
+        for (const op of acked) {
+          const value = op.value as WriteValue;
+          if (present.has(value.seq)) continue;
+          if ((value.replicas ?? 0) >= 1) lostByReplica++;
+          else lostAsyncOnly++;
         }
       }
       const params = Object.entries(fault.params).map(([key, value]) => `${key} ${String(value)}`);
@@ -525,7 +535,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         epochs.length === 0
           ? "no failover"
           : `epoch -> ${epochs.map((e) => e.epoch).join(", ")}, ${newPrimary ? `primary ${newPrimary}` : "no primary online"}${timeToWritableMs !== undefined ? ` writable ${seconds(timeToWritableMs)} s after the inject` : ", no write acknowledged by it yet"}`;
-      const text = `t=${seconds(injectedAt)}s #${fault.id} ${what} -> ${failover}; longest write gap ${seconds(longestWriteGapMs)} s; ${lostByReplica} lost${lostAsyncOnly > 0 ? ` (+${lostAsyncOnly} async-only)` : ""}`;
+      const text = `t=${seconds(injectedAt)}s #${fault.id} ${what} -> ${failover}; longest write gap ${seconds(longestWriteGapMs)} s; ${lostByReplica} missing from every live node${lostAsyncOnly > 0 ? ` (+${lostAsyncOnly} async-only)` : ""}`;
       return { epochs, timeToWritableMs, longestWriteGapMs, lostByReplica, lostAsyncOnly, line: text };
     };
 
