@@ -89,7 +89,17 @@ describe("the agent's state dir", () => {
     const zombie = await new Promise<number>((resolve) =>
       parent.stdout.once("data", (data) => resolve(Number(data))),
     );
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Wait (with a deadline) until the child has exited and is a zombie: on a loaded machine `sleep 0` takes a while.
+    const deadline = performance.now() + 10_000;
+    const isZombie = () => {
+      try {
+        return /\) Z /.test(readFileSync(`/proc/${zombie}/stat`, "utf8"));
+      } catch {
+        return false;
+      }
+    };
+    while (!isZombie() && performance.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 20));
     const dir = aStateDir();
     writeFileSync(join(dir, "agent.lock"), `${zombie}\n`);
 
