@@ -2,6 +2,7 @@ import { errorMessage } from "../core/errors.ts";
 import type { Role } from "../core/model.ts";
 import { runCommandConsumer } from "./command-consumer.ts";
 import { AgentContext, type AgentDeps } from "./context.ts";
+import { CrashWatch } from "./crash-watch.ts";
 import { type Database, RedisDatabase } from "./database.ts";
 import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
 import { type AgentLogger, jsonLineLogger, type LogLevel } from "./log.ts";
@@ -124,6 +125,7 @@ export async function startAgent(
   }
   loops = Promise.allSettled([
     runHeartbeatLoop(ctx, signal),
+    new CrashWatch(ctx).run(signal),
     runFenceWatchdog(ctx, signal),
     runCommandConsumer(ctx, signal),
   ]);

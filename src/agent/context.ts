@@ -1,5 +1,5 @@
 import type { DatabaseIdentity } from "../core/identity.ts";
-import type { HeartbeatInput, Topology } from "../core/model.ts";
+import type { CrashReport, HeartbeatInput, Topology } from "../core/model.ts";
 import type {
   Clock,
   CommandBus,
@@ -98,6 +98,15 @@ export class AgentContext {
   lastConflictReport = Number.NEGATIVE_INFINITY;
   /** A replica's own connection to its primary. */
   readonly probe: PrimaryProbe;
+  /**
+   * What this agent saw of its database's death since it last answered (src/agent/crash-watch.ts),
+   * written in its `db_status: down` heartbeats; cleared when the database answers again.
+   */
+  crash: CrashReport | undefined;
+  /** Monotonic ms since which the database or the link to the primary is in doubt (fast heartbeats). */
+  doubtSince: number | undefined;
+  /** Runs the heartbeat cycle now instead of at its next tick (set by the heartbeat loop). */
+  wakeHeartbeat: () => void = () => {};
 
   constructor(init: {
     options: AgentOptions;

@@ -2,10 +2,10 @@ import { errorMessage } from "../core/errors.ts";
 import { judgeRestart } from "../core/identity.ts";
 import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
-import { Backoff } from "./backoff.ts";
+import { Backoff, sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
-import { runLoop, withStoreTimeout } from "./loop.ts";
+import { withStoreTimeout } from "./loop.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked, type ProbeResult } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
@@ -18,7 +18,14 @@ export interface CycleResult {
   readonly heartbeatWritten: boolean;
 }
 
-async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined> {
+/**
+ * Reads INFO. `answeredFrom` (AWS-aligned ms) is taken before the request: the database was alive
+ * at least then, and a crash the watch observes after it is never dated before `last_updated`.
+ */
+async function readInfo(
+  ctx: AgentContext,
+): Promise<{ info: ReplicationInfo; answeredFrom: number } | undefined> {
+  const answeredFrom = ctx.deps.clock.now();
   try {
     const info = await ctx.db.replicationInfo();
     if (!ctx.dbUp) ctx.logger.info("database answers", { redis: ctx.options.redis, role: info.role });
@@ -28,8 +35,20 @@ async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined>
     if (info.role === "replica") ctx.dbRestarted = false;
     // While connected, the replica acknowledges every second: the primary counts it until then.
     if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
+    const previousRunId = ctx.identity?.runId;
     checkIdentity(ctx, info);
-    return info;
+    if (ctx.dbRestarted) {
+      // The process this node served as primary is gone; what answers is fenced and reported down.
+      if (ctx.crash?.state !== "restarted") recordRestart(ctx, previousRunId);
+    } else if (ctx.crash !== undefined) {
+      ctx.logger.info("database answers again", {
+        ...ctx.epochContext,
+        runId: info.runId,
+        crash: ctx.crash.state,
+      });
+      ctx.crash = undefined;
+    }
+    return { info, answeredFrom };
   } catch (error) {
     if (ctx.dbUp || ctx.lastInfo === undefined) {
       ctx.logger.warn("database does not answer; heartbeats report db_status down", {
@@ -40,6 +59,16 @@ async function readInfo(ctx: AgentContext): Promise<ReplicationInfo | undefined>
     ctx.dbUp = false;
     return undefined;
   }
+}
+
+function recordRestart(ctx: AgentContext, previousRunId: string | undefined): void {
+  const now = Math.floor(ctx.deps.clock.now() * 1000);
+  ctx.crash = {
+    state: "restarted",
+    run_id: ctx.crash?.run_id ?? previousRunId ?? "",
+    first_seen: ctx.crash?.first_seen ?? now,
+    last_seen: now,
+  };
 }
 
 /**
@@ -240,6 +269,7 @@ export function heartbeatFromInfo(
   info: ReplicationInfo,
   nowMs: number,
   probed?: ProbeResult,
+  answeredFromMs = nowMs,
 ): HeartbeatInput {
   const micros = Math.floor(nowMs * 1000);
   const heartbeat: HeartbeatInput = {
@@ -247,7 +277,7 @@ export function heartbeatFromInfo(
     node_id: ctx.nodeId,
     node_address: ctx.address,
     role: info.role,
-    last_updated: micros,
+    last_updated: Math.floor(Math.min(answeredFromMs, nowMs) * 1000),
     agent_updated: micros,
     db_status: "up",
     last_txn_id: info.offset,
@@ -281,6 +311,7 @@ function downHeartbeat(
     node_address: ctx.address,
     agent_updated: Math.floor(nowMs * 1000),
     db_status: "down",
+    db_crash: ctx.crash,
     primary_link: previous.role === "replica" ? "down" : previous.primary_link,
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
@@ -294,7 +325,8 @@ function downHeartbeat(
 export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   // Captured before INFO: a role change after this point makes this cycle's heartbeat stale.
   let generation = ctx.roleGeneration;
-  const [firstInfo, snapshot] = await Promise.all([readInfo(ctx), readSnapshot(ctx)]);
+  const [read, snapshot] = await Promise.all([readInfo(ctx), readSnapshot(ctx)]);
+  const firstInfo = read?.info;
   let info = firstInfo;
   const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
   if (info && snapshot) {
@@ -323,7 +355,10 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   // A restarted primary reports itself down with its old lineage: its new data is nobody's.
   const probed = await probe;
   const heartbeat =
-    info && !ctx.dbRestarted ? heartbeatFromInfo(ctx, info, now, probed) : downHeartbeat(ctx, snapshot, now);
+    info && !ctx.dbRestarted
+      ? heartbeatFromInfo(ctx, info, now, probed, read?.answeredFrom)
+      : downHeartbeat(ctx, snapshot, now);
+  trackDoubt(ctx, info, probed);
   let written = false;
   if (heartbeat === undefined) {
     ctx.logger.debug("no heartbeat written: the database never answered and none is stored");
@@ -361,31 +396,70 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   return { dbUp: info !== undefined, storeUp: snapshot !== undefined && written, heartbeatWritten: written };
 }
 
+/** Heartbeat cadence while the database or the link to the primary is in doubt. */
+export const DOUBT_HEARTBEAT_MS = 150;
+
 /**
- * Writes a heartbeat every heartbeatIntervalMs. After a failure it retries after a jittered
- * back-off capped at the interval: failing agents spread out, and the cadence the failure
- * detector depends on is never stretched.
+ * In doubt: this primary's database died (a crash report stands), or this replica's link to its
+ * primary is down, parked, or its probe got no good answer. Heartbeats then go out every
+ * DOUBT_HEARTBEAT_MS for at most two failure timeouts, so the controller sees a crash confirmed by
+ * both sides within a few hundred ms, and a long outage costs no more writes than usual.
  */
-export function runHeartbeatLoop(ctx: AgentContext, signal: AbortSignal): Promise<void> {
+function trackDoubt(
+  ctx: AgentContext,
+  info: ReplicationInfo | undefined,
+  probed: ProbeResult | undefined,
+): void {
+  const replicaInDoubt =
+    info?.role === "replica" &&
+    (isParked(info) || info.primary?.link !== "up" || (probed !== undefined && probed !== "ok"));
+  if (ctx.crash !== undefined || replicaInDoubt) ctx.doubtSince ??= ctx.monotonicNow();
+  else ctx.doubtSince = undefined;
+}
+
+function inDoubt(ctx: AgentContext): boolean {
+  return (
+    ctx.doubtSince !== undefined && ctx.monotonicNow() - ctx.doubtSince < 2 * ctx.options.failureTimeoutMs
+  );
+}
+
+/**
+ * Writes a heartbeat every heartbeatIntervalMs, every DOUBT_HEARTBEAT_MS while in doubt, and at
+ * once when woken (`ctx.wakeHeartbeat`: a crash seen, a replica parked). After a failure it retries
+ * after a jittered back-off capped at the interval: failing agents spread out, and the cadence the
+ * failure detector depends on is never stretched.
+ */
+export async function runHeartbeatLoop(ctx: AgentContext, signal: AbortSignal): Promise<void> {
   const interval = ctx.options.heartbeatIntervalMs;
   const backoff = new Backoff({
     baseMs: Math.max(1, Math.floor(interval / 4)),
     capMs: interval,
     floorMs: 20,
   });
-  return runLoop(
-    "heartbeat cycle",
-    signal,
-    ctx.logger,
-    async () => {
-      const started = ctx.monotonicNow();
-      const result = await runCycle(ctx);
-      if (result.dbUp && result.heartbeatWritten) {
-        backoff.reset();
-        return Math.max(0, interval - (ctx.monotonicNow() - started));
+  let wake = new AbortController();
+  ctx.wakeHeartbeat = () => wake.abort();
+  try {
+    while (!signal.aborted) {
+      let delay: number;
+      try {
+        const started = ctx.monotonicNow();
+        const result = await runCycle(ctx);
+        const written = result.heartbeatWritten;
+        if (written && (result.dbUp || ctx.crash !== undefined)) backoff.reset();
+        const cadence = inDoubt(ctx) ? Math.min(interval, DOUBT_HEARTBEAT_MS) : interval;
+        delay =
+          written && (result.dbUp || ctx.crash !== undefined)
+            ? Math.max(0, cadence - (ctx.monotonicNow() - started))
+            : Math.min(backoff.next(), cadence);
+      } catch (error) {
+        ctx.logger.error("heartbeat cycle failed; retrying", { error: errorMessage(error) });
+        delay = backoff.next();
       }
-      return backoff.next();
-    },
-    () => backoff.next(),
-  );
+      // A wake that came during the cycle is served by the next one, at once.
+      if (!wake.signal.aborted) await sleep(delay, AbortSignal.any([signal, wake.signal]));
+      if (wake.signal.aborted) wake = new AbortController();
+    }
+  } finally {
+    ctx.wakeHeartbeat = () => {};
+  }
 }

@@ -1,9 +1,12 @@
+import { type PromotionWindow, promotionWindow } from "../core/crash.ts";
 import { errorMessage, ShardguardError } from "../core/errors.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { splitAddress } from "./database.ts";
 import type { PrimaryRef } from "./fencing.ts";
+import { withStoreTimeout } from "./loop.ts";
+import { isParked } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import { fence, restoreOperatorSettings, tryEnforceWriteGuard } from "./write-guard.ts";
 
@@ -50,21 +53,56 @@ export function followsPrimary(info: ReplicationInfo, address: string): boolean 
 }
 
 /**
+ * Whether the old primary's process is known dead (src/core/crash.ts `promotionWindow`): its
+ * agent's crash report, read strongly consistent from the store now, names the process this node
+ * last replicated from, and this node's own link is down. Any doubt (store unreachable, no
+ * report, another process) keeps the window.
+ */
+async function judgeWindow(ctx: AgentContext, before: ReplicationInfo): Promise<PromotionWindow> {
+  try {
+    const snapshot = await withStoreTimeout(
+      ctx.deps.heartbeats.snapshot(ctx.shard),
+      ctx.storeTimeoutMs,
+      `snapshot of shard ${ctx.shard}`,
+    );
+    const oldId = snapshot.topology?.failover?.old_primary_node_id;
+    return promotionWindow({
+      oldPrimary: oldId === undefined ? undefined : snapshot.nodes.find((node) => node.node_id === oldId),
+      lastPrimaryRunId: ctx.probe.lastPrimaryRunId,
+      linkDown: before.role === "replica" && (isParked(before) || before.primary?.link !== "up"),
+    });
+  } catch (error) {
+    return { kind: "wait", reason: `could not read the old primary's report: ${errorMessage(error)}` };
+  }
+}
+
+/**
  * `REPLICAOF NO ONE`, fenced, then waits until INFO shows the node primary. The fence stays for
  * the rest of the promotion window: the old primary counts this node as an acknowledging replica
  * until GUARD_MAX_LAG_S after their last contact, so until then both could take writes. The
- * window is counted from the last contact, so a primary that died long ago costs nothing.
+ * window is counted from the last contact, so a primary that died long ago costs nothing, and it
+ * is skipped when the old primary's process is known dead (its agent saw it crash: docs/agent.md#
+ * the-crash-fast-path).
  */
 export async function becomePrimary(ctx: AgentContext): Promise<ReplicationInfo> {
   await fence(ctx, "promotion: writes wait for the old primary's guard to drop this node");
+  const before = await ctx.db.replicationInfo();
+  const window = judgeWindow(ctx, before);
   await ctx.db.promote();
   ctx.roleGeneration++;
   const info = await verify(ctx, (candidate) => candidate.role === "primary", "REPLICAOF NO ONE");
   const lastContact = ctx.primaryContactAt ?? ctx.monotonicNow();
-  ctx.promotionFenceUntil = lastContact + PROMOTION_FENCE_WINDOW_MS;
+  const judged = await window;
+  ctx.promotionFenceUntil =
+    judged.kind === "skip" ? Number.NEGATIVE_INFINITY : lastContact + PROMOTION_FENCE_WINDOW_MS;
   ctx.dbRestarted = false;
   const waitMs = Math.max(0, ctx.promotionFenceUntil - ctx.monotonicNow());
-  ctx.logger.info("promoted; writes open when the fence window ends", { ...ctx.epochContext, waitMs });
+  ctx.logger.info("promoted; writes open when the fence window ends", {
+    ...ctx.epochContext,
+    waitMs,
+    window: judged.kind,
+    why: judged.reason,
+  });
   const timer = setTimeout(() => {
     void ctx.roleLock.run(async () => {
       const current = await ctx.db.replicationInfo().catch(() => undefined);

@@ -76,6 +76,11 @@ export class PrimaryProbe {
     return this.#address;
   }
 
+  /** run_id of the primary process this replica last replicated from (kept while parked). */
+  get lastPrimaryRunId(): string | undefined {
+    return this.#runId;
+  }
+
   /** Watches `address` (the primary this replica follows or was parked from). */
   track(address: string): void {
     if (this.#address === address && this.#client) return;
@@ -164,6 +169,8 @@ export class PrimaryProbe {
         await ctx.db.replicaOf(PARKED_HOST, PARKED_PORT);
         ctx.roleGeneration++;
         this.parkedAtEpoch = ctx.lastTopology?.epoch ?? ctx.highestEpoch;
+        // The controller learns of the link down now, not at the next heartbeat tick.
+        ctx.wakeHeartbeat();
         ctx.logger.warn(
           "primary's connection closed: replica parked until the primary is known to hold its data",
           {

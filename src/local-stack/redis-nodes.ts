@@ -70,6 +70,9 @@ export class RedisNode {
       "yes",
       "--repl-diskless-sync-delay",
       "0",
+      // DEBUG SLEEP from loopback only: the tests freeze a node with it.
+      "--enable-debug-command",
+      "local",
     ];
     if (options.replicaOf) {
       const [host, port] = options.replicaOf.split(":");
