@@ -1,3 +1,5 @@
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Command, InvalidArgumentError } from "commander";
 import { Redis } from "ioredis";
@@ -8,8 +10,10 @@ import { splitAddress, type WriteFailure, WriteWorkload } from "../src/workload/
 import {
   type BenchConfig,
   buildReport,
+  type FailoverReport,
   type FalseFailover,
   formatReport,
+  formatTable,
   loadAverage,
   machineInfo,
   type SystemRun,
@@ -18,7 +22,7 @@ import {
 } from "./lib/report.ts";
 import { SYSTEMS } from "./systems/registry.ts";
 import { shardguardTimings } from "./systems/shardguard.ts";
-import type { FailoverSystem, KillResult } from "./systems/types.ts";
+import { FAULTS, type FailoverSystem, type Fault, type KillResult } from "./systems/types.ts";
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
 /** Sub-millisecond digits are noise here; keep one decimal in the JSON. */
@@ -233,9 +237,10 @@ async function runTrial(
   workload: WriteWorkload,
   config: BenchConfig,
   fromSeq: number,
+  fault: Fault,
 ): Promise<{ result: TrialResult; nextSeq: number; falseFailovers: FalseFailover[] }> {
   const failed = failedWritesCounter(workload);
-  const kill = await system.killPrimary();
+  const kill = await system.killPrimary(fault);
   const watch = new AdvertisedPrimaryWatch(system, kill, 25);
   try {
     const ack = await workload.waitForAckAfter(kill.killedAt, kill.oldPrimary, config.trialTimeoutMs);
@@ -312,12 +317,13 @@ async function runSystem(
   system: FailoverSystem,
   config: BenchConfig,
   signal: AbortSignal,
+  fault: Fault,
 ): Promise<SystemRun> {
   const trials: TrialResult[] = [];
   const falseFailovers: FalseFailover[] = [];
   let quietPeriods = 0;
   let error: string | undefined;
-  const tag = `[${system.name}]`;
+  const tag = `[${system.name} ${fault}]`;
   // The system's client lookup exists only after setup; until then (never used) the advertised primary.
   let resolve = () => system.primaryAddress();
   const workload = new WriteWorkload({ resolvePrimary: () => resolve(), ...config.writer });
@@ -338,7 +344,7 @@ async function runSystem(
     let fromSeq = 0;
     for (let trial = 1; trial <= config.trials; trial++) {
       if (signal.aborted) throw new Error("interrupted");
-      const outcome = await runTrial(trial, system, workload, config, fromSeq);
+      const outcome = await runTrial(trial, system, workload, config, fromSeq, fault);
       const { result } = outcome;
       trials.push(result);
       fromSeq = outcome.nextSeq;
@@ -400,7 +406,65 @@ function parseSystems(value: string): string[] {
   return names;
 }
 
+function parseFaults(value: string): Fault[] {
+  const names = value
+    .split(",")
+    .map((name) => name.trim())
+    .filter(Boolean);
+  const unknown = names.filter((name) => !(FAULTS as readonly string[]).includes(name));
+  if (names.length === 0 || unknown.length > 0) {
+    throw new InvalidArgumentError(
+      `unknown fault ${unknown.join(", ") || "(none)"}; known: ${FAULTS.join(", ")}`,
+    );
+  }
+  return names as Fault[];
+}
+
+/** One row per fault: each system's median and p99, and Shardguard's ratios to Sentinel. */
+export interface FaultRow {
+  readonly fault: Fault;
+  readonly systems: Record<
+    string,
+    { median: number | null; p99: number | null; trials: number; falseFailovers: number; lost: number }
+  >;
+  readonly ratio: number | null;
+  readonly p99Ratio: number | null;
+}
+
+export function faultRow(fault: Fault, report: FailoverReport): FaultRow {
+  const systems: FaultRow["systems"] = {};
+  for (const system of report.systems) {
+    const ms = system.summary.failoverMs;
+    systems[system.name] = {
+      median: ms ? tenth(ms.median) : null,
+      p99: ms ? tenth(ms.p99) : null,
+      trials: system.trials.filter((trial) => trial.failoverMs !== undefined).length,
+      falseFailovers: system.falseFailovers.length,
+      lost: system.trials.reduce((sum, trial) => sum + trial.lostWrites, 0),
+    };
+  }
+  const round = (value: number | null) => (value === null ? null : Math.round(value * 100) / 100);
+  return { fault, systems, ratio: round(report.ratio.value), p99Ratio: round(report.ratio.p99) };
+}
+
+function formatRows(rows: readonly FaultRow[]): string {
+  const names = [...new Set(rows.flatMap((row) => Object.keys(row.systems)))];
+  return formatTable(
+    ["fault", ...names.flatMap((name) => [`${name} median`, `${name} p99`]), "ratio", "p99 ratio"],
+    rows.map((row) => [
+      row.fault,
+      ...names.flatMap((name) => [
+        fmt(row.systems[name]?.median ?? undefined),
+        fmt(row.systems[name]?.p99 ?? undefined),
+      ]),
+      row.ratio?.toFixed(2) ?? "-",
+      row.p99Ratio?.toFixed(2) ?? "-",
+    ]),
+  );
+}
+
 interface CliOptions {
+  faults: Fault[];
   trials: number;
   failureTimeout: number;
   systems: string[];
@@ -425,6 +489,12 @@ export function buildProgram(): Command {
       3000,
     )
     .option("--systems <list>", "comma-separated systems to run", parseSystems, Object.keys(SYSTEMS))
+    .option(
+      "--faults <list>",
+      "comma-separated faults, one row each: crash (SIGKILL redis-server), host (redis-server and its agent), hang (SIGSTOP)",
+      parseFaults,
+      [...FAULTS],
+    )
     .option("--out <dir>", "where failover.json and failover.svg go", "bench/results")
     .option(
       "--quiet-ms <ms>",
@@ -459,17 +529,37 @@ export function buildProgram(): Command {
       // A second Ctrl-C exits at once; process.exit still runs the hooks that kill every child by PID.
       abort.signal.addEventListener("abort", () => process.once("SIGINT", () => process.exit(130)));
       const machine = machineInfo();
-      const runs: SystemRun[] = [];
-      for (const name of config.systems) {
-        const factory = SYSTEMS[name];
-        if (!factory || abort.signal.aborted) continue;
-        runs.push(await runSystem(factory(config), config, abort.signal));
+      const rows: FaultRow[] = [];
+      for (const fault of options.faults) {
+        const runs: SystemRun[] = [];
+        for (const name of config.systems) {
+          const factory = SYSTEMS[name];
+          if (!factory || abort.signal.aborted) continue;
+          runs.push(await runSystem(factory(config), config, abort.signal, fault));
+        }
+        const report = {
+          ...buildReport(config, { ...machine, loadAverageAtEnd: loadAverage() }, runs),
+          fault,
+        };
+        process.stdout.write(`\n## ${fault}\n${formatReport(report)}\n`);
+        // The crash row keeps the file names of the single-fault benchmark.
+        const paths = writeReport(
+          report,
+          options.out,
+          fault === "crash" ? "failover" : `failover-${fault}`,
+          `Failover (${fault}): fault of the primary to first acknowledged write`,
+        );
+        log(`wrote ${paths.json} and ${paths.svg}`);
+        rows.push(faultRow(fault, report));
+        if (runs.some((run) => run.error)) process.exitCode = 1;
       }
-      const report = buildReport(config, { ...machine, loadAverageAtEnd: loadAverage() }, runs);
-      process.stdout.write(`${formatReport(report)}\n`);
-      const paths = writeReport(report, options.out);
-      log(`wrote ${paths.json} and ${paths.svg}`);
-      if (runs.some((run) => run.error)) process.exitCode = 1;
+      process.stdout.write(`\n${formatRows(rows)}\n`);
+      const rowsPath = join(options.out, "failover-rows.json");
+      writeFileSync(
+        rowsPath,
+        `${JSON.stringify({ generatedAt: new Date().toISOString(), config, machine, loadAverageAtEnd: loadAverage(), rows }, null, 2)}\n`,
+      );
+      log(`wrote ${rowsPath}`);
     });
 }
 

@@ -315,10 +315,15 @@ export function formatReport(report: FailoverReport): string {
 }
 
 /** Writes failover.json and failover.svg into `outDir`; returns their paths. */
-export function writeReport(report: FailoverReport, outDir: string): { json: string; svg: string } {
+export function writeReport(
+  report: FailoverReport,
+  outDir: string,
+  baseName = "failover",
+  title = "Failover: SIGKILL of the primary to first acknowledged write",
+): { json: string; svg: string } {
   mkdirSync(outDir, { recursive: true });
-  const json = join(outDir, "failover.json");
-  const svg = join(outDir, "failover.svg");
+  const json = join(outDir, `${baseName}.json`);
+  const svg = join(outDir, `${baseName}.svg`);
   writeFileSync(json, `${JSON.stringify(report, null, 2)}\n`);
   writeFileSync(
     svg,
@@ -328,7 +333,7 @@ export function writeReport(report: FailoverReport, outDir: string): { json: str
         values: system.trials.flatMap((trial) => trial.failoverMs ?? []),
       })),
       {
-        title: "Failover: SIGKILL of the primary to first acknowledged write",
+        title,
         subtitle: `failure timeout ${report.config.failureTimeoutMs} ms, ${report.config.trials} trials, ${report.machine.cpus} CPUs`,
         yLabel: "kill → first acknowledged write (ms)",
         references: [

@@ -13,7 +13,7 @@ import {
 } from "../../src/local-stack/processes.ts";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
 import { waitForReplicasInSync } from "../../src/workload/replication.ts";
-import type { FailoverSystem, KillResult, SystemConfig } from "./types.ts";
+import type { FailoverSystem, Fault, KillResult, SystemConfig } from "./types.ts";
 
 const MASTER_NAME = "mymaster";
 
@@ -145,7 +145,7 @@ export class SentinelSystem implements FailoverSystem {
     return this.#nodes;
   }
 
-  async killPrimary(): Promise<KillResult> {
+  async killPrimary(fault: Fault): Promise<KillResult> {
     const oldPrimary = await this.#agreedPrimary();
     const node = this.#nodes.find((candidate) => candidate.address === oldPrimary);
     if (!node?.running)
@@ -153,7 +153,7 @@ export class SentinelSystem implements FailoverSystem {
     this.#events.clear();
     this.#killed = node;
     const killedAt = performance.now();
-    node.signal("SIGKILL");
+    node.signal(fault === "hang" ? "SIGSTOP" : "SIGKILL");
     return { killedAt, oldPrimary };
   }
 
@@ -174,6 +174,9 @@ export class SentinelSystem implements FailoverSystem {
     if (!killed) return;
     const newPrimary = await this.#waitForAgreedPrimary((address) => address !== killed.address);
     this.#log(`sentinel: restarting ${killed.address} as a replica of ${newPrimary}`);
+    // A hung node is killed first (stop() sends SIGCONT only to a process still alive).
+    killed.signal("SIGKILL");
+    await killed.stop();
     await killed.start({ replicaOf: newPrimary });
     this.#killed = undefined;
     const settled = await this.#waitUntilSettled();

@@ -1,7 +1,7 @@
 import { LocalCluster } from "../../src/demo/local-cluster.ts";
 import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
 import { waitForReplicasInSync } from "../../src/workload/replication.ts";
-import type { FailoverSystem, KillResult, SystemConfig } from "./types.ts";
+import type { FailoverSystem, Fault, KillResult, SystemConfig } from "./types.ts";
 
 /** Shardguard's timings besides the shared failure timeout. */
 export interface ShardguardTimings {
@@ -34,7 +34,7 @@ export class ShardguardSystem implements FailoverSystem {
   readonly name = "shardguard";
   readonly #timings: ShardguardTimings;
   #cluster: LocalCluster | undefined;
-  #killed: { node: RedisNode; wallMs: number; epoch: number } | undefined;
+  #killed: { node: RedisNode; wallMs: number; epoch: number; fault: Fault } | undefined;
   /** The last kill, kept after resetTrial: the driver asks for phase timings after the reset. */
   #lastKill: { wallMs: number; epoch: number } | undefined;
   #log: (line: string) => void = () => {};
@@ -69,7 +69,7 @@ export class ShardguardSystem implements FailoverSystem {
     return this.#cluster?.redis ?? [];
   }
 
-  async killPrimary(): Promise<KillResult> {
+  async killPrimary(fault: Fault): Promise<KillResult> {
     const cluster = this.#require();
     const topology = await cluster.topology();
     const node = cluster.redis.find((candidate) => candidate.id === topology?.primary_node_id);
@@ -78,8 +78,9 @@ export class ShardguardSystem implements FailoverSystem {
     }
     const wallMs = Date.now();
     const killedAt = performance.now();
-    node.signal("SIGKILL");
-    this.#killed = { node, wallMs, epoch: topology.epoch };
+    node.signal(fault === "hang" ? "SIGSTOP" : "SIGKILL");
+    if (fault === "host") cluster.signalAgent(node.id, "SIGKILL");
+    this.#killed = { node, wallMs, epoch: topology.epoch, fault };
     this.#lastKill = { wallMs, epoch: topology.epoch };
     return { killedAt, oldPrimary: node.address };
   }
@@ -123,7 +124,14 @@ export class ShardguardSystem implements FailoverSystem {
     this.#log(
       `shardguard: restarting ${killed.node.id}; its agent makes it a replica of ${topology?.primary_node_id}`,
     );
+    // A hung node is killed first (stop() sends SIGCONT only to a process still alive).
+    killed.node.signal("SIGKILL");
+    await killed.node.stop();
     await killed.node.start();
+    if (killed.fault === "host") {
+      await cluster.stopAgent(killed.node.id);
+      cluster.startAgent(killed.node.id);
+    }
     this.#killed = undefined;
     await cluster.waitFor(
       "every node following the new primary",

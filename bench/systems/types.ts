@@ -10,6 +10,14 @@ export interface SystemConfig {
   readonly log: (line: string) => void;
 }
 
+/**
+ * How the primary fails in a trial: `crash` SIGKILLs its redis-server (an agent beside it stays
+ * up), `host` SIGKILLs the redis-server and the Shardguard agent beside it together (Sentinel has
+ * no agent: the same as crash), `hang` SIGSTOPs the redis-server (the process and its sockets stay).
+ */
+export const FAULTS = ["crash", "host", "hang"] as const;
+export type Fault = (typeof FAULTS)[number];
+
 /** The primary that was killed and the instant of the kill (performance.now() ms, the writer's clock). */
 export interface KillResult {
   readonly killedAt: number;
@@ -39,8 +47,8 @@ export interface FailoverSystem {
   createResolver?(): () => Promise<string | undefined>;
   /** The redis-server nodes of the shard, including a killed one. */
   nodes(): readonly RedisNode[];
-  /** SIGKILLs the redis-server the system currently has as primary; `killedAt` is taken right before the signal. */
-  killPrimary(): Promise<KillResult>;
+  /** Fails the primary the system currently has by `fault`; `killedAt` is taken right before the signal. */
+  killPrimary(fault: Fault): Promise<KillResult>;
   /**
    * Durations in ms of the system's failover phases for the last trial, in order, the first
    * starting at `killedAt` (Shardguard: detection, lock, promote, confirm, repoint). Undefined when
@@ -48,7 +56,7 @@ export interface FailoverSystem {
    */
   phaseTimings?(kill: KillResult): Promise<Record<string, number> | undefined>;
   /**
-   * Restores 1 primary + replicas after a trial: restarts the killed node as a replica of the new
+   * Restores 1 primary + replicas after a trial: restarts the killed (or hung) node as a replica of the new
    * primary and waits until it is in sync and the system again sees a healthy shard, so the next
    * trial starts from the same state.
    */
