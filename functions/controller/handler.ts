@@ -1,5 +1,6 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics } from "@aws-lambda-powertools/metrics";
+import { parseWakes } from "../../src/adapters/sqs-wake-queue.ts";
 import { ControllerLoop, type LoopSummary } from "../../src/controller/loop.ts";
 import { METRICS_NAMESPACE, powertoolsLog, powertoolsMetrics } from "../../src/controller/observability.ts";
 import {
@@ -41,5 +42,16 @@ export async function handler(
   // Both within the invocation's time: leases cut to it, phases started only when they fit in it.
   const remainingMs = () => context.getRemainingTimeInMillis();
   if (isOperatorRequest(event)) return handleOperatorRequest(runtime.deps, event, { remainingMs });
+  // The wake-up queue's event source mapping: one cycle now for each shard named (the crash fast path).
+  if (isSqsEvent(event))
+    return loop.wake(parseWakes(event.Records.map((record) => record.body ?? "")), { remainingMs });
   return loop.run({ remainingMs });
+}
+
+function isSqsEvent(event: unknown): event is { Records: { body?: string }[] } {
+  const records = (event as { Records?: unknown } | null)?.Records;
+  return (
+    Array.isArray(records) &&
+    records.every((record) => (record as { eventSource?: string })?.eventSource === "aws:sqs")
+  );
 }

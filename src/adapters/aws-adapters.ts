@@ -6,6 +6,7 @@ import { type AwsClientOptions, type AwsClients, createAwsClients } from "./aws-
 import { AwsClock } from "./clock.ts";
 import { createDynamoCoordinationStore } from "./dynamo-coordination-store.ts";
 import { SqsCommandBus } from "./sqs-command-bus.ts";
+import { SqsWakeQueue } from "./sqs-wake-queue.ts";
 
 export interface AwsAdaptersOptions extends AwsClientOptions {
   /** Standard SDK variables (endpoints, region, keys) and SHARDGUARD_* are read from it. @default process.env */
@@ -22,12 +23,16 @@ export interface AwsAdaptersOptions extends AwsClientOptions {
   readonly managedSse?: boolean;
   /** Where malformed items and commands are reported. @default one JSON line on stderr */
   readonly logger?: AdapterLogger;
+  /** Create the wake-up queue when missing (the local controller). @default false */
+  readonly createWakeQueue?: boolean;
 }
 
 export interface AwsAdapters {
   /** Heartbeats, replica sets, lock, topology, history and shard index on the table. */
   readonly store: CoordinationStore;
   readonly bus: CommandBus;
+  /** The controller's wake-up queue (`<prefix>_wake`): agents send, the controller receives. */
+  readonly wake: SqsWakeQueue;
   /** AWS-aligned clock: stamp heartbeats and measure their age with it. */
   readonly clock: AwsClock;
   /** AWS API calls made through these adapters, per operation. */
@@ -67,6 +72,12 @@ export function createAwsAdapters(options: AwsAdaptersOptions = {}): AwsAdapters
     managedSse: options.managedSse,
     logger: options.logger,
   });
+  const wake = new SqsWakeQueue({
+    sqs: clients.sqs,
+    queuePrefix: options.queuePrefix ?? queuePrefixFromEnv(env),
+    create: options.createWakeQueue,
+    logger: options.logger,
+  });
   const built = clients;
-  return { store, bus, clock, counter, clients: built, destroy: () => built.destroy() };
+  return { store, bus, wake, clock, counter, clients: built, destroy: () => built.destroy() };
 }

@@ -8,6 +8,7 @@ import type {
   ShardIndex,
   TopologyStore,
 } from "../core/ports.ts";
+import type { WakeSender } from "../core/wake.ts";
 import type { Database } from "./database.ts";
 import type { AgentLogger } from "./log.ts";
 import { Mutex } from "./loop.ts";
@@ -29,6 +30,8 @@ export interface AgentDeps {
   readonly logger?: AgentLogger;
   /** Monotonic ms for durations (fence timeout, loop pacing). @default performance.now */
   readonly monotonicNow?: () => number;
+  /** Tells the controller to look at the shard now (the crash fast path). @default none: it waits a tick */
+  readonly wake?: WakeSender;
 }
 
 /** Everything the agent's loops share. One per running agent. */
@@ -105,6 +108,8 @@ export class AgentContext {
   crash: CrashReport | undefined;
   /** Monotonic ms since which the database or the link to the primary is in doubt (fast heartbeats). */
   doubtSince: number | undefined;
+  /** What the controller was last woken for (`crash:<first_seen>`, `link_down:<epoch>`): once each. */
+  wokeFor: string | undefined;
   /** Runs the heartbeat cycle now instead of at its next tick (set by the heartbeat loop). */
   wakeHeartbeat: () => void = () => {};
 

@@ -1,7 +1,9 @@
+import { CRASH_CONFIRM_MS } from "../core/crash.ts";
 import { errorMessage } from "../core/errors.ts";
 import { judgeRestart } from "../core/identity.ts";
 import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
+import type { Wake } from "../core/wake.ts";
 import { Backoff, sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
@@ -376,6 +378,7 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
       ctx.heartbeatsWritten++;
       endFailsafe(ctx);
       written = true;
+      wakeController(ctx, heartbeat);
     } catch (error) {
       storeFailed(ctx, "heartbeat write", error);
       if (info?.role === "primary") await observeStoreWitnesses(ctx);
@@ -394,6 +397,36 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
     }
   }
   return { dbUp: info !== undefined, storeUp: snapshot !== undefined && written, heartbeatWritten: written };
+}
+
+/**
+ * After writing a heartbeat the crash fast path may act on (a confirmed crash report, a replica's
+ * link down), tells the controller to look now: once per crash and per episode of doubt. The
+ * heartbeat is written first, so the controller's read finds it.
+ */
+function wakeController(ctx: AgentContext, heartbeat: HeartbeatInput): void {
+  const wake = ctx.deps.wake;
+  if (wake === undefined) return;
+  const crash = heartbeat.db_status === "down" ? heartbeat.db_crash : undefined;
+  let reason: Wake["reason"];
+  let key: string;
+  if (crash !== undefined && crash.last_seen - crash.first_seen >= CRASH_CONFIRM_MS * 1000) {
+    reason = "crash";
+    key = `crash:${crash.first_seen}`;
+  } else if (
+    heartbeat.role === "replica" &&
+    heartbeat.primary_link === "down" &&
+    ctx.doubtSince !== undefined
+  ) {
+    reason = "link_down";
+    key = `link_down:${ctx.doubtSince}`;
+  } else {
+    if (ctx.crash === undefined && ctx.doubtSince === undefined) ctx.wokeFor = undefined;
+    return;
+  }
+  if (ctx.wokeFor === key) return;
+  ctx.wokeFor = key;
+  void wake.send({ shard: ctx.shard, node: ctx.nodeId, reason, sent_at: Math.round(ctx.deps.clock.now()) });
 }
 
 /** Heartbeat cadence while the database or the link to the primary is in doubt. */

@@ -1,6 +1,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import type { Decision } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
+import type { Wake, WakeReceiver } from "../core/wake.ts";
 import {
   type ControllerDeps,
   type CycleResult,
@@ -35,7 +36,15 @@ export interface LoopOptions {
   readonly signal?: AbortSignal;
   /** Shard index page size. @default 100 */
   readonly pageSize?: number;
+  /**
+   * Wake-ups to long-poll beside the ticks (the local controller): a shard named in one gets a
+   * cycle at once. The periodic pass stays the safety net. @default none
+   */
+  readonly wake?: WakeReceiver;
 }
+
+/** Longest SQS long poll. */
+const WAKE_WAIT_SECONDS = 20;
 
 export interface LoopSummary {
   readonly passes: number;
@@ -77,6 +86,8 @@ export class ControllerLoop {
   readonly #lastState = new Map<string, string>();
   readonly #offline = new Set<string>();
   readonly #inFlight = new Map<string, Promise<void>>();
+  /** Shards woken while a cycle of theirs ran: one more cycle once it ends. */
+  readonly #rewake = new Set<string>();
 
   constructor(deps: ControllerDeps) {
     this.#deps = deps;
@@ -93,6 +104,11 @@ export class ControllerLoop {
     this.#deps.log.debug("controller loop started", {
       remaining_ms: Number.isFinite(left) ? left : undefined,
     });
+    const stopWakes = new AbortController();
+    const wakes =
+      options.wake && !options.once
+        ? this.#consumeWakes(options.wake, options, stopWakes.signal, totals, () => remaining() > actBudget)
+        : undefined;
     try {
       while (!options.signal?.aborted && remaining() > stopBefore) {
         const started = Date.now();
@@ -110,13 +126,88 @@ export class ControllerLoop {
         const wait = config.tickIntervalMs - (Date.now() - started);
         if (wait > 0) await delay(wait, undefined, { signal: options.signal }).catch(() => {});
       }
+      stopWakes.abort();
+      await wakes;
       // Orchestrations still running finish (each bounded by its phase timeouts).
       await Promise.allSettled([...this.#inFlight.values()]);
     } finally {
+      stopWakes.abort();
       this.#deps.metrics.flush();
     }
     this.#deps.log.debug("controller loop stopped", totals);
     return totals;
+  }
+
+  /**
+   * One cycle now for each shard the wake-ups name (Lambda: the SQS event source mapping's batch),
+   * waiting for them. A shard already orchestrating gets one more cycle when that ends.
+   */
+  async wake(wakes: readonly Wake[], options: { remainingMs?: () => number; act?: boolean } = {}) {
+    const totals = { passes: 0, cycles: 0, actions: 0, errors: 0 };
+    this.#woken(wakes, options.act ?? true, options.remainingMs, totals);
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight.values()]);
+    this.#deps.metrics.flush();
+    return totals;
+  }
+
+  async #consumeWakes(
+    receiver: WakeReceiver,
+    options: LoopOptions,
+    stop: AbortSignal,
+    totals: { cycles: number; actions: number; errors: number },
+    act: () => boolean,
+  ): Promise<void> {
+    const signal = options.signal ? AbortSignal.any([options.signal, stop]) : stop;
+    while (!signal.aborted) {
+      try {
+        const wakes = await receiver.receive(WAKE_WAIT_SECONDS, signal);
+        const wanted = options.shards ? wakes.filter((wake) => options.shards?.includes(wake.shard)) : wakes;
+        this.#woken(wanted, act(), options.remainingMs, totals);
+      } catch (error) {
+        this.#deps.log.warn("controller wake-ups unavailable; the periodic pass goes on", {
+          error: errorMessage(error),
+        });
+        await delay(this.#deps.config.tickIntervalMs * 5, undefined, { signal }).catch(() => {});
+      }
+    }
+  }
+
+  #woken(
+    wakes: readonly Wake[],
+    act: boolean,
+    remainingMs: (() => number) | undefined,
+    totals: { cycles: number; actions: number; errors: number },
+  ): void {
+    const now = this.#deps.clock.now();
+    for (const shard of new Set(wakes.map((wake) => wake.shard))) {
+      const from = wakes.filter((wake) => wake.shard === shard);
+      this.#deps.log.info("controller woken", {
+        shard,
+        by: from.map((wake) => `${wake.node}: ${wake.reason}`),
+        latency_ms: Math.round(now - Math.min(...from.map((wake) => wake.sent_at))),
+      });
+      this.#cycleNow(shard, act, remainingMs, totals);
+    }
+  }
+
+  #cycleNow(
+    shard: string,
+    act: boolean,
+    remainingMs: (() => number) | undefined,
+    totals: { cycles: number; actions: number; errors: number },
+  ): void {
+    const running = this.#inFlight.get(shard);
+    if (running) {
+      if (this.#rewake.has(shard)) return;
+      this.#rewake.add(shard);
+      void running.finally(() => {
+        this.#rewake.delete(shard);
+        this.#cycleNow(shard, act, remainingMs, totals);
+      });
+      return;
+    }
+    const cycle = this.#cycle(shard, act, remainingMs, totals).finally(() => this.#inFlight.delete(shard));
+    this.#inFlight.set(shard, cycle);
   }
 
   async #pass(

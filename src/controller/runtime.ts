@@ -4,11 +4,14 @@ import { EventBridgePublisher } from "../adapters/eventbridge-publisher.ts";
 import { ENV, failoverConfigFromEnv } from "../config/env.ts";
 import { ConfigurationError } from "../core/errors.ts";
 import type { EventPublisher } from "../core/ports.ts";
+import type { WakeReceiver } from "../core/wake.ts";
 import { type ControllerLog, type ControllerMetrics, logEventPublisher } from "./observability.ts";
 import type { ControllerDeps } from "./orchestrator.ts";
 
 export interface ControllerRuntime {
   readonly deps: ControllerDeps;
+  /** The wake-up queue (`<prefix>_wake`), for a local loop to long-poll (docs/controller.md). */
+  readonly wake: WakeReceiver;
   destroy(): void;
 }
 
@@ -23,6 +26,8 @@ export function createControllerRuntime(
     readonly metrics: ControllerMetrics;
     /** Lambda: the event bus must be configured. Local: events become log lines without one. */
     readonly requireEventBus?: boolean;
+    /** Local: create the wake-up queue when missing (CDK creates it for the Lambda). @default false */
+    readonly createWakeQueue?: boolean;
   },
 ): ControllerRuntime {
   const config = failoverConfigFromEnv(env);
@@ -30,7 +35,7 @@ export function createControllerRuntime(
   if (options.requireEventBus && !eventBusName) {
     throw new ConfigurationError(`${ENV.eventBusName} must name the EventBridge bus for failover events`);
   }
-  const aws = createAwsAdapters({ env, logger: options.log });
+  const aws = createAwsAdapters({ env, logger: options.log, createWakeQueue: options.createWakeQueue });
   let eventBridge: EventBridgeClient | undefined;
   let events: EventPublisher = logEventPublisher(options.log);
   if (eventBusName) {
@@ -38,6 +43,7 @@ export function createControllerRuntime(
     events = new EventBridgePublisher({ client: eventBridge, eventBusName });
   }
   return {
+    wake: aws.wake,
     deps: {
       store: aws.store,
       bus: aws.bus,

@@ -153,5 +153,8 @@ describe("crash fast path: a crash", () => {
     expect(promoted.at(-1)).toMatchObject({ window: "skip" });
     const dead = linesWith(cluster.logLines("agent-node-1.log"), "database death confirmed");
     expect(dead.length).toBeGreaterThan(0);
+    // The controller was woken by the agents' messages, not only by its tick.
+    const woken = linesWith(cluster.controllerLogLines(), "controller woken");
+    expect(woken.map((line) => line.by).flat()).toContain("node-1: crash");
   });
 });

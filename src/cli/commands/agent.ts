@@ -72,6 +72,7 @@ export function registerAgent(program: Command): void {
             topology: aws.store.topology,
             shards: aws.store.shards,
             commands: aws.bus,
+            wake: aws.wake,
             clock: aws.clock,
           },
           { logLevel: config.logLevel },

@@ -27,13 +27,18 @@ export function registerController(program: Command): void {
         persistentKeys: { component: "controller" },
       });
       const metrics = new MemoryMetrics();
-      const runtime = createControllerRuntime(process.env, { log: powertoolsLog(logger), metrics });
+      const runtime = createControllerRuntime(process.env, {
+        log: powertoolsLog(logger),
+        metrics,
+        createWakeQueue: true,
+      });
       const abort = options.once ? undefined : abortOnSignal();
       try {
         const summary = await new ControllerLoop(runtime.deps).run({
           once: options.once,
           shards: options.shard,
           signal: abort?.signal,
+          wake: runtime.wake,
         });
         const counts = Object.fromEntries(METRIC_NAMES.map((name) => [name, metrics.get(name)]));
         logger.info("controller stopped", { ...summary, metrics: counts });
