@@ -2,6 +2,7 @@ import { ArnFormat, Stack, Token } from "aws-cdk-lib";
 import { PolicyStatement } from "aws-cdk-lib/aws-iam";
 import type { IConstruct } from "constructs";
 import { type QueueNames, queueNames } from "../src/adapters/queue-names.ts";
+import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
 import { ConfigurationError } from "../src/core/errors.ts";
 import { ID_PATTERN, ID_RULE } from "../src/core/model.ts";
 import { keys } from "../src/core/table.ts";
@@ -45,6 +46,9 @@ export const AGENT_QUEUE_CONSUME_ACTIONS = [
   "sqs:DeleteMessage",
   "sqs:ChangeMessageVisibility",
 ] as const;
+
+/** Waking the controller after a crash report (SqsWakeQueue.send): look the queue up, send to it. */
+export const AGENT_WAKE_ACTIONS = ["sqs:GetQueueUrl", "sqs:SendMessage"] as const;
 
 /** Throws a ConfigurationError naming `shard` or `node` when either is not a valid id. */
 export function validateIdentity(identity: AgentIdentity): void {
@@ -108,6 +112,11 @@ export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarg
       sid: "ConsumeOwnQueue",
       actions: [...AGENT_QUEUE_CONSUME_ACTIONS],
       resources: [queueArn(names.queue)],
+    }),
+    new PolicyStatement({
+      sid: "WakeController",
+      actions: [...AGENT_WAKE_ACTIONS],
+      resources: [queueArn(wakeQueueName(target.queuePrefix))],
     }),
   ];
 }

@@ -121,8 +121,9 @@ export interface ShardguardControllerProps {
   readonly controllerMemorySize?: number;
   /**
    * Reserved concurrency of the controller: at least 2, so the next minute's invocation can start
-   * while the previous one finishes its loop.
-   * @default 2
+   * while the previous one finishes its loop; the default's third is for wake-up invocations (with 2,
+   * a wake-up during the overlap is throttled and the crash waits for the next tick).
+   * @default 3
    */
   readonly controllerReservedConcurrency?: number;
   /**
@@ -226,7 +227,7 @@ export function resolveControllerProps(props: ShardguardControllerProps): Resolv
     );
   }
 
-  const controllerReservedConcurrency = props.controllerReservedConcurrency ?? 2;
+  const controllerReservedConcurrency = props.controllerReservedConcurrency ?? 3;
   if (!Number.isInteger(controllerReservedConcurrency) || controllerReservedConcurrency < 2) {
     problems.push(
       `controllerReservedConcurrency: must be an integer of at least 2 so that consecutive invocations can overlap, got ${controllerReservedConcurrency}`,

@@ -7,12 +7,14 @@ import * as targets from "aws-cdk-lib/aws-events-targets";
 import * as iam from "aws-cdk-lib/aws-iam";
 import * as lambda from "aws-cdk-lib/aws-lambda";
 import { SqsDestination } from "aws-cdk-lib/aws-lambda-destinations";
+import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
 import { NodejsFunction, OutputFormat } from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
 import { EVENT_SOURCE } from "../src/adapters/eventbridge-publisher.ts";
 import { queueNamePattern } from "../src/adapters/queue-names.ts";
+import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
 import { ENV } from "../src/config/env.ts";
 import {
   type EventDetailType,
@@ -87,6 +89,11 @@ export class ShardguardController extends Construct {
   public readonly schedule: events.Rule;
   /** Receives scheduled invocations EventBridge could not deliver and invocations that failed. */
   public readonly controllerFailureQueue: sqs.Queue;
+  /**
+   * `<prefix>_wake`: agents send a wake-up after writing a crash report; its event source mapping
+   * runs a controller cycle for that shard at once (docs/controller.md#controller-wake-ups).
+   */
+  public readonly wakeQueue: sqs.Queue;
   public readonly eventBus: events.IEventBus;
   public readonly queuePrefix: string;
   /** The validated failover configuration the controller runs with. */
@@ -130,6 +137,27 @@ export class ShardguardController extends Construct {
     });
     this.controllerRole = this.createControllerRole();
     this.controllerFunction = this.createControllerFunction(resolved);
+    this.wakeQueue = new sqs.Queue(this, "WakeQueue", {
+      queueName: wakeQueueName(resolved.queuePrefix),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      // A wake-up older than a minute is worthless: the periodic scan has run since.
+      retentionPeriod: Duration.minutes(1),
+      // Lambda requires at least the function's timeout on a queue it consumes.
+      visibilityTimeout: resolved.controllerTimeout,
+    });
+    Validations.of(this.wakeQueue).acknowledge({
+      id: "AwsSolutions-SQS3",
+      reason:
+        "Wake-ups are hints that expire after a minute; one that fails is dropped on purpose, the controller's periodic scan covers it.",
+    });
+    this.controllerFunction.addEventSource(
+      new SqsEventSource(this.wakeQueue, {
+        batchSize: 10,
+        maxBatchingWindow: Duration.seconds(0),
+        maxConcurrency: 2,
+      }),
+    );
     this.schedule = new events.Rule(this, "Schedule", {
       description:
         "Starts the Shardguard controller; each invocation loops at tickInterval until its timeout.",
@@ -347,8 +375,9 @@ export class ShardguardController extends Construct {
       //   invocation every 60 s, so consecutive invocations overlap by several seconds. The overlap
       //   absorbs schedule jitter and the next cold start, so detection never pauses; two controllers
       //   at once are safe because every failover runs under the shard's conditional-write lock.
-      // - reserved concurrency 2: exactly that overlap, and a cap on runaway invocations (a retry
-      //   storm cannot fan out into many controllers or eat the account's concurrency).
+      // - reserved concurrency 3: that overlap plus one invocation for wake-ups (the wake queue's
+      //   event source), and a cap on runaway invocations (a retry storm cannot fan out into many
+      //   controllers or eat the account's concurrency).
       // - 512 MB: the loop is I/O-bound, but signing, TLS and parsing every shard's items each tick
       //   are CPU work, and Lambda CPU scales with memory; 512 MB keeps a tick's CPU time well under
       //   tickInterval at tens of shards for about twice the cost of 256 MB.

@@ -120,6 +120,23 @@ describe("coordination table", () => {
   });
 });
 
+describe("wake queue", () => {
+  it("is consumed by the controller through an event source mapping, at once and in batches of 10", () => {
+    template.hasResourceProperties("AWS::SQS::Queue", {
+      QueueName: "shardguard_wake",
+      MessageRetentionPeriod: 60,
+      VisibilityTimeout: 75,
+      SqsManagedSseEnabled: true,
+    });
+    template.hasResourceProperties("AWS::Lambda::EventSourceMapping", {
+      BatchSize: 10,
+      MaximumBatchingWindowInSeconds: 0,
+      ScalingConfig: { MaximumConcurrency: 2 },
+      EventSourceArn: { "Fn::GetAtt": [logicalId(stack.controller.wakeQueue), "Arn"] },
+    });
+  });
+});
+
 describe("controller function", () => {
   it("runs on Node.js 24 on arm64 with the loop's timeout, memory and reserved concurrency", () => {
     template.hasResourceProperties("AWS::Lambda::Function", {
@@ -128,7 +145,7 @@ describe("controller function", () => {
       Handler: "index.handler",
       Timeout: 75,
       MemorySize: 512,
-      ReservedConcurrentExecutions: 2,
+      ReservedConcurrentExecutions: 3,
     });
   });
 
@@ -254,6 +271,17 @@ describe("IAM", () => {
         ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
         [{ "Fn::GetAtt": [logicalId(stack.controller.controllerFailureQueue), "Arn"] }],
       ),
+      // Added by the L2 SqsEventSource: the wake queue's event source mapping consumes it.
+      expectedGrant(
+        [
+          "sqs:ReceiveMessage",
+          "sqs:ChangeMessageVisibility",
+          "sqs:GetQueueUrl",
+          "sqs:DeleteMessage",
+          "sqs:GetQueueAttributes",
+        ],
+        [{ "Fn::GetAtt": [logicalId(stack.controller.wakeQueue), "Arn"] }],
+      ),
       expectedGrant(
         [
           "dynamodb:GetItem",
@@ -286,6 +314,7 @@ describe("IAM", () => {
       "RegisterShardInIndex",
       "CreateOwnQueues",
       "ConsumeOwnQueue",
+      "WakeController",
     ]);
     expect(statements.map(grantOf)).toEqual([
       expectedGrant(["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"], [tableArn()], {
@@ -302,6 +331,7 @@ describe("IAM", () => {
         ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
         [arnIn("sqs", "shardguard_orders_n1")],
       ),
+      expectedGrant(["sqs:GetQueueUrl", "sqs:SendMessage"], [arnIn("sqs", "shardguard_wake")]),
     ]);
   });
 
@@ -332,6 +362,7 @@ describe("IAM", () => {
       [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
       [["sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], null],
       [["sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:ReceiveMessage"], null],
+      [["sqs:GetQueueUrl", "sqs:SendMessage"], null],
     ]);
   });
 
@@ -476,6 +507,7 @@ describe("cdk-nag AwsSolutions", () => {
     // Assess
     expect(acknowledged.map((rule) => rule.id).sort()).toEqual([
       "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:shardguard_*]",
+      "AwsSolutions-SQS3",
       "AwsSolutions-SQS3",
     ]);
     for (const rule of acknowledged) expect(rule.reason.length).toBeGreaterThan(40);

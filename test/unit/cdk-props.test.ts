@@ -115,7 +115,7 @@ describe("ShardguardController props", () => {
       queuePrefix: "shardguard",
       deletionProtection: true,
       controllerMemorySize: 512,
-      controllerReservedConcurrency: 2,
+      controllerReservedConcurrency: 3,
     });
     expect(resolved.controllerTimeout.toSeconds()).toBe(75);
     expect(resolved.config.failureTimeoutMs).toBe(3000);
