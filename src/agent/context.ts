@@ -53,6 +53,8 @@ export class AgentContext {
   roleGeneration = 0;
   /** The last INFO replication that answered. */
   lastInfo: ReplicationInfo | undefined;
+  /** `roleGeneration` when `lastInfo` was read: it still describes the role if nothing changed since. */
+  lastInfoGeneration = -1;
   dbUp = false;
   storeUp = true;
   /** The last heartbeat written, the template for `db_status: down` heartbeats. */
@@ -91,8 +93,6 @@ export class AgentContext {
   dbRestarted = false;
   /** The database's identity as last read: a new run_id that does not continue it is a restart. */
   identity: DatabaseIdentity | undefined;
-  /** Whether this primary's replica set item exists in the store (false before its first member). */
-  guardRecorded = false;
   /** Monotonic ms until which a freshly promoted node refuses writes (the old primary's guard window). */
   promotionFenceUntil = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */

@@ -33,6 +33,7 @@ async function readInfo(
     if (!ctx.dbUp) ctx.logger.info("database answers", { redis: ctx.options.redis, role: info.role });
     ctx.dbUp = true;
     ctx.lastInfo = info;
+    ctx.lastInfoGeneration = ctx.roleGeneration;
     // A restarted primary is harmless once it follows a primary (a command or a step-down did it).
     if (info.role === "replica") ctx.dbRestarted = false;
     // While connected, the replica acknowledges every second: the primary counts it until then.
@@ -93,7 +94,6 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   const verdict = judgeRestart(previous, current, {
     named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
     guardMembers: ctx.guardMembers,
-    guardRecorded: ctx.guardRecorded,
   });
   if (verdict.kind === "same") return;
   // The guard's settings died with the old process.
@@ -324,10 +324,29 @@ function downHeartbeat(
  * One heartbeat cycle: INFO, one shard snapshot (topology included), fencing by the topology,
  * the heartbeat write, the replica set, and shard registration.
  */
+/**
+ * A database that answers as a new process (restarted: its write guard died with the old one)
+ * gets the guard at once, from what the agent already knows, without waiting for this cycle's
+ * store calls (slow or failing during an outage: seconds in which the new process took writes).
+ */
+async function guardNewProcess<T extends { info: ReplicationInfo } | undefined>(
+  ctx: AgentContext,
+  read: T,
+): Promise<T> {
+  const info = read?.info;
+  if (info?.role === "primary" && ctx.appliedGuard === undefined && (ctx.topologyRead || ctx.dbRestarted)) {
+    await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, info));
+  }
+  return read;
+}
+
 export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   // Captured before INFO: a role change after this point makes this cycle's heartbeat stale.
   let generation = ctx.roleGeneration;
-  const [read, snapshot] = await Promise.all([readInfo(ctx), readSnapshot(ctx)]);
+  const [read, snapshot] = await Promise.all([
+    readInfo(ctx).then((read) => guardNewProcess(ctx, read)),
+    readSnapshot(ctx),
+  ]);
   const firstInfo = read?.info;
   let info = firstInfo;
   const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
@@ -340,7 +359,6 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
     ctx.confirmed = verdict.kind === "keep" && verdict.primaryConfirmed;
     ctx.unconfirmedReason = verdict.reason;
     ctx.guardMembers = snapshot.replicaSets[ctx.nodeId] ?? [];
-    ctx.guardRecorded = snapshot.replicaSetVersions[ctx.nodeId] !== undefined;
     if (verdict.kind !== "keep") {
       try {
         ({ info, generation } = await reconcile(ctx, snapshot));

@@ -139,11 +139,18 @@ export class PrimaryProbe {
     if (answer === undefined) return "unreachable";
     const primary = answer.info;
     const parked = isParked(mine);
+    const continues =
+      primary.role === "primary" && primary.replId === mine.replId && primary.offset >= mine.offset;
+    if (!parked && this.#runId !== undefined && primary.runId !== this.#runId && !continues) {
+      // The primary came back as another process that does not continue this replica's lineage,
+      // and the replica has not synced from it yet (the park on close did not happen: the replica
+      // was hung, or the close went unseen): park now, before a full sync replaces its data.
+      await this.#lost(this.#address ?? "");
+      return "restarted";
+    }
     const linked = !parked && mine.primary?.link === "up";
     if (linked && primary.runId !== undefined) this.#runId = primary.runId;
     const sameProcess = this.#runId !== undefined && primary.runId === this.#runId;
-    const continues =
-      primary.role === "primary" && primary.replId === mine.replId && primary.offset >= mine.offset;
     if (parked) {
       if (sameProcess || continues)
         await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
@@ -159,8 +166,15 @@ export class PrimaryProbe {
     const ctx = this.#ctx;
     await ctx.roleLock.run(async () => {
       try {
-        const mine = await ctx.db.replicationInfo();
+        // A replica that does not answer (hung, SIGSTOPped) is parked all the same, from what it
+        // last said: the command waits in its socket and runs when it wakes, before the once-a-second
+        // reconnect could full-sync it from a primary restarted empty meanwhile.
+        const generation = ctx.roleGeneration;
+        const mine = await ctx.db
+          .replicationInfo()
+          .catch(() => (ctx.lastInfoGeneration === generation ? ctx.lastInfo : undefined));
         if (
+          mine === undefined ||
           mine.role !== "replica" ||
           !mine.primary ||
           `${mine.primary.host}:${mine.primary.port}` !== address

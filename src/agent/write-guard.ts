@@ -124,6 +124,8 @@ export async function fence(ctx: AgentContext, reason: string): Promise<void> {
   const wasFenced = ctx.state.state.fence !== undefined;
   if (!wasFenced) {
     const saved = await ctx.db.configGet(FENCING_CONFIG_KEYS);
+    // A database started fenced by its config file (docs/deploy.md) has no operator value to keep.
+    if (Number(saved["min-replicas-to-write"]) >= FENCED_MIN_REPLICAS) saved["min-replicas-to-write"] = "0";
     ctx.state.update({ fence: { saved, since: ctx.deps.clock.now() } });
   }
   const savedLag = Number(ctx.state.state.fence?.saved["min-replicas-max-lag"]);

@@ -21,8 +21,6 @@ export interface RestartContext {
   readonly named: boolean;
   /** The primary's stored replica set. */
   readonly guardMembers: readonly string[];
-  /** Whether that set was ever stored (false while a new shard's replicas have not joined yet). */
-  readonly guardRecorded: boolean;
 }
 
 export type RestartVerdict =
@@ -44,9 +42,12 @@ export function judgeRestart(
   if (current.role !== "primary") return harmless("it came back as a replica");
   if (previous.role !== "primary" && !context.named) return harmless("it was not the shard's primary");
   // Without a replica holding the data, fencing would only stop writes. Members of the replica
-  // set hold it; before the set was first stored (a shard just started), so do the replicas that
-  // were synced with the old process, and any of them may be promoted.
-  const othersHoldData = context.guardMembers.length > 0 || (!context.guardRecorded && previous.synced > 0);
+  // set hold it, and so do the replicas attached to the old process when it was last read, members
+  // or not (not yet stored on a new shard; or gone from the set while hung, still holding every
+  // write they acknowledged): serving the empty dataset would feed it to them in a full sync.
+  // Fenced, the node is failed over (to a member), or the shard goes offline and comes back on the
+  // replica with the lineage (the offline path does not ask for membership).
+  const othersHoldData = context.guardMembers.length > 0 || previous.synced > 0;
   if (!othersHoldData) return harmless("no other node holds its data");
   return {
     kind: "lost-data",

@@ -48,7 +48,14 @@ export class RedisNode {
   }
 
   /** Starts redis-server (optionally as a replica of `replicaOf`) and waits for PING. */
-  async start(options: { replicaOf?: string; timeoutMs?: number } = {}): Promise<void> {
+  async start(
+    options: {
+      replicaOf?: string;
+      timeoutMs?: number;
+      /** More redis-server arguments (e.g. the config a supervisor starts it with). */
+      extraArgs?: readonly string[];
+    } = {},
+  ): Promise<void> {
     const args = [
       "--port",
       String(this.port),
@@ -78,6 +85,7 @@ export class RedisNode {
       const [host, port] = options.replicaOf.split(":");
       args.push("--replicaof", host ?? "127.0.0.1", port ?? "6379");
     }
+    args.push(...(options.extraArgs ?? []));
     this.proc = startProcess(`redis-server :${this.port}`, "redis-server", args);
     const client = this.client({ maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
     // Refused connections while the server boots are expected; the probe reports them.

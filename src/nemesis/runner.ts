@@ -5,6 +5,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Topology } from "../core/model.ts";
+import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import { LocalCluster } from "../demo/local-cluster.ts";
 import type { ManagedProcess } from "../local-stack/processes.ts";
 import type { RedisNode } from "../local-stack/redis-nodes.ts";
@@ -39,6 +40,17 @@ export const NEMESIS_CONFIG = {
   lockLeaseMs: 5000,
   cooldownMs: 0,
 } as const satisfies FailoverConfigInput;
+
+/**
+ * redis-server arguments of a restart, as docs/deploy.md recommends for the config file: refuse
+ * writes until the agent has judged the new process and applied the write guard.
+ */
+const FENCED_START_ARGS = [
+  "--min-replicas-to-write",
+  String(FENCED_MIN_REPLICAS),
+  "--min-replicas-max-lag",
+  "2",
+];
 
 /** libfaketime, preloaded into an agent for `clock-skew` (what the `faketime` wrapper does, without its extra process). */
 const LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -362,7 +374,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             heals.push(async () => {
               if (restart === "none") return;
               if (restart === "empty") node.wipeData();
-              await node.start({ timeoutMs: 15_000 });
+              // As docs/deploy.md asks of a supervisor: the database starts fenced, its agent opens it.
+              await node.start({ timeoutMs: 15_000, extraArgs: FENCED_START_ARGS });
               dead.delete(id);
               await enableRdb(node);
             });

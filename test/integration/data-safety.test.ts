@@ -102,6 +102,50 @@ describe("data safety on the node (issue 13)", () => {
     expect.soft((await roleOf(old)).role, "the restarted node-1 is a replica").toBe("slave");
   });
 
+  it("keeps every WAIT 2 write when the primary restarts empty while both replicas are hung (the nemesis's seed 3101)", {
+    timeout: 90_000,
+  }, async () => {
+    // Prepare
+    cluster = await startChaosCluster();
+    const active = cluster;
+    const old = active.node("node-1");
+    await writeKeys(old, "acked", KEYS, 2);
+    const replicas = [active.node("node-2"), active.node("node-3")];
+
+    // Act: the replicas' redis hang; the primary crashes and is back empty; the replicas wake.
+    for (const replica of replicas) replica.signal("SIGSTOP");
+    old.signal("SIGKILL");
+    await delay(EMPTY_RESTART_AFTER_MS);
+    await old.start();
+    // Longer than Redis's once-a-second reconnect and the agents' probe timeout, while hung.
+    await delay(3_000);
+    for (const replica of replicas) replica.signal("SIGCONT");
+    let primary: string | undefined;
+    await active
+      .waitFor(
+        "a writable primary holding the acknowledged keys",
+        async () => {
+          const primaries = writable(await probeAll(active, "hung-replicas"));
+          primary = primaries.length === 1 ? primaries[0] : undefined;
+          return primary !== undefined && (await countKeys(active.node(primary), "acked", KEYS)) === KEYS;
+        },
+        SETTLE_MS + SCHEDULING_SLACK_MS,
+      )
+      .catch(() => undefined);
+
+    // Assess
+    const sizes = await Promise.all(active.redis.map(async (node) => `${node.id}=${await dbsize(node)}`));
+    const topology = await active.topology().catch((error: Error) => error.message);
+    console.log(
+      `empty restart under hung replicas: writable primary ${primary ?? "none"}, DBSIZE ${sizes.join(" ")}, topology ${JSON.stringify(topology)}`,
+    );
+    expect(primary, "one writable primary").toBeDefined();
+    expect(await countKeys(active.node(primary as string), "acked", KEYS), `WAIT 2 keys on ${primary}`).toBe(
+      KEYS,
+    );
+    expect(primary, "the node restarted empty is not the primary").not.toBe("node-1");
+  });
+
   it("keeps one writable primary with its data when the primary's agent restarts with an empty state dir and no --node-id", {
     timeout: 90_000,
   }, async () => {

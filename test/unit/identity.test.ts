@@ -16,7 +16,7 @@ const emptyRestart: DatabaseIdentity = {
   role: "primary",
   synced: 0,
 };
-const shard: RestartContext = { named: true, guardMembers: ["r1", "r2"], guardRecorded: true };
+const shard: RestartContext = { named: true, guardMembers: ["r1", "r2"] };
 
 describe("database identity: judging a restarted database", () => {
   it.each([
@@ -60,24 +60,24 @@ describe("database identity: judging a restarted database", () => {
     ],
     [
       "a single-node shard: no replica holds the data",
-      before,
+      { ...before, synced: 0 },
       emptyRestart,
-      { ...shard, guardMembers: [], guardRecorded: true },
+      { ...shard, guardMembers: [] },
       "harmless",
     ],
     [
       "a new shard whose replicas synced before the set was stored",
       before,
       emptyRestart,
-      { ...shard, guardMembers: [], guardRecorded: false },
+      { ...shard, guardMembers: [] },
       "lost-data",
     ],
     [
-      "a new shard with no replica synced yet",
-      { ...before, synced: 0 },
+      "a replica that left the set while hung is still attached and holds the data",
+      { ...before, synced: 1 },
       emptyRestart,
-      { ...shard, guardMembers: [], guardRecorded: false },
-      "harmless",
+      { ...shard, guardMembers: [] },
+      "lost-data",
     ],
   ] as const)("%s", (_name, previous, current, context, expected) => {
     expect(judgeRestart(previous, current, context).kind).toBe(expected);
@@ -94,7 +94,6 @@ describe("database identity: judging a restarted database", () => {
     const context = fc.record({
       named: fc.boolean(),
       guardMembers: fc.subarray(["r1", "r2"]),
-      guardRecorded: fc.boolean(),
     });
     fc.assert(
       fc.property(identity, identity, context, (previous, current, ctx) => {
