@@ -163,6 +163,16 @@ async function unfence(ctx: AgentContext, plan: WriteGuardPlan, minReplicas: num
         .flatMap((key) => (saved[key] === undefined ? [] : [[key, saved[key]]])),
     );
     await ctx.db.configSet(ordered);
+  } else {
+    // A database started fenced by its config file (docs/deploy.md) is opened by its agent.
+    const current = await ctx.db.configGet(["min-replicas-to-write"]);
+    if (Number(current["min-replicas-to-write"]) >= FENCED_MIN_REPLICAS) {
+      await ctx.db.configSet({ "min-replicas-to-write": "0" });
+      ctx.logger.warn("write fence of the database's config lifted", {
+        ...ctx.epochContext,
+        reason: "reason" in plan ? plan.reason : plan.kind,
+      });
+    }
   }
   if (fenced) {
     ctx.state.update({ fence: undefined });

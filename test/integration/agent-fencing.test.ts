@@ -172,6 +172,35 @@ describe("self-fencing when the table is unreachable", () => {
     expect(agent.logger.find("write fence lifted")).toBeDefined();
   });
 
+  it.each(["failsafe", "fence", "keep-serving"] as const)(
+    "policy %s: opens a database started fenced by its config (min-replicas-to-write 1000000)",
+    async (fencePolicy) => {
+      // Prepare: the state a redis.conf with `min-replicas-to-write 1000000` starts in (docs/deploy.md).
+      fixture = new AgentFixture();
+      const [node] = await fixture.startRedis(1);
+      if (!node) throw new Error("redis node missing");
+      const client = node.client();
+      await client.config("SET", "min-replicas-to-write", "1000000");
+      client.disconnect();
+      await fixture.setTopology(undefined, {
+        epoch: 0,
+        primary_node_id: "n1",
+        primary_address: node.address,
+        status: "online",
+      });
+      const before = await tryWrite(node);
+
+      // Act
+      const agent = await fixture.startAgent(node, { nodeId: "n1", fencePolicy });
+      await waitFor(async () => (await tryWrite(node)) === "OK", "writes accepted", 10_000);
+
+      // Assess
+      expect(before).toMatch(/^NOREPLICAS/);
+      expect(await configValue(node, "min-replicas-to-write")).toBe("0");
+      expect(agent.handle.status().fenced).toBe(false);
+    },
+  );
+
   it("policy fence: a fenced primary that was replaced meanwhile returns as a replica", async () => {
     // Prepare
     fixture = new AgentFixture();
