@@ -93,6 +93,8 @@ export class AgentContext {
   dbRestarted = false;
   /** The database's identity as last read: a new run_id that does not continue it is a restart. */
   identity: DatabaseIdentity | undefined;
+  /** Monotonic ms when `identity` was last written to the state dir. */
+  identityPersistedAt = Number.NEGATIVE_INFINITY;
   /** Monotonic ms until which a freshly promoted node refuses writes (the old primary's guard window). */
   promotionFenceUntil = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */
@@ -131,6 +133,19 @@ export class AgentContext {
     this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
     this.lastHeartbeatWrittenAt = this.monotonicNow();
+    // What the previous agent process knew of the database: a database restarted while this agent
+    // was down too is still judged, and a restart it fenced stays fenced.
+    const stored = init.state.state.db_identity;
+    if (stored !== undefined) {
+      this.identity = {
+        runId: stored.run_id,
+        replId: stored.repl_id,
+        offset: stored.offset,
+        role: stored.role,
+        synced: stored.synced,
+      };
+    }
+    this.dbRestarted = init.state.state.db_restarted === true;
     this.probe = new PrimaryProbe(
       this,
       Math.max(100, Math.min(1000, Math.floor(init.options.failureTimeoutMs / 3))),

@@ -1,6 +1,6 @@
 import { CRASH_CONFIRM_MS } from "../core/crash.ts";
 import { errorMessage } from "../core/errors.ts";
-import { judgeRestart } from "../core/identity.ts";
+import { type DatabaseIdentity, judgeRestart } from "../core/identity.ts";
 import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import type { Wake } from "../core/wake.ts";
@@ -40,6 +40,7 @@ async function readInfo(
     if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
     const previousRunId = ctx.identity?.runId;
     checkIdentity(ctx, info);
+    persistRestarted(ctx);
     if (ctx.dbRestarted) {
       // The process this node served as primary is gone; what answers is fenced and reported down.
       if (ctx.crash?.state !== "restarted") recordRestart(ctx, previousRunId);
@@ -91,6 +92,7 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     synced: syncedReplicaAddresses(info).length,
   };
   ctx.identity = current;
+  persistIdentity(ctx, current);
   const verdict = judgeRestart(previous, current, {
     named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
     guardMembers: ctx.guardMembers,
@@ -117,6 +119,43 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     offset: info.offset,
     previousOffset: previous?.offset,
   });
+}
+
+/** Longest the state dir's copy of the database's offset lags behind (it is only written then). */
+const IDENTITY_PERSIST_MS = 5_000;
+
+/**
+ * Keeps the state dir's copy of the database identity and restart flag: at once when the process,
+ * lineage or role changed, every IDENTITY_PERSIST_MS for the offset (an older offset only makes
+ * the restarted agent's judgement more lenient, never fence a healthy process).
+ */
+function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
+  const stored = ctx.state.state.db_identity;
+  const now = ctx.monotonicNow();
+  const changed =
+    stored === undefined ||
+    stored.run_id !== current.runId ||
+    stored.repl_id !== current.replId ||
+    stored.role !== current.role;
+  if (changed || now - ctx.identityPersistedAt >= IDENTITY_PERSIST_MS) {
+    ctx.state.update({
+      db_identity: {
+        run_id: current.runId,
+        repl_id: current.replId,
+        offset: current.offset,
+        role: current.role,
+        synced: current.synced,
+      },
+    });
+    ctx.identityPersistedAt = now;
+  }
+}
+
+/** The restart flag survives an agent restart: a database it fenced stays fenced. */
+function persistRestarted(ctx: AgentContext): void {
+  if ((ctx.state.state.db_restarted === true) !== ctx.dbRestarted) {
+    ctx.state.update({ db_restarted: ctx.dbRestarted ? true : undefined });
+  }
 }
 
 const CONFLICT_REMINDER_MS = 30_000;

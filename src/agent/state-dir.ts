@@ -44,6 +44,22 @@ export const agentStateSchema = z.object({
   applied_command_ids: z.array(z.string()).default([]),
   /** Present while the agent holds its database's writes blocked (survives an agent restart). */
   fence: fenceRecordSchema.optional(),
+  /**
+   * The database process last seen (run_id, lineage, offset, role, replicas attached), so that an
+   * agent restarted together with its database still judges the new process (`judgeRestart`).
+   * The offset is written when the identity changes and at most every few seconds otherwise.
+   */
+  db_identity: z
+    .object({
+      run_id: z.string(),
+      repl_id: z.string(),
+      offset: z.number().int().nonnegative(),
+      role: z.enum(["primary", "replica"]),
+      synced: z.number().int().nonnegative(),
+    })
+    .optional(),
+  /** The database restarted without its data while primary: fenced until it follows a primary. */
+  db_restarted: z.boolean().optional(),
 });
 export type AgentState = z.output<typeof agentStateSchema>;
 

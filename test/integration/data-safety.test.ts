@@ -146,6 +146,61 @@ describe("data safety on the node (issue 13)", () => {
     expect(primary, "the node restarted empty is not the primary").not.toBe("node-1");
   });
 
+  it("keeps a database restarted empty fenced across a restart of its agent (the nemesis's seed 3102)", {
+    timeout: 90_000,
+  }, async () => {
+    // Prepare: no controller acts meanwhile (in the nemesis run, a DynamoDB outage held them).
+    cluster = await startChaosCluster();
+    const active = cluster;
+    const old = active.node("node-1");
+    await writeKeys(old, "acked", KEYS, 2);
+    for (const controller of active.controllers) controller.child.kill("SIGSTOP");
+
+    // Act: redis back empty; its agent fences it; then the agent restarts (same state dir).
+    old.signal("SIGKILL");
+    await delay(EMPTY_RESTART_AFTER_MS);
+    await old.start();
+    await active.waitFor(
+      "node-1's agent to fence the empty restart",
+      () =>
+        active
+          .logLines("agent-node-1.log")
+          .some((line) => String(line.message).startsWith("database restarted without its data")),
+      WAIT_MS,
+    );
+    await active.stopAgent("node-1", "SIGKILL");
+    active.startAgent("node-1");
+    // Several of the new agent's cycles, with the store answering, before any controller acts.
+    await delay(3_000);
+    const whileControllersHeld = await probeWrite(old, "restarted-agent");
+    for (const controller of active.controllers) controller.child.kill("SIGCONT");
+    let primary: string | undefined;
+    await active
+      .waitFor(
+        "a writable primary holding the acknowledged keys",
+        async () => {
+          const primaries = writable(await probeAll(active, "agent-restart"));
+          primary = primaries.length === 1 ? primaries[0] : undefined;
+          return primary !== undefined && (await countKeys(active.node(primary), "acked", KEYS)) === KEYS;
+        },
+        SETTLE_MS + SCHEDULING_SLACK_MS,
+      )
+      .catch(() => undefined);
+
+    // Assess
+    const sizes = await Promise.all(active.redis.map(async (node) => `${node.id}=${await dbsize(node)}`));
+    console.log(
+      `empty restart, then its agent restarted: node-1 ${whileControllersHeld.accepted ? "accepted" : whileControllersHeld.refusal} a write before the controllers resumed; ` +
+        `writable primary ${primary ?? "none"}, DBSIZE ${sizes.join(" ")}`,
+    );
+    expect.soft(whileControllersHeld.accepted, "the empty node-1 accepted a write").toBe(false);
+    expect(primary, "one writable primary").toBeDefined();
+    expect(await countKeys(active.node(primary as string), "acked", KEYS), `WAIT 2 keys on ${primary}`).toBe(
+      KEYS,
+    );
+    expect(primary, "the node restarted empty is not the primary").not.toBe("node-1");
+  });
+
   it("keeps one writable primary with its data when the primary's agent restarts with an empty state dir and no --node-id", {
     timeout: 90_000,
   }, async () => {
