@@ -259,6 +259,44 @@ function inferLineage(nodes: readonly Heartbeat[], primaryId: string | undefined
   };
 }
 
+/**
+ * A strict majority of the fresh replicas (database up) report the primary `restarted` and agree
+ * on one lineage that is not the primary's: the reason, and that lineage (the highest offset any
+ * of them holds). Undefined otherwise.
+ */
+function restartedPrimary(
+  snapshot: ShardSnapshot,
+  primary: Heartbeat,
+  config: FailoverConfig,
+  now: number,
+): { reason: string; lineage: Lineage } | undefined {
+  const voters = snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== primary.node_id &&
+      node.role === "replica" &&
+      node.db_status === "up" &&
+      isFresh(node, config, now),
+  );
+  const restarted = voters.filter(
+    (node) =>
+      node.primary_probe === "restarted" && node.repl_id !== undefined && node.repl_id !== primary.repl_id,
+  );
+  const replIds = new Set(restarted.map((node) => node.repl_id));
+  const [replId] = replIds;
+  if (restarted.length * 2 <= voters.length || replIds.size !== 1 || !replId) return undefined;
+  return {
+    reason: `${restarted
+      .map((node) => node.node_id)
+      .sort()
+      .join(", ")} of ${voters.length} fresh replicas report it restarted on another lineage than theirs`,
+    lineage: {
+      node_id: primary.node_id,
+      repl_id: replId,
+      last_txn_id: Math.max(...restarted.map((node) => node.last_txn_id)),
+    },
+  };
+}
+
 function refOf(candidate: Candidate): NodeRef {
   return { node_id: candidate.node_id, node_address: candidate.node_address };
 }
@@ -442,7 +480,12 @@ function decideOnline(
   // confirmed report of a dead process. Nothing else (replicas' reports, an unreachable or hung
   // database) shortens the failure timeout: a stall is not a crash.
   const crash = fresh ? confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS) : undefined;
-  if (fresh && crash === undefined) {
+  // A fresh primary that its replicas find back as another process, not continuing their lineage
+  // (their agents parked them), restarted without its data; its own agent did not tell (it lost
+  // its state dir too): failed, like a stale one, and the replicas' lineage is the shard's.
+  const restarted =
+    fresh && crash === undefined ? restartedPrimary(snapshot, primary, config, now) : undefined;
+  if (fresh && crash === undefined && restarted === undefined) {
     return none(
       "healthy",
       `primary ${primary.node_id} is fresh (database answered ${Math.max(0, Math.round(heartbeatAgeMs(primary, now)))} ms ago)`,
@@ -451,15 +494,20 @@ function decideOnline(
   const staleness =
     primary === undefined
       ? `primary ${primaryId ?? "(none)"} has no heartbeat`
-      : crash !== undefined
-        ? `primary ${primary.node_id}'s agent saw its database die (${crash.state}, process ${crash.run_id || "unknown"},` +
-          ` confirmed over ${Math.round((crash.last_seen - crash.first_seen) / 1000)} ms)`
-        : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
-          `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
+      : restarted !== undefined
+        ? `primary ${primary.node_id} is back as a new process without its data (${restarted.reason})`
+        : crash !== undefined
+          ? `primary ${primary.node_id}'s agent saw its database die (${crash.state}, process ${crash.run_id || "unknown"},` +
+            ` confirmed over ${Math.round((crash.last_seen - crash.first_seen) / 1000)} ms)`
+          : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
+            `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
 
-  const lineage = primary
-    ? lineageOf(primary)
-    : (topology.lineage ?? inferLineage(snapshot.nodes, primaryId));
+  const lineage =
+    restarted !== undefined
+      ? restarted.lineage
+      : primary
+        ? lineageOf(primary)
+        : (topology.lineage ?? inferLineage(snapshot.nodes, primaryId));
   const candidates = rankCandidates(
     snapshot.nodes,
     lineage,

@@ -107,6 +107,49 @@ describe("decide: quorum", () => {
       expected: { kind: "failover" },
     },
     {
+      name: "fails over a fresh primary that a majority of replicas find restarted on another lineage (its agent did not tell)",
+      snapshot: () =>
+        aHealthyShard()
+          .withNode({ node_id: "p1", role: "primary", repl_id: "lineage-empty", last_txn_id: 10 })
+          .withNode({
+            node_id: "r1",
+            primary_link: "down",
+            primary_probe: "restarted",
+            primary_node_id: undefined,
+          })
+          .withNode({
+            node_id: "r2",
+            primary_link: "down",
+            primary_probe: "restarted",
+            primary_node_id: undefined,
+          })
+          .build(),
+      expected: { kind: "failover" },
+    },
+    {
+      name: "keeps a fresh primary that only half of its replicas find restarted",
+      snapshot: () =>
+        aHealthyShard()
+          .withNode({ node_id: "p1", role: "primary", repl_id: "lineage-empty", last_txn_id: 10 })
+          .withNode({
+            node_id: "r1",
+            primary_link: "down",
+            primary_probe: "restarted",
+            primary_node_id: undefined,
+          })
+          .build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+    {
+      name: "keeps a fresh primary whose replicas report it restarted but share its lineage (it continues theirs)",
+      snapshot: () =>
+        aHealthyShard()
+          .withNode({ node_id: "r1", primary_probe: "restarted" })
+          .withNode({ node_id: "r2", primary_probe: "restarted" })
+          .build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+    {
       name: "does not count a replica whose probe reaches the primary while its link is up",
       snapshot: () =>
         aShardWithStalePrimary()
