@@ -3,7 +3,7 @@ import type { Role } from "../core/model.ts";
 import { runCommandConsumer } from "./command-consumer.ts";
 import { AgentContext, type AgentDeps } from "./context.ts";
 import { CrashWatch } from "./crash-watch.ts";
-import { type Database, RedisDatabase } from "./database.ts";
+import { type Database, RedisDatabase, redisConnectSettings } from "./database.ts";
 import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
 import { type AgentLogger, jsonLineLogger, type LogLevel } from "./log.ts";
 import { runLoop } from "./loop.ts";
@@ -65,6 +65,8 @@ export async function startAgent(
   extras: StartAgentExtras = {},
 ): Promise<AgentHandle> {
   const options = parseAgentOptions(input);
+  // Reads the password and certificate files: a setting that names an unreadable file fails the start.
+  const connection = redisConnectSettings(options);
   const state = StateDir.open(options.stateDir, {
     shard: options.shard,
     nodeId: options.nodeId,
@@ -78,8 +80,7 @@ export async function startAgent(
     extras.database ??
     new RedisDatabase({
       address: options.redis,
-      username: options.redisUsername,
-      password: options.redisPassword,
+      connection,
       commandTimeoutMs: redisTimeoutMs,
       logger,
     });

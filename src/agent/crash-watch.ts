@@ -6,7 +6,7 @@ import type { CrashState } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS, GUARD_MAX_LAG_S } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import { readReplicationInfo, splitAddress } from "./database.ts";
+import { readReplicationInfo, redisConnectSettings, splitAddress } from "./database.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 
@@ -61,8 +61,7 @@ export async function observeDatabase(
     connectTimeout: CHECK_TIMEOUT_MS,
     commandTimeout: CHECK_TIMEOUT_MS,
     retryStrategy: () => null,
-    username: ctx.options.redisUsername,
-    password: ctx.options.redisPassword,
+    ...redisConnectSettings(ctx.options).redisOptions,
     connectionName: "shardguard-crash-check",
   });
   // ioredis rejects connect() with "Connection is closed"; the socket's own error carries the code.
@@ -167,8 +166,7 @@ export class CrashWatch {
       maxRetriesPerRequest: 0,
       connectTimeout: CHECK_TIMEOUT_MS * 4,
       retryStrategy: () => null,
-      username: this.#ctx.options.redisUsername,
-      password: this.#ctx.options.redisPassword,
+      ...redisConnectSettings(this.#ctx.options).redisOptions,
       connectionName: "shardguard-crash-watch",
     });
     client.on("error", () => {});

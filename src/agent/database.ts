@@ -1,6 +1,10 @@
-import { Redis } from "ioredis";
+import { readFileSync } from "node:fs";
+import type { ConnectionOptions } from "node:tls";
+import { Redis, type RedisOptions } from "ioredis";
+import { ConfigurationError, errorMessage, ShardguardError } from "../core/errors.ts";
 import { Backoff } from "./backoff.ts";
 import type { AgentLogger } from "./log.ts";
+import { type AgentOptions, settingLabel } from "./options.ts";
 import { parseClientNames, parseReplicationInfo, type ReplicationInfo } from "./redis-info.ts";
 
 /** What the agent does to its own database. One implementation (ioredis); an interface so loops stay readable. */
@@ -23,10 +27,110 @@ export interface Database {
   close(): Promise<void>;
 }
 
+/** A database refused the agent for a reason its operator must fix: credentials, ACL, TLS. */
+export class DatabaseAccessError extends ShardguardError {
+  override name = "DatabaseAccessError";
+  override readonly retryable = true;
+}
+
+/** How every connection the agent opens to a database authenticates and encrypts. */
+export interface RedisConnectSettings {
+  /** Spread into each `new Redis({...})`: credentials, TLS, no CLIENT SETINFO (one ACL permission less). */
+  readonly redisOptions: Pick<RedisOptions, "username" | "password" | "tls" | "disableClientInfo">;
+  /** certificate verification is off (--redis-tls-insecure). */
+  readonly insecure: boolean;
+  /** Which setting to check for an error of a connection or a command; undefined when none is to blame. */
+  hint(error: unknown): string | undefined;
+}
+
+const settingsCache = new WeakMap<AgentOptions, RedisConnectSettings>();
+
+/** Node's codes for a server certificate it could not trust. */
+const UNTRUSTED_CERT = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_UNTRUSTED",
+]);
+
+/**
+ * The credentials and TLS settings of every connection the agent opens to a database (its own,
+ * the probe of its primary, the crash watch, the Sentinel endpoint's eviction), with the files
+ * read once per options object. Throws a ConfigurationError naming the setting of a file it
+ * cannot read.
+ */
+export function redisConnectSettings(options: AgentOptions): RedisConnectSettings {
+  const cached = settingsCache.get(options);
+  if (cached) return cached;
+  const read = (key: "redisPasswordFile" | "redisCa" | "redisCert" | "redisKey", path: string): string => {
+    try {
+      return readFileSync(path, "utf8");
+    } catch (error) {
+      throw new ConfigurationError(`${settingLabel(key)}: cannot read ${path}: ${errorMessage(error)}`);
+    }
+  };
+  let password = options.redisPassword;
+  if (options.redisPasswordFile !== undefined) {
+    password = read("redisPasswordFile", options.redisPasswordFile).replace(/\r?\n$/, "");
+    if (password === "")
+      throw new ConfigurationError(
+        `${settingLabel("redisPasswordFile")}: ${options.redisPasswordFile} is empty`,
+      );
+  }
+  let tls: ConnectionOptions | undefined;
+  if (options.redisTls) {
+    tls = {
+      ca: options.redisCa === undefined ? undefined : read("redisCa", options.redisCa),
+      cert: options.redisCert === undefined ? undefined : read("redisCert", options.redisCert),
+      key: options.redisKey === undefined ? undefined : read("redisKey", options.redisKey),
+      servername: options.redisServername,
+      rejectUnauthorized: !options.redisTlsInsecure,
+      ...(options.redisTlsInsecure ? { checkServerIdentity: () => undefined } : {}),
+    };
+  }
+  const user = `${settingLabel("redisUsername")} "${options.redisUsername ?? "default"}"`;
+  const passwordSetting = settingLabel(options.redisPasswordFile ? "redisPasswordFile" : "redisPassword");
+  const settings: RedisConnectSettings = {
+    redisOptions: { username: options.redisUsername, password, tls, disableClientInfo: true },
+    insecure: options.redisTls && options.redisTlsInsecure,
+    hint: (error) => {
+      const message = errorMessage(error);
+      const code = String((error as { code?: unknown } | undefined)?.code ?? "");
+      if (/^(WRONGPASS|NOAUTH)|invalid (username-)?password/i.test(message))
+        return `the database refused the credentials: check ${user} and ${passwordSetting}`;
+      if (/^NOPERM/.test(message))
+        return `the ACL user ${user} lacks a command the agent needs: give it the rule in docs/agent.md#tls-and-acl-users`;
+      if (UNTRUSTED_CERT.has(code))
+        return `the database's certificate is not signed by a CA in ${settingLabel("redisCa")}${options.redisCa ? ` ${options.redisCa}` : ""}`;
+      if (code === "CERT_HAS_EXPIRED" || code === "CERT_NOT_YET_VALID")
+        return `the database's certificate is outside its validity period (${code}); it is checked against ${settingLabel("redisCa")}`;
+      if (code === "ERR_TLS_CERT_ALTNAME_INVALID")
+        return `the database's certificate does not name the host dialled: set ${settingLabel("redisServername")} to a name it carries`;
+      if (
+        /alert (certificate expired|bad certificate|unknown ca|certificate required|certificate unknown)/i.test(
+          message,
+        )
+      )
+        return `the database rejected the agent's client certificate: check ${settingLabel("redisCert")} and ${settingLabel("redisKey")} (expired, or not signed by the CA the database trusts)`;
+      if (
+        code === "ERR_SSL_WRONG_VERSION_NUMBER" ||
+        /wrong version number|packet length too long/i.test(message)
+      )
+        return `the port does not speak TLS: check ${settingLabel("redisTls")} against the port in ${settingLabel("redis")}`;
+      return undefined;
+    },
+  };
+  settingsCache.set(options, settings);
+  return settings;
+}
+
 export interface RedisDatabaseOptions {
   readonly address: string;
-  readonly username?: string | undefined;
-  readonly password?: string | undefined;
+  /** Credentials and TLS (`redisConnectSettings`). @default none: plain TCP, the default user */
+  readonly connection?: RedisConnectSettings | undefined;
   /** Longest one command may take before it counts as failed. */
   readonly commandTimeoutMs: number;
   readonly logger: AgentLogger;
@@ -41,17 +145,25 @@ export interface RedisDatabaseOptions {
 export class RedisDatabase implements Database {
   private readonly client: Redis;
   private readonly logger: AgentLogger;
+  private readonly connection: RedisConnectSettings | undefined;
   private lastErrorLogged = 0;
+  /** The last connection error, explained: a command refused while disconnected says why. */
+  private lastConnectionError: string | undefined;
 
   constructor(options: RedisDatabaseOptions) {
     const [host, port] = splitAddress(options.address);
     const reconnect = new Backoff({ baseMs: 100, capMs: 2000, floorMs: 50 });
     this.logger = options.logger;
+    this.connection = options.connection;
+    if (options.connection?.insecure)
+      this.logger.warn(
+        `TLS certificate verification is OFF (${settingLabel("redisTlsInsecure")}): anyone on the path can pose as the database`,
+        { redis: options.address },
+      );
     this.client = new Redis({
       host,
       port,
-      username: options.username,
-      password: options.password,
+      ...options.connection?.redisOptions,
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
       commandTimeout: options.commandTimeoutMs,
@@ -62,33 +174,57 @@ export class RedisDatabase implements Database {
     });
     this.client.on("ready", () => {
       reconnect.reset();
+      this.lastConnectionError = undefined;
       this.logger.info("database connection ready", { redis: options.address });
     });
     this.client.on("error", (error: Error) => {
+      const hint = this.connection?.hint(error);
+      this.lastConnectionError = hint ? `${error.message} (${hint})` : error.message;
       // ioredis emits one error per failed reconnect; once every 10 s is enough to tell the story.
       const now = Date.now();
       if (now - this.lastErrorLogged < 10_000) return;
       this.lastErrorLogged = now;
-      this.logger.warn("database connection error", { redis: options.address, error: error.message });
+      this.logger.warn("database connection error", {
+        redis: options.address,
+        error: this.lastConnectionError,
+      });
     });
   }
 
+  /**
+   * Runs commands; a refusal the operator must fix (credentials, ACL, TLS) comes back as a
+   * DatabaseAccessError that keeps the database's reply and names the setting to check.
+   */
+  private async run<T>(commands: () => Promise<T>): Promise<T> {
+    try {
+      return await commands();
+    } catch (error) {
+      const hint =
+        this.connection?.hint(error) ??
+        (this.client.status === "ready" || this.lastConnectionError === undefined
+          ? undefined
+          : `not connected: ${this.lastConnectionError}`);
+      if (hint === undefined) throw error;
+      throw new DatabaseAccessError(`${errorMessage(error)} (${hint})`, { cause: error });
+    }
+  }
+
   async replicationInfo(): Promise<ReplicationInfo> {
-    return readReplicationInfo(this.client);
+    return this.run(() => readReplicationInfo(this.client));
   }
 
   async replicaOf(host: string, port: number): Promise<void> {
-    await this.client.replicaof(host, port);
+    await this.run(() => this.client.replicaof(host, port));
   }
 
   async promote(): Promise<void> {
-    await this.client.replicaof("NO", "ONE");
+    await this.run(() => this.client.replicaof("NO", "ONE"));
   }
 
   async configGet(names: readonly string[]): Promise<Record<string, string>> {
     const values: Record<string, string> = {};
     for (const name of names) {
-      const reply = (await this.client.config("GET", name)) as string[];
+      const reply = (await this.run(() => this.client.config("GET", name))) as string[];
       for (let index = 0; index + 1 < reply.length; index += 2) {
         values[reply[index] as string] = reply[index + 1] as string;
       }
@@ -98,20 +234,22 @@ export class RedisDatabase implements Database {
 
   async configSet(values: Readonly<Record<string, string>>): Promise<void> {
     for (const [name, value] of Object.entries(values)) {
-      await this.client.config("SET", name, value);
+      await this.run(() => this.client.config("SET", name, value));
     }
   }
 
   async pauseWrites(timeoutMs: number): Promise<void> {
-    await this.client.call("CLIENT", "PAUSE", String(timeoutMs), "WRITE");
+    await this.run(() => this.client.call("CLIENT", "PAUSE", String(timeoutMs), "WRITE"));
   }
 
   async resumeWrites(): Promise<void> {
-    await this.client.call("CLIENT", "UNPAUSE");
+    await this.run(() => this.client.call("CLIENT", "UNPAUSE"));
   }
 
   async clientNames(): Promise<string[]> {
-    return parseClientNames(String(await this.client.call("CLIENT", "LIST", "TYPE", "normal")));
+    return parseClientNames(
+      String(await this.run(() => this.client.call("CLIENT", "LIST", "TYPE", "normal"))),
+    );
   }
 
   async waitReady(timeoutMs: number): Promise<boolean> {

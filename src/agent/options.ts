@@ -18,47 +18,84 @@ export { FENCE_POLICIES, type FencePolicy } from "../core/write-guard.ts";
  */
 export const DEFAULT_STATE_DIR = join(homedir(), ".local", "state", "shardguard");
 
+/** `host:port`, or `rediss://host:port` (TLS) and `redis://host:port` as client libraries spell them. */
+const REDIS_URL = /^(rediss?:\/\/)?([^\s:/@]+:\d{1,5})$/;
+
+/** The agent's own fields, before the cross-field checks (the loader lists its keys). */
+const agentOptionFields = z.object({
+  shard: idSchema,
+  /** Must match the stored id; when absent the stored id is used, or a new one is generated. */
+  nodeId: idSchema.optional(),
+  /** host:port the agent uses to reach its own database; `rediss://host:port` also turns on `redisTls`. */
+  redis: z.string().regex(REDIS_URL, "must be host:port or rediss://host:port"),
+  /** host:port other nodes use to reach this database. @default redis */
+  address: addressSchema.optional(),
+  /** 0 = never promote; otherwise lower is preferred. @default 100 */
+  priority: z.number().int().min(0).max(1_000_000).default(100),
+  /** @default ~/.local/state/shardguard */
+  stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
+  /** How a primary guards its writes (docs/agent.md#fence-policies). @default "failsafe" */
+  fencePolicy: z.enum(FENCE_POLICIES).default("failsafe"),
+  /** @default 1000 */
+  heartbeatIntervalMs: z.number().int().min(100).default(1000),
+  /** @default 2000 */
+  fenceTimeoutMs: z.number().int().min(100).default(2000),
+  /** The controller's failure timeout; the fence timeout must be below it. @default 3000 */
+  failureTimeoutMs: z.number().int().min(200).default(3000),
+  /** Longest a coordination-store call may take before the cycle counts it failed. @default max(heartbeatIntervalMs, 1000) */
+  storeTimeoutMs: z.number().int().min(50).optional(),
+  /** Longest a database command may take. @default max(heartbeatIntervalMs, 1000) */
+  redisTimeoutMs: z.number().int().min(50).optional(),
+  /** SQS long-poll wait. @default 20 */
+  commandWaitSeconds: z.number().int().min(0).max(20).default(20),
+  redisUsername: z.string().min(1).optional(),
+  redisPassword: z.string().min(1).optional(),
+  /** A file holding the password (a trailing newline is ignored): kept out of `ps` and of the environment. */
+  redisPasswordFile: z.string().min(1).optional(),
+  /** TLS on every connection to a database: its own, the probe of its primary, the crash watch. @default false */
+  redisTls: z.boolean().default(false),
+  /** PEM file of the CA(s) that signed the databases' certificates. @default Node's trusted roots */
+  redisCa: z.string().min(1).optional(),
+  /** PEM client certificate, for servers with `tls-auth-clients yes` (with `redisKey`). */
+  redisCert: z.string().min(1).optional(),
+  /** PEM private key of `redisCert`. */
+  redisKey: z.string().min(1).optional(),
+  /** Name the databases' certificates must carry (SNI and hostname check). @default the host dialled */
+  redisServername: z.string().min(1).optional(),
+  /** Skips certificate verification (never in production; the agent warns at every start). @default false */
+  redisTlsInsecure: z.boolean().default(false),
+  /** Serve the Sentinel protocol on this port (docs/sentinel.md); 0 = a free port. @default off */
+  sentinelPort: z.number().int().min(0).max(65535).optional(),
+  /** Address the Sentinel endpoint listens on. @default the host of `address` */
+  sentinelBind: z.string().min(1).optional(),
+  /** Password Sentinel clients must give (AUTH / HELLO AUTH). @default none */
+  sentinelPassword: z.string().min(1).optional(),
+});
+
 /**
  * The agent's options as `startAgent` takes them (in-process callers: the demo and chaos
  * tests). Every field but shard and redis has a default.
  */
-export const agentOptionsSchema = z
-  .object({
-    shard: idSchema,
-    /** Must match the stored id; when absent the stored id is used, or a new one is generated. */
-    nodeId: idSchema.optional(),
-    /** host:port the agent uses to reach its own database. */
-    redis: addressSchema,
-    /** host:port other nodes use to reach this database. @default redis */
-    address: addressSchema.optional(),
-    /** 0 = never promote; otherwise lower is preferred. @default 100 */
-    priority: z.number().int().min(0).max(1_000_000).default(100),
-    /** @default ~/.local/state/shardguard */
-    stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
-    /** How a primary guards its writes (docs/agent.md#fence-policies). @default "failsafe" */
-    fencePolicy: z.enum(FENCE_POLICIES).default("failsafe"),
-    /** @default 1000 */
-    heartbeatIntervalMs: z.number().int().min(100).default(1000),
-    /** @default 2000 */
-    fenceTimeoutMs: z.number().int().min(100).default(2000),
-    /** The controller's failure timeout; the fence timeout must be below it. @default 3000 */
-    failureTimeoutMs: z.number().int().min(200).default(3000),
-    /** Longest a coordination-store call may take before the cycle counts it failed. @default max(heartbeatIntervalMs, 1000) */
-    storeTimeoutMs: z.number().int().min(50).optional(),
-    /** Longest a database command may take. @default max(heartbeatIntervalMs, 1000) */
-    redisTimeoutMs: z.number().int().min(50).optional(),
-    /** SQS long-poll wait. @default 20 */
-    commandWaitSeconds: z.number().int().min(0).max(20).default(20),
-    redisUsername: z.string().min(1).optional(),
-    redisPassword: z.string().min(1).optional(),
-    /** Serve the Sentinel protocol on this port (docs/sentinel.md); 0 = a free port. @default off */
-    sentinelPort: z.number().int().min(0).max(65535).optional(),
-    /** Address the Sentinel endpoint listens on. @default the host of `address` */
-    sentinelBind: z.string().min(1).optional(),
-    /** Password Sentinel clients must give (AUTH / HELLO AUTH). @default none */
-    sentinelPassword: z.string().min(1).optional(),
-  })
+export const agentOptionsSchema = agentOptionFields
   .superRefine((options, ctx) => {
+    const tls = options.redisTls || options.redis.startsWith("rediss://");
+    const problem = (message: string) => ctx.addIssue({ code: "custom", path: [], message });
+    if (options.redisPassword !== undefined && options.redisPasswordFile !== undefined)
+      problem("redisPassword: and redisPasswordFile: name two passwords; give one");
+    if (!tls) {
+      for (const key of [
+        "redisCa",
+        "redisCert",
+        "redisKey",
+        "redisServername",
+        "redisTlsInsecure",
+      ] as const) {
+        if (options[key] !== undefined && options[key] !== false)
+          problem(`${key}: needs redisTls: true (or a rediss:// address in redis:)`);
+      }
+    }
+    if ((options.redisCert === undefined) !== (options.redisKey === undefined))
+      problem("redisCert: and redisKey: go together (a client certificate and its key)");
     try {
       parseFailoverConfig({
         heartbeatIntervalMs: options.heartbeatIntervalMs,
@@ -68,6 +105,10 @@ export const agentOptionsSchema = z
     } catch (error) {
       ctx.addIssue({ code: "custom", path: [], message: errorMessage(error) });
     }
+  })
+  .transform(({ redis, ...options }) => {
+    const [, scheme, address] = REDIS_URL.exec(redis) ?? [];
+    return { ...options, redis: address ?? redis, redisTls: options.redisTls || scheme === "rediss://" };
   });
 
 export type AgentOptionsInput = z.input<typeof agentOptionsSchema>;
@@ -81,7 +122,7 @@ export interface AgentProcessConfig {
   readonly logLevel: (typeof LOG_LEVELS)[number];
 }
 
-type Kind = "string" | "integer";
+type Kind = "string" | "integer" | "boolean";
 
 interface Field {
   readonly key: string;
@@ -114,8 +155,20 @@ export const AGENT_FIELDS = [
   { key: "storeTimeoutMs", kind: "integer", env: ENV.storeTimeoutMs },
   { key: "redisTimeoutMs", kind: "integer", env: ENV.redisTimeoutMs },
   { key: "commandWaitSeconds", kind: "integer", env: ENV.commandWaitSeconds },
-  { key: "redisUsername", kind: "string", env: ENV.redisUsername },
+  { key: "redisUsername", kind: "string", flag: "--redis-username", env: ENV.redisUsername },
   { key: "redisPassword", kind: "string", env: ENV.redisPassword },
+  {
+    key: "redisPasswordFile",
+    kind: "string",
+    flag: "--redis-password-file",
+    env: ENV.redisPasswordFile,
+  },
+  { key: "redisTls", kind: "boolean", flag: "--redis-tls", env: ENV.redisTls },
+  { key: "redisCa", kind: "string", flag: "--redis-ca", env: ENV.redisCa },
+  { key: "redisCert", kind: "string", flag: "--redis-cert", env: ENV.redisCert },
+  { key: "redisKey", kind: "string", flag: "--redis-key", env: ENV.redisKey },
+  { key: "redisServername", kind: "string", flag: "--redis-servername", env: ENV.redisServername },
+  { key: "redisTlsInsecure", kind: "boolean", flag: "--redis-tls-insecure", env: ENV.redisTlsInsecure },
   { key: "sentinelPort", kind: "integer", flag: "--sentinel-port", env: ENV.sentinelPort },
   { key: "sentinelBind", kind: "string", flag: "--sentinel-bind", env: ENV.sentinelBind },
   { key: "sentinelPassword", kind: "string", env: ENV.sentinelPassword },
@@ -137,8 +190,8 @@ const processOnlySchema = z.object({
 });
 
 export interface OptionSources {
-  /** commander's parsed flags (camelCase keys, string values). */
-  readonly flags: Readonly<Record<string, string | undefined>>;
+  /** commander's parsed flags (camelCase keys, string values; `true` for a switch such as --redis-tls). */
+  readonly flags: Readonly<Record<string, string | boolean | undefined>>;
   readonly env: NodeJS.ProcessEnv;
   /** `--config`; falls back to SHARDGUARD_AGENT_CONFIG. */
   readonly configFile?: string | undefined;
@@ -180,7 +233,21 @@ function coerce(raw: unknown, kind: Kind, label: string, errors: string[]): unkn
     }
     return value;
   }
+  if (kind === "boolean" && typeof raw === "string") {
+    const word = raw.trim().toLowerCase();
+    if (["true", "1", "yes", "on"].includes(word)) return true;
+    if (["false", "0", "no", "off"].includes(word)) return false;
+    errors.push(`${label}: must be true or false, got "${raw}"`);
+    return undefined;
+  }
   return raw;
+}
+
+/** How an operator names a setting in a message the agent prints at run time: "--redis-ca (SHARDGUARD_REDIS_CA)". */
+export function settingLabel(key: (typeof AGENT_FIELDS)[number]["key"]): string {
+  const field = AGENT_FIELDS.find((candidate) => candidate.key === key);
+  if (!field) return key;
+  return "flag" in field ? `${field.flag} (${field.env})` : field.env;
 }
 
 /**
@@ -242,7 +309,7 @@ export function resolveAgentOptions(sources: OptionSources): AgentProcessConfig 
     }
   };
 
-  const agentKeys = Object.keys(agentOptionsSchema.shape);
+  const agentKeys = Object.keys(agentOptionFields.shape);
   const agentInput = Object.fromEntries(Object.entries(values).filter(([key]) => agentKeys.includes(key)));
   const processInput = Object.fromEntries(Object.entries(values).filter(([key]) => !agentKeys.includes(key)));
   const agent = agentOptionsSchema.safeParse(agentInput);

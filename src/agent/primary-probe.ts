@@ -2,7 +2,7 @@ import { Redis } from "ioredis";
 import { errorMessage } from "../core/errors.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
-import { readReplicationInfo, splitAddress } from "./database.ts";
+import { readReplicationInfo, redisConnectSettings, splitAddress } from "./database.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 
 /**
@@ -97,8 +97,7 @@ export class PrimaryProbe {
       commandTimeout: this.#timeoutMs,
       connectTimeout: this.#timeoutMs,
       connectionName: probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten),
-      username: this.#ctx.options.redisUsername,
-      password: this.#ctx.options.redisPassword,
+      ...redisConnectSettings(this.#ctx.options).redisOptions,
       retryStrategy: () => 100,
     });
     client.on("error", () => {});

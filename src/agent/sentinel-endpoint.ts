@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { splitAddress } from "../core/sentinel.ts";
 import type { AgentDeps } from "./context.ts";
+import { redisConnectSettings } from "./database.ts";
 import type { AgentLogger } from "./log.ts";
 import type { AgentOptions } from "./options.ts";
 import { evictApplicationClients } from "./sentinel-eviction.ts";
@@ -106,8 +107,7 @@ export class SentinelEndpoint {
   #evict(options: AgentOptions, logger: AgentLogger): void {
     evictApplicationClients({
       address: options.redis,
-      username: options.redisUsername,
-      password: options.redisPassword,
+      connection: redisConnectSettings(options).redisOptions,
       timeoutMs: options.redisTimeoutMs ?? Math.max(options.heartbeatIntervalMs, 1000),
     }).then(
       (closed) =>

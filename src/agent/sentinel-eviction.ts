@@ -1,4 +1,4 @@
-import { Redis } from "ioredis";
+import { Redis, type RedisOptions } from "ioredis";
 import { splitAddress } from "../core/sentinel.ts";
 
 /** Shardguard's own connections (agent, probes, this one) are named with this prefix and kept. */
@@ -26,8 +26,8 @@ export function applicationClientIds(clientList: string): string[] {
 export interface EvictionTarget {
   /** host:port of the database. */
   readonly address: string;
-  readonly username?: string | undefined;
-  readonly password?: string | undefined;
+  /** Credentials and TLS, as every agent connection has them (`redisConnectSettings`). */
+  readonly connection?: Pick<RedisOptions, "username" | "password" | "tls" | "disableClientInfo">;
   readonly timeoutMs: number;
 }
 
@@ -42,8 +42,7 @@ export async function evictApplicationClients(target: EvictionTarget): Promise<n
   const client = new Redis({
     host,
     port,
-    username: target.username,
-    password: target.password,
+    ...target.connection,
     connectionName: `${OWN_PREFIX}-sentinel-eviction`,
     lazyConnect: true,
     enableOfflineQueue: false,

@@ -17,7 +17,39 @@ export function registerAgent(program: Command): void {
       "--node-id <id>",
       "node id; default: the one stored in the state dir, else a new one (SHARDGUARD_NODE_ID)",
     )
-    .option("--redis <host:port>", "the database this agent manages (SHARDGUARD_REDIS)")
+    .option(
+      "--redis <host:port>",
+      "the database this agent manages; rediss://host:port also turns on --redis-tls (SHARDGUARD_REDIS)",
+    )
+    .option(
+      "--redis-username <name>",
+      "ACL user of every database connection; default the default user (SHARDGUARD_REDIS_USERNAME)",
+    )
+    .option(
+      "--redis-password-file <file>",
+      "file holding that user's password, kept out of ps and the environment (SHARDGUARD_REDIS_PASSWORD_FILE; or SHARDGUARD_REDIS_PASSWORD)",
+    )
+    .option(
+      "--redis-tls",
+      "TLS on every database connection: own database, probe of the primary, crash watch (SHARDGUARD_REDIS_TLS)",
+    )
+    .option(
+      "--redis-ca <file>",
+      "PEM CA bundle that signed the databases' certificates (SHARDGUARD_REDIS_CA)",
+    )
+    .option(
+      "--redis-cert <file>",
+      "PEM client certificate, for tls-auth-clients yes; with --redis-key (SHARDGUARD_REDIS_CERT)",
+    )
+    .option("--redis-key <file>", "PEM key of --redis-cert (SHARDGUARD_REDIS_KEY)")
+    .option(
+      "--redis-servername <name>",
+      "name the databases' certificates carry (SNI, hostname check); default the host dialled (SHARDGUARD_REDIS_SERVERNAME)",
+    )
+    .option(
+      "--redis-tls-insecure",
+      "DANGER: skip certificate verification; for a first test only (SHARDGUARD_REDIS_TLS_INSECURE)",
+    )
     .option(
       "--address <host:port>",
       "address other nodes reach the database on; default --redis (SHARDGUARD_ADDRESS)",
@@ -49,8 +81,9 @@ export function registerAgent(program: Command): void {
       "debug | info | warn | error | silent; default info (SHARDGUARD_LOG_LEVEL)",
     )
     .option("--config <file>", `JSON config file with the same settings in camelCase (${CONFIG_ENV})`)
-    .action(async (flags: Record<string, string | undefined>) => {
-      const config = resolveAgentOptions({ flags, env: process.env, configFile: flags.config });
+    .action(async (flags: Record<string, string | boolean | undefined>) => {
+      const configFile = typeof flags.config === "string" ? flags.config : undefined;
+      const config = resolveAgentOptions({ flags, env: process.env, configFile });
       const adapterLogger = jsonLineLogger(
         { service: "shardguard-agent", shard: config.agent.shard },
         config.logLevel,
