@@ -533,8 +533,11 @@ function decideOnline(
   // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout), found it
   // restarted without its data, or found it refusing every write (fenced by its own agent, e.g.
   // an agent cut off from the store while its replicas are not).
-  // On the fast path only the replication link counts (a crash drops it at once), and at least
-  // a majority of at least one replica must see it, whatever the configured quorum.
+  // On the fast path only the replication link counts (a crash drops it at once), and every fresh
+  // replica (at least one) must report it down, whatever the configured quorum: a replica's offset
+  // is final only in an INFO read after its link dropped, and the candidates are ranked by these
+  // offsets. One heartbeat from before the death could hide a replica that acknowledged more
+  // (WAIT) than the one promoted; the slow path has no such risk, its reports are a timeout old.
   const downVoters = voters.filter((node) =>
     crash !== undefined
       ? node.primary_link === "down"
@@ -542,9 +545,7 @@ function decideOnline(
   );
   const down = downVoters.length;
   const needed =
-    crash !== undefined
-      ? Math.max(1, quorumNeeded(config.quorum, voters.length), quorumNeeded("majority", voters.length))
-      : quorumNeeded(config.quorum, voters.length);
+    crash !== undefined ? Math.max(1, voters.length) : quorumNeeded(config.quorum, voters.length);
   if (crash !== undefined && down < needed) {
     return none(
       "quorum_not_met",

@@ -101,6 +101,26 @@ describe("controller Lambda handler", () => {
     expect(Date.now()).toBeLessThan(context.end);
   });
 
+  it("runs one cycle per shard named by the wake queue's SQS event and drops a malformed message", async () => {
+    // Prepare
+    setEnv(BASE);
+    const handler = await loadHandler();
+    const record = (body: string) => ({ eventSource: "aws:sqs", body, messageId: "m1" });
+    const wake = (shard: string) =>
+      JSON.stringify({ shard, node: "n1", reason: "crash", sent_at: Date.now() });
+
+    // Act
+    const summary = await handler(
+      {
+        Records: [record(wake("woken-a")), record(wake("woken-a")), record(wake("woken-b")), record("{nope")],
+      },
+      contextWith(10_000),
+    );
+
+    // Assess
+    expect(summary).toMatchObject({ cycles: 2, errors: 0, actions: 0 });
+  });
+
   it("answers an operator request with a JSON result", async () => {
     // Prepare
     setEnv(BASE);

@@ -95,9 +95,14 @@ describe("decide: the crash fast path", () => {
       expected: { kind: "none", code: "quorum_not_met" },
     },
     {
-      name: "fails over with a majority (2 of 3) of the replicas seeing the link down",
+      name: "waits while one fresh replica still reports the link up (its offset may not be final)",
       shard: () => aCrashedShard({}, ["r1", "r2"]).withNode({ node_id: "r3", last_txn_id: 900 }),
-      expected: { kind: "failover", target: "r1" },
+      expected: { kind: "none", code: "quorum_not_met" },
+    },
+    {
+      name: "ranks by offsets read after the links dropped: the replica that received more wins",
+      shard: () => aCrashedShard({}, ["r1", "r2"]).withNode({ node_id: "r2", last_txn_id: 995 }),
+      expected: { kind: "failover", target: "r2" },
     },
     {
       name: "does not count probe reports (unreachable) as link down on the fast path",
@@ -109,7 +114,7 @@ describe("decide: the crash fast path", () => {
       expected: { kind: "none", code: "quorum_not_met" },
     },
     {
-      name: "needs a majority even under quorum none (1 of 2 replicas is not one)",
+      name: "needs every fresh replica even under quorum none (1 of 2 is not enough)",
       shard: () => aCrashedShard({}, ["r1"]),
       config: { quorum: "none" as const },
       expected: { kind: "none", code: "quorum_not_met" },
@@ -239,7 +244,7 @@ describe("decide: crash fast path properties", () => {
     );
   });
 
-  it("fails over a fresh primary only with a majority of at least one fresh replica seeing the link down", () => {
+  it("fails over a fresh primary only when every fresh replica, at least one, sees the link down", () => {
     fc.assert(
       fc.property(primaryArb, fc.array(replicaArb, { maxLength: 5 }), (primary, replicas) => {
         const snapshot = buildShard(primary, replicas);
@@ -249,7 +254,7 @@ describe("decide: crash fast path properties", () => {
         const voters = replicas.filter((r) => r.db_status === "up" && r.ageMs <= 3000 && r.ageMs >= -2500);
         const down = voters.filter((r) => r.primary_link === "down").length;
         expect(voters.length).toBeGreaterThan(0);
-        expect(down).toBeGreaterThan(voters.length / 2);
+        expect(down).toBe(voters.length);
       }),
     );
   });
