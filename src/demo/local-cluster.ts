@@ -8,7 +8,7 @@ import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts
 import type { Heartbeat, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { type ManagedProcess, startProcess } from "../local-stack/processes.ts";
-import { type RedisNode, startRedisNodes } from "../local-stack/redis-nodes.ts";
+import { type RedisNode, type RedisSecurity, startRedisNodes } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 
 /** The CLI beside this module: the TypeScript source in a checkout, the compiled file in a package. */
@@ -27,6 +27,11 @@ export interface LocalClusterOptions {
   readonly controllers?: number;
   /** An already running stack (tests share one); otherwise one is started and stopped with the cluster. */
   readonly stack?: LocalStack;
+  /**
+   * TLS and ACL users of the redis-server nodes; the agents' side goes in `agentEnv` (e.g.
+   * SHARDGUARD_AGENT_CONFIG naming a config file). @default plain TCP, the default user
+   */
+  readonly redisSecurity?: RedisSecurity;
   /** Per-node promotion priority (index = node number - 1). @default 100 each */
   readonly priorities?: readonly number[];
   /** Progress lines. */
@@ -102,7 +107,7 @@ export class LocalCluster {
     let redis: RedisNode[] = [];
     try {
       progress(`starting ${options.nodes ?? 3} redis-server nodes`);
-      redis = await startRedisNodes(options.nodes ?? 3);
+      redis = await startRedisNodes(options.nodes ?? 3, options.redisSecurity);
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         ...stack.env,

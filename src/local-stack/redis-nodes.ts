@@ -1,20 +1,40 @@
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis, type RedisOptions } from "ioredis";
 import { freePort, type ManagedProcess, requireCommand, startProcess, waitUntilReady } from "./processes.ts";
 
+/** PEM files of one node: the CA that signs every node and client, and the node's own pair. */
+export interface RedisTlsFiles {
+  readonly caFile: string;
+  /** The node's certificate: served to clients, and shown to its primary when it replicates. */
+  readonly certFile: string;
+  readonly keyFile: string;
+}
+
+/** A node secured the way production runs it (docs/agent.md#tls-and-acl-users). @default plain TCP, the default user */
+export interface RedisSecurity {
+  /** TLS-only port (no plain one), `tls-replication yes`, client certificates required; per node id. */
+  readonly tls?: (id: string) => RedisTlsFiles;
+  /** ACL `user` directives as redis.conf spells them after `user`, e.g. `default off`. */
+  readonly users?: readonly string[];
+  /** The user replication (`masteruser`) and this module's clients (readiness, tests) log in as. */
+  readonly admin?: { readonly username: string; readonly password: string };
+}
+
 /** One redis-server process on 127.0.0.1 that tests and the demo can kill, pause and restart. */
 export class RedisNode {
   private proc: ManagedProcess | undefined;
   private readonly dir: string;
+  private readonly security: RedisSecurity;
 
   readonly port: number;
   readonly id: string;
 
-  constructor(port: number, id: string) {
+  constructor(port: number, id: string, security: RedisSecurity = {}) {
     this.port = port;
     this.id = id;
+    this.security = security;
     this.dir = mkdtempSync(join(tmpdir(), `shardguard-redis-${port}-`));
   }
 
@@ -56,9 +76,21 @@ export class RedisNode {
       extraArgs?: readonly string[];
     } = {},
   ): Promise<void> {
+    const tls = this.security.tls?.(this.id);
     const args = [
-      "--port",
-      String(this.port),
+      ...(tls
+        ? [
+            ...["--port", "0", "--tls-port", String(this.port), "--tls-replication", "yes"],
+            ...[
+              "--tls-cert-file",
+              tls.certFile,
+              "--tls-key-file",
+              tls.keyFile,
+              "--tls-ca-cert-file",
+              tls.caFile,
+            ],
+          ]
+        : ["--port", String(this.port)]),
       "--bind",
       "127.0.0.1",
       "--dir",
@@ -81,6 +113,9 @@ export class RedisNode {
       "--enable-debug-command",
       "local",
     ];
+    for (const user of this.security.users ?? []) args.push("--user", ...user.split(/\s+/));
+    const admin = this.security.admin;
+    if (admin) args.push("--masteruser", admin.username, "--masterauth", admin.password);
     if (options.replicaOf) {
       const [host, port] = options.replicaOf.split(":");
       args.push("--replicaof", host ?? "127.0.0.1", port ?? "6379");
@@ -115,9 +150,22 @@ export class RedisNode {
     await this.proc?.stop(2000);
   }
 
-  /** A new client to this node; the caller disconnects it. */
+  /** A new client to this node (as the admin user, over TLS when the node serves TLS); the caller disconnects it. */
   client(options: RedisOptions = {}): Redis {
-    return new Redis(this.port, "127.0.0.1", options);
+    const tls = this.security.tls?.(this.id);
+    return new Redis(this.port, "127.0.0.1", {
+      ...(this.security.admin ?? {}),
+      ...(tls
+        ? {
+            tls: {
+              ca: readFileSync(tls.caFile),
+              cert: readFileSync(tls.certFile),
+              key: readFileSync(tls.keyFile),
+            },
+          }
+        : {}),
+      ...options,
+    });
   }
 
   async destroy(): Promise<void> {
@@ -131,13 +179,13 @@ export function checkRedisServer(): void {
 }
 
 /** Starts `count` redis-server nodes on free ports: the first a primary, the rest its replicas. */
-export async function startRedisNodes(count: number): Promise<RedisNode[]> {
+export async function startRedisNodes(count: number, security: RedisSecurity = {}): Promise<RedisNode[]> {
   if (count <= 0) return [];
   checkRedisServer();
   const nodes: RedisNode[] = [];
   try {
     for (let index = 0; index < count; index++) {
-      const node = new RedisNode(await freePort(), `node-${index + 1}`);
+      const node = new RedisNode(await freePort(), `node-${index + 1}`, security);
       nodes.push(node);
       await node.start(index === 0 ? {} : { replicaOf: nodes[0]?.address });
     }
