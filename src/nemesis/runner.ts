@@ -509,6 +509,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       let lostAsyncOnly = 0;
       const present = new Set<number>();
       let answered = 0;
+      const silent: string[] = [];
       for (const node of active.redis.filter((candidate) => !dead.has(candidate.id))) {
         if (acked.length === 0) break;
         const client = node.client({
@@ -530,6 +531,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           answered++;
         } catch {
           // A node that does not answer now (hung, restarting): the final read will tell.
+          silent.push(node.id);
         } finally {
           client.disconnect();
         }
@@ -548,7 +550,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         epochs.length === 0
           ? "no failover"
           : `epoch -> ${epochs.map((e) => e.epoch).join(", ")}, ${newPrimary ? `primary ${newPrimary}` : "no primary online"}${timeToWritableMs !== undefined ? ` writable ${seconds(timeToWritableMs)} s after the inject` : ", no write acknowledged by it yet"}`;
-      const text = `t=${seconds(injectedAt)}s #${fault.id} ${what} -> ${failover}; longest write gap ${seconds(longestWriteGapMs)} s; ${lostByReplica} missing from every live node${lostAsyncOnly > 0 ? ` (+${lostAsyncOnly} async-only)` : ""}`;
+      const text = `t=${seconds(injectedAt)}s #${fault.id} ${what} -> ${failover}; longest write gap ${seconds(longestWriteGapMs)} s; ${lostByReplica} missing from every live node${silent.length > 0 ? ` that answered (not ${silent.join(", ")})` : ""}${lostAsyncOnly > 0 ? ` (+${lostAsyncOnly} async-only)` : ""}`;
       return { epochs, timeToWritableMs, longestWriteGapMs, lostByReplica, lostAsyncOnly, line: text };
     };
 
