@@ -115,11 +115,6 @@ export function redisConnectSettings(options: AgentOptions): RedisConnectSetting
         )
       )
         return `the database rejected the agent's client certificate: check ${settingLabel("redisCert")} and ${settingLabel("redisKey")} (expired, or not signed by the CA the database trusts)`;
-      if (
-        code === "ERR_SSL_WRONG_VERSION_NUMBER" ||
-        /wrong version number|packet length too long/i.test(message)
-      )
-        return `the port does not speak TLS: check ${settingLabel("redisTls")} against the port in ${settingLabel("redis")}`;
       return undefined;
     },
   };
@@ -199,13 +194,13 @@ export class RedisDatabase implements Database {
     try {
       return await commands();
     } catch (error) {
-      const hint =
-        this.connection?.hint(error) ??
-        (this.client.status === "ready" || this.lastConnectionError === undefined
-          ? undefined
-          : `not connected: ${this.lastConnectionError}`);
-      if (hint === undefined) throw error;
-      throw new DatabaseAccessError(`${errorMessage(error)} (${hint})`, { cause: error });
+      const hint = this.connection?.hint(error);
+      if (hint !== undefined)
+        throw new DatabaseAccessError(`${errorMessage(error)} (${hint})`, { cause: error });
+      // Refused at once by the client while it reconnects: why it is not connected is the news.
+      if (this.client.status !== "ready" && this.lastConnectionError !== undefined)
+        throw new DatabaseAccessError(`not connected: ${this.lastConnectionError}`, { cause: error });
+      throw error;
     }
   }
 

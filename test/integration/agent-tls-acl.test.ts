@@ -130,6 +130,11 @@ describe("agent over TLS with a least-privilege ACL user", () => {
     expect(await countKeys(active.node(other), "before-kill", 200)).toBe(200);
     expect(await countKeys(active.node(other), "before-switch", 100)).toBe(100);
     expect(await refusedToAgent(active.redis)).toEqual([]);
+    const clients = String(await withClient(active.node(other), (client) => client.call("CLIENT", "LIST")));
+    const agentConnections = clients.split("\n").filter((line) => / name=shardguard-/.test(line));
+    expect(agentConnections.some((line) => / name=shardguard-agent /.test(line))).toBe(true);
+    expect(agentConnections.some((line) => / name=shardguard-probe\./.test(line))).toBe(true);
+    expect(agentConnections.filter((line) => !line.includes(` user=${AGENT_USER} `))).toEqual([]);
     for (const id of ["node-1", "node-2", "node-3"]) {
       const lines = active.logLines(`agent-${id}.log`);
       expect(lines.filter((line) => /NOPERM|WRONGPASS/.test(String(line.error ?? "")))).toEqual([]);
@@ -246,7 +251,7 @@ describe("agent over TLS: bad input is reported, retried and survived", () => {
     writeFileSync(wrong, "not-the-password\n");
 
     // Act
-    const errors = await restartWith({ SHARDGUARD_REDIS_PASSWORD_FILE: wrong }, /^WRONGPASS/);
+    const errors = await restartWith({ SHARDGUARD_REDIS_PASSWORD_FILE: wrong }, /WRONGPASS/);
     await expectDownAndAlive();
     await withClient(node, (client) => client.call("ACL", "SETUSER", AGENT_USER, ">not-the-password"));
     await expectUp();
