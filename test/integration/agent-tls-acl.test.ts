@@ -36,6 +36,17 @@ function documented(): { rule: string; configJson: string } {
   const rule = /^user shardguard-agent on \S+ (.+)$/m.exec(section)?.[1];
   const configJson = /```json\n([\s\S]+?)```/.exec(section)?.[1];
   if (!rule || !configJson) throw new Error("docs/agent.md lost its TLS and ACL users section");
+  // README and the deploy guide show the same user line and config file.
+  for (const other of ["README.md", "docs/deploy.md"]) {
+    const text = readFileSync(other, "utf8");
+    if (!text.includes(configJson)) throw new Error(`${other} no longer shows docs/agent.md's agent.json`);
+  }
+  if (
+    !readFileSync("README.md", "utf8").includes(
+      `user shardguard-agent on <agent-password> ${rule}`.replace(" <", " ><"),
+    )
+  )
+    throw new Error("README.md no longer shows docs/agent.md's user shardguard-agent line");
   return { rule, configJson };
 }
 

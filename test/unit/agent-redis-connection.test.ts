@@ -39,25 +39,8 @@ describe("agent TLS and ACL options", () => {
   });
 
   it("reads every TLS setting from the config file", () => {
-    // Act
-    const config = resolveAgentOptions({
-      flags: required,
-      env: {},
-      configFile: "/etc/shardguard/agent.json",
-      readFile: () =>
-        JSON.stringify({
-          redisTls: true,
-          redisCa: "/etc/shardguard/tls/ca.crt",
-          redisCert: "/etc/shardguard/tls/agent.crt",
-          redisKey: "/etc/shardguard/tls/agent.key",
-          redisServername: "db.internal",
-          redisUsername: "shardguard-agent",
-          redisPasswordFile: "/etc/shardguard/redis-password",
-        }),
-    });
-
-    // Assess
-    expect(config.agent).toMatchObject({
+    // Prepare
+    const inFile = {
       redisTls: true,
       redisCa: "/etc/shardguard/tls/ca.crt",
       redisCert: "/etc/shardguard/tls/agent.crt",
@@ -65,7 +48,18 @@ describe("agent TLS and ACL options", () => {
       redisServername: "db.internal",
       redisUsername: "shardguard-agent",
       redisPasswordFile: "/etc/shardguard/redis-password",
+    };
+
+    // Act
+    const config = resolveAgentOptions({
+      flags: required,
+      env: {},
+      configFile: "/etc/shardguard/agent.json",
+      readFile: () => JSON.stringify(inFile),
     });
+
+    // Assess
+    expect(config.agent).toMatchObject(inFile);
   });
 
   it("names every conflicting or malformed TLS and password setting at once", () => {
