@@ -165,7 +165,12 @@ describe("chaos: the primary fails", () => {
       expect(after.primary_node_id).toBe("node-3");
       const record = await historyAt(active, after.epoch);
       const byNode = Object.fromEntries(record.candidates.map((c) => [c.node_id, c]));
-      expect(byNode["node-2"]).toMatchObject({ eligible: true, last_txn_id: laggingOffset });
+      // node-2 competed at its lagging offset; on a loaded machine it may instead have left
+      // node-1's replica set (the burst outlasted the write guard's 2 s lag) or its agent's
+      // heartbeat lagged the 1 s failure timeout: either way it loses to node-3.
+      const laggard = byNode["node-2"];
+      if (laggard?.eligible) expect(laggard).toMatchObject({ last_txn_id: laggingOffset });
+      else expect(laggard?.reason).toMatch(/replica set|heartbeat stale/);
       expect(byNode["node-3"]).toMatchObject({ eligible: true });
       expect(byNode["node-3"]?.last_txn_id).toBeGreaterThanOrEqual(currentOffset);
       expect(await countKeys(current, "synced", 50)).toBe(50);
