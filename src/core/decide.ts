@@ -34,6 +34,7 @@ export type NoActionCode =
   | "quorum_not_met"
   | "no_agent_heard"
   | "crash_no_candidate"
+  | "waiting_for_replica"
   | "offline_no_candidate"
   | "inconsistent_topology";
 
@@ -118,6 +119,12 @@ export function isPastPointOfNoReturn(phase: FailoverPhase | undefined): boolean
  * stuck behind it.
  */
 export const MAX_CLOCK_SKEW_MS = 2_500;
+
+/**
+ * How many failure timeouts a stale replica further ahead than the best candidate is waited for
+ * before a failover goes ahead without it (its acknowledged writes would be lost).
+ */
+export const AHEAD_GRACE = 3;
 
 /** Age of a heartbeat's database-alive timestamp, in ms (negative: dated ahead of `now`). */
 export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
@@ -603,6 +610,38 @@ function decideOnline(
       lineage,
       reason: `${staleness}, ${quorumText}, and no node is eligible (${describeCandidates(candidates)}); marking the shard offline`,
     };
+  }
+  // A replica of the lineage that is further ahead than the best candidate but stale only just
+  // now (a slow agent, a late heartbeat) may hold writes it acknowledged (WAIT) that the best
+  // candidate lacks: promoting now would lose them. Wait for it for up to AHEAD_GRACE failure
+  // timeouts; a replica that stays silent longer is taken as gone and its writes with it.
+  const ahead = snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== primaryId &&
+      node.node_id !== best.node_id &&
+      node.db_status === "up" &&
+      lineage !== undefined &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id &&
+      !isFresh(node, config, now) &&
+      heartbeatAgeMs(node, now) <= AHEAD_GRACE * config.failureTimeoutMs &&
+      // A heartbeat dated beyond the clock bound is no evidence of a live replica.
+      heartbeatAgeMs(node, now) >= -MAX_CLOCK_SKEW_MS,
+  );
+  if (ahead.length > 0) {
+    return none(
+      "waiting_for_replica",
+      `${staleness}, ${quorumText}; not promoting ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${[
+        ...ahead,
+      ]
+        .sort((a, b) => a.node_id.localeCompare(b.node_id))
+        .map(
+          (node) =>
+            `${node.node_id} (last_txn_id ${node.last_txn_id}, heartbeat ${describeHeartbeatAge(node, now, "old")})`,
+        )
+        .join(", ")}, further ahead, may still answer`,
+      true,
+    );
   }
   if (lockBlocks(snapshot, now, options)) {
     return none("locked", `${staleness}; another controller holds the lock`, true);

@@ -150,6 +150,24 @@ describe("decide: quorum", () => {
       expected: { kind: "none", code: "healthy" },
     },
     {
+      name: "waits for a replica further ahead whose heartbeat went stale just now (it may hold acknowledged writes)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", primary_link: "down", last_txn_id: 1000 })
+          .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 2000, ageMs: 5000 })
+          .build(),
+      expected: { kind: "none", code: "waiting_for_replica", primaryStale: true },
+    },
+    {
+      name: "fails over without a replica further ahead that stayed silent past the grace",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", primary_link: "down", last_txn_id: 1000 })
+          .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 2000, ageMs: 10_000 })
+          .build(),
+      expected: { kind: "failover" },
+    },
+    {
       name: "does not count a replica whose probe reaches the primary while its link is up",
       snapshot: () =>
         aShardWithStalePrimary()
@@ -250,8 +268,8 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "failover", target: "r0" },
     },
     {
-      name: "skips a candidate whose heartbeat is stale",
-      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", ageMs: 4000 }).build(),
+      name: "skips a candidate whose heartbeat is stale (past the grace given to a replica further ahead)",
+      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", ageMs: 10_000 }).build(),
       expected: { kind: "failover", target: "r2" },
     },
     {
