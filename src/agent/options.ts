@@ -70,6 +70,8 @@ const agentOptionFields = z.object({
   sentinelBind: z.string().min(1).optional(),
   /** Password Sentinel clients must give (AUTH / HELLO AUTH). @default none */
   sentinelPassword: z.string().min(1).optional(),
+  /** Serve the Sentinel protocol over TLS with `redisCert`/`redisKey`. @default false */
+  sentinelTls: z.boolean().default(false),
 });
 
 /**
@@ -94,6 +96,8 @@ export const agentOptionsSchema = agentOptionFields
           problem(`${key}: needs redisTls: true (or a rediss:// address in redis:)`);
       }
     }
+    if (options.sentinelTls && (options.sentinelPort === undefined || options.redisCert === undefined))
+      problem("sentinelTls: needs sentinelPort: and redisCert: with redisKey: (the certificate it serves)");
     if ((options.redisCert === undefined) !== (options.redisKey === undefined))
       problem("redisCert: and redisKey: go together (a client certificate and its key)");
     try {
@@ -172,6 +176,7 @@ export const AGENT_FIELDS = [
   { key: "sentinelPort", kind: "integer", flag: "--sentinel-port", env: ENV.sentinelPort },
   { key: "sentinelBind", kind: "string", flag: "--sentinel-bind", env: ENV.sentinelBind },
   { key: "sentinelPassword", kind: "string", env: ENV.sentinelPassword },
+  { key: "sentinelTls", kind: "boolean", flag: "--sentinel-tls", env: ENV.sentinelTls },
   { key: "table", kind: "string", env: ENV.table },
   { key: "queuePrefix", kind: "string", env: ENV.queuePrefix },
   { key: "logLevel", kind: "string", flag: "--log-level", env: ENV.logLevel },

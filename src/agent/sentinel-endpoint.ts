@@ -69,6 +69,7 @@ export class SentinelEndpoint {
       host: this.#bind,
       port: this.#port,
       password: options.sentinelPassword,
+      tls: options.sentinelTls ? sentinelCertificate(options) : undefined,
       feed: this.#feed,
       logger,
       limits: { maxConnections: maxSentinelConnections() },
@@ -123,6 +124,16 @@ export class SentinelEndpoint {
     this.#feed.stop();
     await this.#server.close();
   }
+}
+
+/** The endpoint serves the agent's own certificate (--redis-cert / --redis-key), as read for its database connections. */
+function sentinelCertificate(options: AgentOptions): { cert: string; key: string } {
+  const tls = redisConnectSettings(options).redisOptions.tls;
+  if (typeof tls?.cert !== "string" || typeof tls.key !== "string")
+    throw new ConfigurationError(
+      "--sentinel-tls: needs --redis-cert and --redis-key, the certificate it serves",
+    );
+  return { cert: tls.cert, key: tls.key };
 }
 
 /** "<name> <old-ip> <old-port> <new-ip> <new-port>" -> "old-ip:old-port". */

@@ -1,4 +1,5 @@
 import { createServer, type Server, type Socket } from "node:net";
+import { createServer as createTlsServer } from "node:tls";
 import { errorMessage } from "../core/errors.ts";
 import {
   type EventMemory,
@@ -41,6 +42,8 @@ export interface SentinelServerOptions {
   /** 0 picks a free port (in-process tests). */
   readonly port: number;
   readonly password: string | undefined;
+  /** Serve TLS with this certificate and key (PEM) instead of plain TCP. */
+  readonly tls?: { readonly cert: string; readonly key: string } | undefined;
   readonly feed: SentinelFeed;
   readonly logger: AgentLogger;
   readonly limits?: Partial<SentinelLimits>;
@@ -75,9 +78,12 @@ export class SentinelServer {
   constructor(options: SentinelServerOptions) {
     this.#options = options;
     this.#limits = { ...SENTINEL_LIMITS, ...options.limits };
-    this.#server = createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: 60_000 }, (socket) =>
-      this.#accept(socket),
-    );
+    const socketOptions = { noDelay: true, keepAlive: true, keepAliveInitialDelay: 60_000 };
+    const accept = (socket: Socket) => this.#accept(socket);
+    // A TLS client is accepted once its handshake is done; one that never finishes it is dropped after 5 s.
+    this.#server = options.tls
+      ? createTlsServer({ ...socketOptions, ...options.tls, handshakeTimeout: 5000 }, accept)
+      : createServer(socketOptions, accept);
     this.#server.on("error", (error) =>
       options.logger.error("sentinel endpoint error", { error: errorMessage(error) }),
     );

@@ -44,6 +44,7 @@ export const ENV = {
   sentinelPort: "SHARDGUARD_SENTINEL_PORT",
   sentinelBind: "SHARDGUARD_SENTINEL_BIND",
   sentinelPassword: "SHARDGUARD_SENTINEL_PASSWORD",
+  sentinelTls: "SHARDGUARD_SENTINEL_TLS",
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
 } as const;
 

@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
 import type { RedisNode, RedisSecurity } from "../../src/local-stack/redis-nodes.ts";
@@ -153,7 +154,7 @@ describe("agent over TLS with a least-privilege ACL user", () => {
   });
 });
 
-describe("agent over TLS: bad input is reported, retried and survived", () => {
+describe("agent over TLS on one node: the Sentinel endpoint, and bad input reported, retried and survived", () => {
   let cluster: LocalCluster;
   let node: RedisNode;
 
@@ -215,6 +216,50 @@ describe("agent over TLS: bad input is reported, retried and survived", () => {
     );
     return errorsSince(from, pattern);
   }
+
+  it("serves the Sentinel protocol over TLS with the agent's certificate when --sentinel-tls is on", {
+    timeout: 40_000,
+  }, async () => {
+    // Prepare
+    const from = cluster.logLines("agent-node-1.log").length;
+    cluster.startAgent("node-1", { env: { SHARDGUARD_SENTINEL_PORT: "0", SHARDGUARD_SENTINEL_TLS: "true" } });
+    const listening = () =>
+      cluster
+        .logLines("agent-node-1.log")
+        .slice(from)
+        .find((line) => line.message === "sentinel endpoint listening");
+    await cluster.waitFor("the Sentinel endpoint listening", () => listening() !== undefined, WAIT_MS);
+    const sentinel = new Redis({
+      host: "127.0.0.1",
+      port: Number(listening()?.port),
+      tls: { ca: readFileSync(certs.caFile) },
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
+    sentinel.on("error", () => {});
+
+    // Act
+    let primary: unknown;
+    try {
+      await sentinel.connect();
+      await cluster.waitFor(
+        "the endpoint naming node-1",
+        async () => {
+          primary = await sentinel.call("SENTINEL", "get-master-addr-by-name", cluster.shard);
+          return Array.isArray(primary);
+        },
+        WAIT_MS,
+      );
+    } finally {
+      sentinel.disconnect();
+    }
+
+    // Assess
+    expect(primary).toEqual(["127.0.0.1", String(node.port)]);
+    cluster.startAgent("node-1");
+    await expectUp();
+  });
 
   it("names --redis-ca and the verification failure when the CA did not sign the database's certificate", {
     timeout: 40_000,

@@ -77,6 +77,10 @@ export function registerAgent(program: Command): void {
       "address the Sentinel endpoint listens on; default the host of --address (SHARDGUARD_SENTINEL_BIND)",
     )
     .option(
+      "--sentinel-tls",
+      "serve the Sentinel endpoint over TLS with --redis-cert and --redis-key (SHARDGUARD_SENTINEL_TLS)",
+    )
+    .option(
       "--log-level <level>",
       "debug | info | warn | error | silent; default info (SHARDGUARD_LOG_LEVEL)",
     )
