@@ -142,6 +142,12 @@ describe("agent over TLS with a least-privilege ACL user", () => {
     expect(await countKeys(active.node(other), "before-kill", 200)).toBe(200);
     expect(await countKeys(active.node(other), "before-switch", 100)).toBe(100);
     expect(await refusedToAgent(active.redis)).toEqual([]);
+    // The crash watch tells a refused TLS connection from a live database, as over plain TCP.
+    expect(
+      active.logLines("agent-node-1.log").find((line) => line.message === "database died"),
+    ).toMatchObject({
+      state: "refused",
+    });
     const clients = String(await withClient(active.node(other), (client) => client.call("CLIENT", "LIST")));
     const agentConnections = clients.split("\n").filter((line) => / name=shardguard-/.test(line));
     expect(agentConnections.some((line) => / name=shardguard-agent /.test(line))).toBe(true);
