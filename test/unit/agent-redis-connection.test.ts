@@ -2,8 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { redisConnectSettings } from "../../src/agent/database.ts";
+import { RedisDatabase, redisConnectSettings } from "../../src/agent/database.ts";
 import { parseAgentOptions, resolveAgentOptions } from "../../src/agent/options.ts";
+import { RecordingLogger } from "../support/agent-harness.ts";
 
 const required = { shard: "s1", redis: "10.0.0.1:6380" };
 let dir: string | undefined;
@@ -127,6 +128,21 @@ describe("the settings every agent connection to a database shares", () => {
     // Assess
     expect(settings.insecure).toBe(true);
     expect(settings.redisOptions.tls).toMatchObject({ rejectUnauthorized: false });
+  });
+
+  it("warns loudly when the database connection starts without certificate verification", async () => {
+    // Prepare
+    const logger = new RecordingLogger();
+    const connection = redisConnectSettings(
+      parseAgentOptions({ ...required, redisTls: true, redisTlsInsecure: true }),
+    );
+
+    // Act
+    const db = new RedisDatabase({ address: "127.0.0.1:1", connection, commandTimeoutMs: 100, logger });
+    await db.close();
+
+    // Assess
+    expect(logger.find(/^TLS certificate verification is OFF \(--redis-tls-insecure/)?.level).toBe("warn");
   });
 
   it("points each refusal at the setting to check and keeps the database's words", () => {
