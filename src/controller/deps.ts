@@ -69,7 +69,8 @@ export type CycleOutcome =
   | "stuck"
   | "refused"
   | "paused"
-  | "resumed";
+  | "resumed"
+  | "recovered";
 
 export interface CycleResult {
   readonly shard: string;

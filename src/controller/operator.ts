@@ -6,16 +6,18 @@ import {
   type CycleOutcome,
   pauseShard,
   type RequestOptions,
+  recoverShard,
   requestSwitchover,
   resumeShard,
 } from "./orchestrator.ts";
 
 /**
  * Operator requests, as the Lambda receives them (`aws lambda invoke`, the CLI) and as the
- * local controller runs them: `{ action: "switchover" | "pause" | "resume", shard, to?, reason? }`.
+ * local controller runs them: `{ action: "switchover" | "pause" | "resume" | "recover", shard, to?,
+ * reason? }` (`recover` needs both `to` and `reason`).
  */
 export const operatorRequestSchema = z.object({
-  action: z.enum(["switchover", "pause", "resume"]),
+  action: z.enum(["switchover", "pause", "resume", "recover"]),
   shard: idSchema,
   to: idSchema.optional(),
   reason: z.string().max(500).optional(),
@@ -33,7 +35,7 @@ export interface OperatorResponse {
   readonly reason: string;
 }
 
-const SUCCESS: ReadonlySet<CycleOutcome> = new Set(["completed", "paused", "resumed"]);
+const SUCCESS: ReadonlySet<CycleOutcome> = new Set(["completed", "paused", "resumed", "recovered"]);
 
 /** An event meant as an operator request (it names an action); anything else is a scheduled tick. */
 export function isOperatorRequest(event: unknown): boolean {
@@ -52,12 +54,20 @@ export async function handleOperatorRequest(
   const parsed = operatorRequestSchema.safeParse(event);
   if (!parsed.success) return { ok: false, reason: `invalid request: ${describeIssues(parsed.error)}` };
   const request = parsed.data;
-  if (request.to !== undefined && request.action !== "switchover") {
+  if (request.to !== undefined && request.action !== "switchover" && request.action !== "recover") {
     return {
       ok: false,
       action: request.action,
       shard: request.shard,
-      reason: "invalid request: to: only for switchover",
+      reason: "invalid request: to: only for switchover and recover",
+    };
+  }
+  if (request.action === "recover" && (request.to === undefined || !request.reason)) {
+    return {
+      ok: false,
+      action: request.action,
+      shard: request.shard,
+      reason: "invalid request: recover needs to (the node whose data to keep) and reason",
     };
   }
   deps.log.info("operator request", { ...request });
@@ -66,7 +76,14 @@ export async function handleOperatorRequest(
       ? await requestSwitchover(deps, request.shard, { to: request.to, reason: request.reason }, options)
       : request.action === "pause"
         ? await pauseShard(deps, request.shard, request.reason, options)
-        : await resumeShard(deps, request.shard, options);
+        : request.action === "recover"
+          ? await recoverShard(
+              deps,
+              request.shard,
+              { to: request.to as string, reason: request.reason as string },
+              options,
+            )
+          : await resumeShard(deps, request.shard, options);
   const response: OperatorResponse = {
     ok: SUCCESS.has(result.outcome),
     action: request.action,

@@ -29,6 +29,7 @@ export { ShardLock } from "./lock.ts";
 export {
   pauseShard,
   type RequestOptions,
+  recoverShard,
   requestSwitchover,
   resumeShard,
   type SwitchoverRequest,

@@ -1,4 +1,4 @@
-import { planSwitchover } from "../core/decide.ts";
+import { describeHeartbeatAge, isFresh, planSwitchover } from "../core/decide.ts";
 import type { Topology } from "../core/model.ts";
 import { guarded } from "./cycle.ts";
 import {
@@ -158,6 +158,54 @@ export async function resumeShard(
       return { next: { ...rest, status }, result: `resumed, shard ${status}` };
     },
     "resumed",
+    options,
+  );
+}
+
+/**
+ * An operator's way out of `offline_no_candidate`: the shard is offline and no node continues the
+ * lineage it recorded (e.g. every survivor restarted with another replication id after a double
+ * fault), so the controller will not pick one by itself. The operator names the node whose data
+ * to keep; its current lineage becomes the shard's (under a new epoch) and the controller's next
+ * cycle brings the shard online on it (or on a node of that lineage further ahead), as for any
+ * offline shard. Nodes of other lineages then resync from it: their data is given up, by the
+ * operator's decision, which the reason records.
+ */
+export async function recoverShard(
+  deps: ControllerDeps,
+  shard: string,
+  request: { readonly to: string; readonly reason: string },
+  options: RequestOptions = {},
+): Promise<CycleResult> {
+  const snapshot = await deps.store.heartbeats.snapshot(shard);
+  const node = snapshot.nodes.find((heartbeat) => heartbeat.node_id === request.to);
+  const now = deps.clock.now();
+  if (node === undefined) return { shard, outcome: "refused", reason: `${request.to} has no heartbeat` };
+  if (!isFresh(node, deps.config, now) || node.db_status !== "up") {
+    return {
+      shard,
+      outcome: "refused",
+      reason: `${request.to} is not alive (heartbeat ${describeHeartbeatAge(node, now)}, database ${node.db_status})`,
+    };
+  }
+  if (node.priority === 0)
+    return { shard, outcome: "refused", reason: `${request.to} has priority 0 (never promote)` };
+  return underTopologyLock(
+    deps,
+    shard,
+    (topology) => {
+      if (topology.status !== "offline") {
+        return {
+          refused: `the shard is ${topology.status}; only an offline shard is recovered (use switchover)`,
+        };
+      }
+      const lineage = { node_id: node.node_id, repl_id: node.repl_id, last_txn_id: node.last_txn_id };
+      return {
+        next: { ...topology, epoch: topology.epoch + 1, lineage },
+        result: `lineage set to ${node.node_id}'s (${node.repl_id} at ${node.last_txn_id}): ${request.reason}; the controller brings the shard online on it`,
+      };
+    },
+    "recovered",
     options,
   );
 }

@@ -2,6 +2,9 @@ import { describe, expect, it } from "vitest";
 import { silentLog } from "../../src/controller/observability.ts";
 import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/operator.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
+import { decide } from "../../src/core/decide.ts";
+import { LINEAGE } from "../support/builders.ts";
+import { MemoryShard } from "../support/memory-shard.ts";
 
 // Invalid requests are answered before any store is touched: deps without stores prove it.
 const noStores = { log: silentLog } as unknown as ControllerDeps;
@@ -32,7 +35,75 @@ describe("operator requests", () => {
       ok: false,
       action: "pause",
       shard: "s1",
-      reason: "invalid request: to: only for switchover",
+      reason: "invalid request: to: only for switchover and recover",
+    });
+  });
+});
+
+describe("operator recover: the way out of offline_no_candidate", () => {
+  function offlineOnALostLineage(): MemoryShard {
+    const shard = new MemoryShard();
+    shard.topology = {
+      shard: shard.shard,
+      epoch: 7,
+      status: "offline",
+      updated_at: shard.now() - 10_000,
+      lineage: { node_id: "p1", repl_id: "a-lineage-no-node-continues", last_txn_id: 5000 },
+    };
+    return shard;
+  }
+
+  it("sets the lineage to the named node's under a new epoch, after which the controller brings the shard online", async () => {
+    // Prepare
+    const shard = offlineOnALostLineage();
+    const stuck = decide(shard.snapshot(), shard.config, shard.now());
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), {
+      action: "recover",
+      shard: "s1",
+      to: "r1",
+      reason: "both survivors restarted on a new lineage; keeping r1's data",
+    });
+
+    // Assess
+    expect(stuck).toMatchObject({ kind: "none", code: "offline_no_candidate" });
+    expect(response).toMatchObject({ ok: true, outcome: "recovered", epoch: 7 });
+    expect(shard.topology).toMatchObject({
+      epoch: 8,
+      status: "offline",
+      lineage: { node_id: "r1", repl_id: LINEAGE, last_txn_id: 990 },
+    });
+    expect(decide(shard.snapshot(), shard.config, shard.now())).toMatchObject({ kind: "bring_online" });
+  });
+
+  it.each([
+    ["an online shard", () => new MemoryShard(), "r1", /only an offline shard is recovered/],
+    ["a node without a heartbeat", offlineOnALostLineage, "r9", /r9 has no heartbeat/],
+  ] as const)("refuses %s, changing nothing", async (_name, prepare, to, reason) => {
+    // Prepare
+    const shard = prepare();
+    const before = structuredClone(shard.topology);
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), {
+      action: "recover",
+      shard: "s1",
+      to,
+      reason: "x",
+    });
+
+    // Assess
+    expect(response).toMatchObject({ ok: false, outcome: "refused" });
+    expect(response.reason).toMatch(reason);
+    expect(shard.topology).toEqual(before);
+  });
+
+  it("needs a target and a reason", async () => {
+    const response = await handleOperatorRequest(noStores, { action: "recover", shard: "s1", to: "r1" });
+    expect(response).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/recover needs to .* and reason/),
     });
   });
 });

@@ -143,6 +143,26 @@ export function registerOperatorActions(program: Command): void {
     report(request, await submit(request, { ...options, wait: options.wait === true }), options.json);
   });
 
+  withTarget(
+    program
+      .command("recover")
+      .description(
+        "bring an offline shard that no node can take over automatically (no node continues its lineage) " +
+          "back on the node whose data to keep; the other nodes resync from it (their data is given up)",
+      )
+      .requiredOption("--shard <id>", "the shard")
+      .requiredOption("--to <node>", "the node whose data to keep")
+      .requiredOption("--reason <text>", "why (recorded in the log and the topology change)"),
+  ).action(async (options: ActionOptions) => {
+    const request: OperatorRequest = {
+      action: "recover",
+      shard: options.shard,
+      to: options.to,
+      reason: options.reason,
+    };
+    report(request, await submit(request, { ...options, wait: true }), options.json);
+  });
+
   for (const action of ["pause", "resume"] as const) {
     withTarget(
       program
