@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -282,6 +283,24 @@ export class LocalCluster {
 
   snapshot(): Promise<ShardSnapshot> {
     return this.aws.store.heartbeats.snapshot(this.shard);
+  }
+
+  /** Runs `shardguard <args>` as an operator would (in-process controller path), on this stack. */
+  runCli(
+    args: readonly string[],
+    timeoutMs = 60_000,
+  ): Promise<{ code: number; stdout: string; stderr: string }> {
+    return new Promise((resolve) => {
+      execFile(
+        process.execPath,
+        [CLI, ...args],
+        { env: this.env, timeout: timeoutMs },
+        (error, stdout, stderr) => {
+          const code = error ? (typeof error.code === "number" ? error.code : 1) : 0;
+          resolve({ code, stdout: String(stdout), stderr: String(stderr) });
+        },
+      );
+    });
   }
 
   async topology(): Promise<Topology | undefined> {

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
+import { decide, isFresh } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Topology } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
@@ -51,6 +52,40 @@ const FENCED_START_ARGS = [
   "--min-replicas-max-lag",
   "2",
 ];
+
+/** How long the shard may stay offline after heal-all before the nemesis recovers it as an operator. */
+const OPERATOR_PATIENCE_MS = 20_000;
+
+/**
+ * `shardguard recover` on the live node with the most data, when the controller reports the
+ * offline shard has no candidate; what was done (or why nothing), as one sentence.
+ */
+async function recoverAsOperator(active: LocalCluster, config: FailoverConfig): Promise<string> {
+  const snapshot = await active.snapshot();
+  const decision = decide(snapshot, config, active.aws.clock.now());
+  if (decision.kind !== "none" || decision.code !== "offline_no_candidate") {
+    return `not recovered: the controller's decision is ${decision.kind}${decision.kind === "none" ? `/${decision.code}` : ""}`;
+  }
+  const alive = snapshot.nodes
+    .filter(
+      (node) => node.db_status === "up" && isFresh(node, config, active.aws.clock.now()) && node.priority > 0,
+    )
+    .sort((a, b) => b.last_txn_id - a.last_txn_id || a.node_id.localeCompare(b.node_id));
+  const keep = alive[0];
+  if (keep === undefined) return "not recovered: no live node";
+  const result = await active.runCli([
+    "recover",
+    "--shard",
+    active.shard,
+    "--to",
+    keep.node_id,
+    "--reason",
+    "nemesis: offline_no_candidate after heal-all; keeping the live node with the highest offset",
+  ]);
+  return result.code === 0
+    ? `operator recovery: shardguard recover --to ${keep.node_id} (last_txn_id ${keep.last_txn_id}, lineage ${keep.repl_id})`
+    : `operator recovery refused: ${(result.stderr || result.stdout).trim().split("\n").pop()}`;
+}
 
 /** libfaketime, preloaded into an agent for `clock-skew` (what the `faketime` wrapper does, without its extra process). */
 const LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -138,6 +173,8 @@ export interface NemesisReport {
   readonly unavailable: CheckResult["unavailable"];
   readonly twoWritableInWindow: number;
   readonly settled: boolean;
+  /** What the nemesis did as an operator when the shard stayed offline after heal-all, if anything. */
+  readonly operatorRecovery: string | undefined;
   readonly settleMs: number;
   readonly valid: CheckResult["valid"];
   readonly violations: readonly string[];
@@ -707,8 +744,22 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     const settleStart = performance.now();
     const settleTimeoutMs = options.settleTimeoutMs ?? 60_000;
     let settled = false;
+    let operatorRecovery: string | undefined;
     while (performance.now() - settleStart < settleTimeoutMs && !options.signal?.aborted) {
       const topology = await active.topology().catch(() => undefined);
+      if (
+        topology?.status === "offline" &&
+        operatorRecovery === undefined &&
+        performance.now() - settleStart > OPERATOR_PATIENCE_MS
+      ) {
+        // Offline after everything healed, with no node the controller may pick by itself: do what
+        // an operator would (docs/controller.md rule 7), keep the most data, and say so.
+        operatorRecovery = await recoverAsOperator(active, config).catch(
+          (error) => `failed: ${errorMessage(error)}`,
+        );
+        line(`shard offline after heal-all: ${operatorRecovery}`);
+        history.append({ process: "nemesis", type: "info", f: "recover", value: { note: operatorRecovery } });
+      }
       if (topology?.status === "online" && topology.primary_node_id) {
         const final = await readFinal(
           active.redis.map((node) => ({ node, alive: !dead.has(node.id) })),
@@ -819,6 +870,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       unavailable: result.unavailable,
       twoWritableInWindow: result.stats.twoWritableInWindow,
       settled,
+      operatorRecovery,
       settleMs,
       valid: result.valid,
       violations: result.violations,
@@ -868,6 +920,7 @@ export function formatReport(report: NemesisReport): string {
         `  t=${seconds(u.from)}-${seconds(u.to)}s (${seconds(u.ms)} s) during ${u.faults.length > 0 ? u.faults.join("; ") : "no fault"}`,
     ),
     `settled after heal-all:             ${report.settled ? `yes, in ${seconds(report.settleMs)} s` : "NO"}`,
+    ...(report.operatorRecovery ? [`operator action:                    ${report.operatorRecovery}`] : []),
     `verdict:                            ${report.valid === true ? "valid" : report.valid === false ? "INVALID" : "UNKNOWN"}`,
     ...report.violations.map((violation) => `  violation: ${violation}`),
     `history: ${report.historyPath}`,
