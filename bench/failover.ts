@@ -1,4 +1,4 @@
-import { writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Command, InvalidArgumentError } from "commander";
@@ -6,7 +6,14 @@ import { Redis } from "ioredis";
 import { parseIntegerOption } from "../src/cli/options.ts";
 import { abortOnSignal } from "../src/cli/signals.ts";
 import { errorMessage } from "../src/core/errors.ts";
-import { splitAddress, type WriteFailure, WriteWorkload } from "../src/workload/writer.ts";
+import type { Ack } from "../src/workload/ack-log.ts";
+import {
+  splitAddress,
+  type VerifyResult,
+  type WriteFailure,
+  WriteWorkload,
+  type WriteWorkloadStats,
+} from "../src/workload/writer.ts";
 import {
   type BenchConfig,
   buildReport,
@@ -20,9 +27,31 @@ import {
   type TrialResult,
   writeReport,
 } from "./lib/report.ts";
+import { SentinelClientWorkload } from "./lib/sentinel-client-workload.ts";
 import { SYSTEMS } from "./systems/registry.ts";
 import { shardguardTimings } from "./systems/shardguard.ts";
-import { FAULTS, type FailoverSystem, type Fault, type KillResult } from "./systems/types.ts";
+import { type FailoverSystem, faultOf, type KillResult, ROWS, type Row } from "./systems/types.ts";
+
+/**
+ * What the driver needs of a writer: the benchmark's own `WriteWorkload` (asks the system where the
+ * primary is) or `SentinelClientWorkload` (an ioredis client in Sentinel mode).
+ */
+interface BenchWorkload {
+  start(): void;
+  stop(): Promise<void>;
+  stats(): WriteWorkloadStats & { readonly unconfirmed?: number };
+  acks(fromSeq?: number, toSeq?: number): Ack[];
+  waitForAckAfter(
+    instant: number,
+    notAddress: string | undefined,
+    timeoutMs: number,
+  ): Promise<Ack | undefined>;
+  verify(client: Redis, range?: { fromSeq?: number; toSeq?: number }): Promise<VerifyResult>;
+  on(event: "failure", listener: (failure: WriteFailure) => void): unknown;
+  off(event: "failure", listener: (failure: WriteFailure) => void): unknown;
+  firstContactAfter?(instant: number, notAddress?: string): Ack | undefined;
+  reconnectsBetween?(from: number, to: number): { count: number; lastAt?: number; lastDelayMs?: number };
+}
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
 /** Sub-millisecond digits are noise here; keep one decimal in the JSON. */
@@ -121,7 +150,7 @@ async function waitForStablePrimary(
 }
 
 /** SET commands that failed from `from` on (failures before a SET is sent are not writes). */
-function failedWritesCounter(workload: WriteWorkload): {
+function failedWritesCounter(workload: BenchWorkload): {
   since(from: number, to: number): number;
   dispose(): void;
 } {
@@ -142,7 +171,7 @@ function failedWritesCounter(workload: WriteWorkload): {
  */
 async function waitUntilSteady(
   system: FailoverSystem,
-  workload: WriteWorkload,
+  workload: BenchWorkload,
   timeoutMs: number,
   calmMs = 500,
 ): Promise<void> {
@@ -174,7 +203,7 @@ async function waitUntilSteady(
  */
 async function quietPeriod(
   system: FailoverSystem,
-  workload: WriteWorkload,
+  workload: BenchWorkload,
   quietMs: number,
   when: string,
 ): Promise<FalseFailover[]> {
@@ -209,7 +238,7 @@ async function quietPeriod(
 }
 
 async function verifyOn(
-  workload: WriteWorkload,
+  workload: BenchWorkload,
   address: string,
   range: { fromSeq?: number; toSeq?: number } = {},
 ) {
@@ -234,13 +263,13 @@ async function verifyOn(
 async function runTrial(
   trial: number,
   system: FailoverSystem,
-  workload: WriteWorkload,
+  workload: BenchWorkload,
   config: BenchConfig,
   fromSeq: number,
-  fault: Fault,
+  row: Row,
 ): Promise<{ result: TrialResult; nextSeq: number; falseFailovers: FalseFailover[] }> {
   const failed = failedWritesCounter(workload);
-  const kill = await system.killPrimary(fault);
+  const kill = await system.killPrimary(faultOf(row));
   const watch = new AdvertisedPrimaryWatch(system, kill, 25);
   try {
     const ack = await workload.waitForAckAfter(kill.killedAt, kill.oldPrimary, config.trialTimeoutMs);
@@ -263,6 +292,8 @@ async function runTrial(
       };
       return { result, nextSeq: fromSeq, falseFailovers: [] };
     }
+    const contact = workload.firstContactAfter?.(kill.killedAt, kill.oldPrimary);
+    const reconnects = workload.reconnectsBetween?.(kill.killedAt, ack.at);
     const atFailover = await verifyOn(workload, ack.address, { fromSeq, toSeq: workload.stats().nextSeq });
     const stable = await waitForStablePrimary(system, 10_000);
     await system.resetTrial();
@@ -304,6 +335,18 @@ async function runTrial(
       failedWrites: failed.since(kill.killedAt, ack.at),
       advertisedPrimaries: watch.newPrimaries,
       phases,
+      ...(contact && contact.at <= ack.at ? { firstContactMs: tenth(contact.at - kill.killedAt) } : {}),
+      ...(reconnects
+        ? {
+            reconnects: {
+              count: reconnects.count,
+              ...(reconnects.lastAt === undefined
+                ? {}
+                : { lastAtMs: tenth(reconnects.lastAt - kill.killedAt) }),
+              ...(reconnects.lastDelayMs === undefined ? {} : { lastDelayMs: reconnects.lastDelayMs }),
+            },
+          }
+        : {}),
       error: undefined,
     };
     return { result, nextSeq: toSeq, falseFailovers };
@@ -317,16 +360,17 @@ async function runSystem(
   system: FailoverSystem,
   config: BenchConfig,
   signal: AbortSignal,
-  fault: Fault,
+  row: Row,
 ): Promise<SystemRun> {
   const trials: TrialResult[] = [];
   const falseFailovers: FalseFailover[] = [];
   let quietPeriods = 0;
   let error: string | undefined;
-  const tag = `[${system.name} ${fault}]`;
+  const tag = `[${system.name} ${row}]`;
+  const sentinelClient = row === "sentinel-client";
   // The system's client lookup exists only after setup; until then (never used) the advertised primary.
   let resolve = () => system.primaryAddress();
-  const workload = new WriteWorkload({ resolvePrimary: () => resolve(), ...config.writer });
+  let workload: BenchWorkload = new WriteWorkload({ resolvePrimary: () => resolve(), ...config.writer });
   let final = { checked: 0, lost: 0 };
   try {
     log(`${tag} setting up (failure timeout ${config.failureTimeoutMs} ms)`);
@@ -334,8 +378,21 @@ async function runSystem(
       failureTimeoutMs: config.failureTimeoutMs,
       nodeCount: config.nodeCount,
       log: (line) => log(`${tag} ${line}`),
+      sentinelEndpoints: sentinelClient,
     });
     resolve = system.createResolver?.() ?? resolve;
+    if (sentinelClient) {
+      const target = system.sentinelClient?.();
+      if (!target) throw new Error(`${system.name} has no Sentinel endpoints for a Sentinel client`);
+      log(
+        `${tag} ioredis in Sentinel mode: name ${target.name}, sentinels ${target.sentinels.map((s) => s.port).join(", ")}`,
+      );
+      workload = new SentinelClientWorkload({
+        target,
+        writeIntervalMs: config.writer.writeIntervalMs,
+        retryDelayMs: config.writer.retryDelayMs,
+      });
+    }
     workload.start();
     await waitUntilSteady(system, workload, 30_000);
     log(`${tag} writer steady; quiet period of ${config.quietMs} ms`);
@@ -344,14 +401,21 @@ async function runSystem(
     let fromSeq = 0;
     for (let trial = 1; trial <= config.trials; trial++) {
       if (signal.aborted) throw new Error("interrupted");
-      const outcome = await runTrial(trial, system, workload, config, fromSeq, fault);
+      const outcome = await runTrial(trial, system, workload, config, fromSeq, row);
       const { result } = outcome;
       trials.push(result);
       fromSeq = outcome.nextSeq;
       quietPeriods += result.error ? 0 : 1;
       log(
         `${tag} trial ${trial}/${config.trials}: failover ${fmt(result.failoverMs)} ms ` +
-          `(advertised ${fmt(result.advertisedMs)} ms), lost ${result.lostAtFailover} at failover ` +
+          `(advertised ${fmt(result.advertisedMs)} ms` +
+          (result.firstContactMs === undefined
+            ? ""
+            : `, client reached it ${fmt(result.firstContactMs)} ms`) +
+          (result.reconnects === undefined
+            ? ""
+            : `; ${result.reconnects.count} reconnects, last at ${fmt(result.reconnects.lastAtMs)} ms + ${fmt(result.reconnects.lastDelayMs)} ms`) +
+          `), lost ${result.lostAtFailover} at failover ` +
           `and ${result.lostWrites} by the end of the trial, ${result.oldPrimary} -> ${result.newPrimary ?? "?"}` +
           (result.error ? ` — ${result.error}` : ""),
       );
@@ -387,6 +451,7 @@ async function runSystem(
       failedWrites: stats.failedWrites,
       checkedAtEnd: final.checked,
       lostAtEnd: final.lost,
+      ...(stats.unconfirmed === undefined ? {} : { unconfirmed: stats.unconfirmed }),
     },
     error,
   };
@@ -406,45 +471,111 @@ function parseSystems(value: string): string[] {
   return names;
 }
 
-function parseFaults(value: string): Fault[] {
+function parseFaults(value: string): Row[] {
   const names = value
     .split(",")
     .map((name) => name.trim())
     .filter(Boolean);
-  const unknown = names.filter((name) => !(FAULTS as readonly string[]).includes(name));
+  const unknown = names.filter((name) => !(ROWS as readonly string[]).includes(name));
   if (names.length === 0 || unknown.length > 0) {
     throw new InvalidArgumentError(
-      `unknown fault ${unknown.join(", ") || "(none)"}; known: ${FAULTS.join(", ")}`,
+      `unknown fault ${unknown.join(", ") || "(none)"}; known: ${ROWS.join(", ")}`,
     );
   }
-  return names as Fault[];
+  return names as Row[];
 }
 
 /** One row per fault: each system's median and p99, and Shardguard's ratios to Sentinel. */
 export interface FaultRow {
-  readonly fault: Fault;
+  readonly fault: Row;
   readonly systems: Record<
     string,
-    { median: number | null; p99: number | null; trials: number; falseFailovers: number; lost: number }
+    {
+      median: number | null;
+      p99: number | null;
+      trials: number;
+      falseFailovers: number;
+      lost: number;
+      /** Sentinel-client row: medians of where the client's time went (ms). */
+      client?: {
+        killToContact: number | null;
+        advertisedToContact: number | null;
+        advertisedToAck: number | null;
+        contactToAck: number | null;
+      };
+    }
   >;
   readonly ratio: number | null;
   readonly p99Ratio: number | null;
 }
 
-export function faultRow(fault: Fault, report: FailoverReport): FaultRow {
+export function faultRow(fault: Row, report: FailoverReport): FaultRow {
   const systems: FaultRow["systems"] = {};
+  const medianOf = (summary: { median: number } | undefined) => (summary ? tenth(summary.median) : null);
   for (const system of report.systems) {
     const ms = system.summary.failoverMs;
+    const client = system.summary.client;
     systems[system.name] = {
       median: ms ? tenth(ms.median) : null,
       p99: ms ? tenth(ms.p99) : null,
       trials: system.trials.filter((trial) => trial.failoverMs !== undefined).length,
       falseFailovers: system.falseFailovers.length,
       lost: system.trials.reduce((sum, trial) => sum + trial.lostWrites, 0),
+      ...(client
+        ? {
+            client: {
+              killToContact: medianOf(client.killToContactMs),
+              advertisedToContact: medianOf(client.advertisedToContactMs),
+              advertisedToAck: medianOf(client.advertisedToAckMs),
+              contactToAck: medianOf(client.contactToAckMs),
+            },
+          }
+        : {}),
     };
   }
   const round = (value: number | null) => (value === null ? null : Math.round(value * 100) / 100);
   return { fault, systems, ratio: round(report.ratio.value), p99Ratio: round(report.ratio.p99) };
+}
+
+/** The rows file as a previous run wrote it, or undefined. */
+interface RowsFile {
+  readonly generatedAt?: string;
+  readonly config?: { readonly failureTimeoutMs?: number };
+  readonly rows?: readonly (FaultRow & { measuredAt?: string })[];
+}
+
+function readRowsFile(path: string): RowsFile | undefined {
+  if (!existsSync(path)) return undefined;
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as RowsFile;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The rows file after a run of some rows: this run's rows, plus the previous file's rows for the
+ * faults not run now, when it was measured at the same failure timeout (so `--faults sentinel-client`
+ * adds its row without discarding the others). Each row keeps `measuredAt`: rows measured in different
+ * runs must not be compared as if they were one run. Ordered as `ROWS`.
+ */
+export function mergeRows(
+  previous: RowsFile | undefined,
+  fresh: readonly (FaultRow & { measuredAt?: string })[],
+  failureTimeoutMs: number,
+): (FaultRow & { measuredAt?: string })[] {
+  const byFault = new Map<string, FaultRow & { measuredAt?: string }>();
+  if (previous?.config?.failureTimeoutMs === failureTimeoutMs) {
+    for (const row of previous.rows ?? []) {
+      byFault.set(row.fault, { ...row, measuredAt: row.measuredAt ?? previous.generatedAt });
+    }
+  }
+  for (const row of fresh) byFault.set(row.fault, row);
+  const order = (fault: string) => {
+    const index = (ROWS as readonly string[]).indexOf(fault);
+    return index < 0 ? ROWS.length : index;
+  };
+  return [...byFault.values()].sort((a, b) => order(a.fault) - order(b.fault));
 }
 
 function formatRows(rows: readonly FaultRow[]): string {
@@ -464,7 +595,7 @@ function formatRows(rows: readonly FaultRow[]): string {
 }
 
 interface CliOptions {
-  faults: Fault[];
+  faults: Row[];
   trials: number;
   failureTimeout: number;
   systems: string[];
@@ -491,9 +622,10 @@ export function buildProgram(): Command {
     .option("--systems <list>", "comma-separated systems to run", parseSystems, Object.keys(SYSTEMS))
     .option(
       "--faults <list>",
-      "comma-separated faults, one row each: crash (SIGKILL redis-server), host (redis-server and its agent), hang (SIGSTOP)",
+      "comma-separated rows: crash (SIGKILL redis-server), host (redis-server and its agent), hang (SIGSTOP), " +
+        "sentinel-client (crash, with ioredis in Sentinel mode at the sentinels / the agents, WAIT-confirmed writes)",
       parseFaults,
-      [...FAULTS],
+      [...ROWS],
     )
     .option("--out <dir>", "where failover.json and failover.svg go", "bench/results")
     .option(
@@ -529,7 +661,7 @@ export function buildProgram(): Command {
       // A second Ctrl-C exits at once; process.exit still runs the hooks that kill every child by PID.
       abort.signal.addEventListener("abort", () => process.once("SIGINT", () => process.exit(130)));
       const machine = machineInfo();
-      const rows: FaultRow[] = [];
+      const rows: (FaultRow & { measuredAt?: string })[] = [];
       for (const fault of options.faults) {
         const runs: SystemRun[] = [];
         for (const name of config.systems) {
@@ -550,14 +682,15 @@ export function buildProgram(): Command {
           `Failover (${fault}): fault of the primary to first acknowledged write`,
         );
         log(`wrote ${paths.json} and ${paths.svg}`);
-        rows.push(faultRow(fault, report));
+        rows.push({ ...faultRow(fault, report), measuredAt: report.generatedAt });
         if (runs.some((run) => run.error)) process.exitCode = 1;
       }
       process.stdout.write(`\n${formatRows(rows)}\n`);
       const rowsPath = join(options.out, "failover-rows.json");
+      const merged = mergeRows(readRowsFile(rowsPath), rows, config.failureTimeoutMs);
       writeFileSync(
         rowsPath,
-        `${JSON.stringify({ generatedAt: new Date().toISOString(), config, machine, loadAverageAtEnd: loadAverage(), rows }, null, 2)}\n`,
+        `${JSON.stringify({ generatedAt: new Date().toISOString(), config, machine, loadAverageAtEnd: loadAverage(), rows: merged }, null, 2)}\n`,
       );
       log(`wrote ${rowsPath}`);
     });

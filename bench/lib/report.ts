@@ -58,6 +58,18 @@ export interface TrialResult {
   readonly advertisedPrimaries: readonly string[];
   /** Durations of the system's own failover phases, in order, when it reports them. */
   readonly phases: Readonly<Record<string, number>> | undefined;
+  /**
+   * Sentinel-client row: ms from the SIGKILL to the client's first reply of any kind from the new
+   * primary (an ack, a refusal such as NOREPLICAS, a WAIT that counted no replica): when discovery
+   * had brought it there. `failoverMs - firstContactMs` is the new primary's write guard (or, for
+   * Sentinel, the wait for a replica to follow it) plus the client's retry pause.
+   */
+  readonly firstContactMs?: number;
+  /**
+   * Sentinel-client row: ioredis's reconnects between the kill and the first acknowledged write, and
+   * the last one: ms after the kill it was scheduled and its retryStrategy delay.
+   */
+  readonly reconnects?: { readonly count: number; readonly lastAtMs?: number; readonly lastDelayMs?: number };
   readonly error: string | undefined;
 }
 
@@ -82,6 +94,8 @@ export interface SystemRun {
     readonly failedWrites: number;
     readonly checkedAtEnd: number;
     readonly lostAtEnd: number;
+    /** Sentinel-client row: SETs that succeeded but whose WAIT counted no replica (not acknowledged). */
+    readonly unconfirmed?: number;
   };
   /** Set when the run stopped early (setup failed, a reset failed). */
   readonly error: string | undefined;
@@ -95,6 +109,38 @@ export interface SystemSummary {
   readonly lostWrites: { readonly total: number; readonly perTrial: Summary | undefined };
   readonly falseFailovers: number;
   readonly phases: Readonly<Record<string, Summary>>;
+  /** Sentinel-client row: where the client's time goes (see `clientBreakdown`). */
+  readonly client?: ClientBreakdown;
+}
+
+/**
+ * Where a Sentinel client's failover time goes, over the trials that have each instant: kill -> first
+ * contact with the new primary; the system advertising it (`advertisedMs`: Shardguard's topology
+ * online, a sentinel answering the new address) -> first contact (discovery) and -> first
+ * acknowledged write; first contact -> first acknowledged write (the write guard / replica wait).
+ */
+export interface ClientBreakdown {
+  readonly killToContactMs: Summary | undefined;
+  readonly advertisedToContactMs: Summary | undefined;
+  readonly advertisedToAckMs: Summary | undefined;
+  readonly contactToAckMs: Summary | undefined;
+}
+
+export function clientBreakdown(trials: readonly TrialResult[]): ClientBreakdown | undefined {
+  const withContact = trials.filter(
+    (trial) => trial.firstContactMs !== undefined && trial.failoverMs !== undefined,
+  );
+  if (withContact.length === 0) return undefined;
+  const each = (value: (trial: TrialResult) => number | undefined) =>
+    summarize(withContact.flatMap((trial) => value(trial) ?? []));
+  const since = (trial: TrialResult, end: number | undefined) =>
+    trial.advertisedMs === undefined || end === undefined ? undefined : end - trial.advertisedMs;
+  return {
+    killToContactMs: each((trial) => trial.firstContactMs),
+    advertisedToContactMs: each((trial) => since(trial, trial.firstContactMs)),
+    advertisedToAckMs: each((trial) => since(trial, trial.failoverMs)),
+    contactToAckMs: each((trial) => (trial.failoverMs as number) - (trial.firstContactMs as number)),
+  };
 }
 
 export interface MachineInfo {
@@ -165,6 +211,7 @@ export function summarizeRun(run: SystemRun): SystemSummary {
     },
     falseFailovers: run.falseFailovers.length,
     phases,
+    ...(clientBreakdown(run.trials) ? { client: clientBreakdown(run.trials) } : {}),
   };
 }
 
@@ -295,6 +342,23 @@ export function formatReport(report: FailoverReport): string {
       "",
       `Phases of ${system.name} (median ms; each phase starts where the previous ended, the first at the kill)`,
       formatTable(names, [names.map((name) => ms(system.summary.phases[name]?.median))]),
+    );
+  }
+  const clients = report.systems.filter((system) => system.summary.client);
+  if (clients.length > 0) {
+    out.push(
+      "",
+      "Where the Sentinel client's time goes (median ms; advertised = the system first named the new primary)",
+      formatTable(
+        ["system", "kill -> contact", "advertised -> contact", "advertised -> ack", "contact -> ack"],
+        clients.map(({ name, summary }) => [
+          name,
+          ms(summary.client?.killToContactMs?.median),
+          ms(summary.client?.advertisedToContactMs?.median),
+          ms(summary.client?.advertisedToAckMs?.median),
+          ms(summary.client?.contactToAckMs?.median),
+        ]),
+      ),
     );
   }
   for (const system of report.systems) {

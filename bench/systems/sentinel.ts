@@ -13,6 +13,7 @@ import {
 } from "../../src/local-stack/processes.ts";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
 import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 import type { FailoverSystem, Fault, KillResult, SystemConfig } from "./types.ts";
 
 const MASTER_NAME = "mymaster";
@@ -143,6 +144,13 @@ export class SentinelSystem implements FailoverSystem {
 
   nodes(): readonly RedisNode[] {
     return this.#nodes;
+  }
+
+  sentinelClient(): SentinelClientTarget {
+    return {
+      sentinels: this.#sentinels.map((sentinel) => ({ host: "127.0.0.1", port: sentinel.port })),
+      name: MASTER_NAME,
+    };
   }
 
   async killPrimary(fault: Fault): Promise<KillResult> {

@@ -1,6 +1,9 @@
+import { ENV } from "../../src/config/env.ts";
 import { LocalCluster } from "../../src/demo/local-cluster.ts";
+import { freePort } from "../../src/local-stack/processes.ts";
 import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
 import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 import type { FailoverSystem, Fault, KillResult, SystemConfig } from "./types.ts";
 
 /** Shardguard's timings besides the shared failure timeout. */
@@ -38,6 +41,8 @@ export class ShardguardSystem implements FailoverSystem {
   /** The last kill, kept after resetTrial: the driver asks for phase timings after the reset. */
   #lastKill: { wallMs: number; epoch: number } | undefined;
   #log: (line: string) => void = () => {};
+  /** node id -> the port its agent serves the Sentinel protocol on (setup with sentinelEndpoints). */
+  #sentinelPorts = new Map<string, number>();
 
   constructor(timings: ShardguardTimings) {
     this.#timings = timings;
@@ -49,9 +54,24 @@ export class ShardguardSystem implements FailoverSystem {
     this.#log(
       `shardguard: starting a ${config.nodeCount}-node shard, agents and a controller (${JSON.stringify(timings)})`,
     );
+    this.#sentinelPorts.clear();
+    if (config.sentinelEndpoints) {
+      // LocalCluster names its nodes node-1..node-N; each agent keeps its port across restarts.
+      for (let index = 1; index <= config.nodeCount; index++) {
+        this.#sentinelPorts.set(`node-${index}`, await freePort());
+      }
+      this.#log(
+        `shardguard: agents serve the Sentinel protocol on ${[...this.#sentinelPorts.values()].join(", ")}`,
+      );
+    }
+    const sentinelPorts = this.#sentinelPorts;
     this.#cluster = await LocalCluster.start({
       nodes: config.nodeCount,
       config: { ...timings, cooldownMs: 0 },
+      agentEnv: (id) => {
+        const port = sentinelPorts.get(id);
+        return port === undefined ? undefined : { [ENV.sentinelPort]: String(port) };
+      },
       onProgress: (line) => this.#log(`shardguard: ${line}`),
     });
   }
@@ -67,6 +87,14 @@ export class ShardguardSystem implements FailoverSystem {
 
   nodes(): readonly RedisNode[] {
     return this.#cluster?.redis ?? [];
+  }
+
+  sentinelClient(): SentinelClientTarget {
+    if (this.#sentinelPorts.size === 0) throw new Error("shardguard was set up without Sentinel endpoints");
+    return {
+      sentinels: [...this.#sentinelPorts.values()].map((port) => ({ host: "127.0.0.1", port })),
+      name: this.#require().shard,
+    };
   }
 
   async killPrimary(fault: Fault): Promise<KillResult> {

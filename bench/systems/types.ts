@@ -1,4 +1,5 @@
 import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 
 /** What every system under test is set up with, so both sides run at the same failure timeout. */
 export interface SystemConfig {
@@ -8,6 +9,11 @@ export interface SystemConfig {
   readonly nodeCount: number;
   /** One line of progress for stderr. */
   readonly log: (line: string) => void;
+  /**
+   * The run's clients are Sentinel clients (`sentinelClient()`): Shardguard starts every agent with
+   * `--sentinel-port`; Sentinel has its sentinels anyway. @default false
+   */
+  readonly sentinelEndpoints?: boolean;
 }
 
 /**
@@ -17,6 +23,19 @@ export interface SystemConfig {
  */
 export const FAULTS = ["crash", "host", "hang"] as const;
 export type Fault = (typeof FAULTS)[number];
+
+/**
+ * Rows of the benchmark (`--faults`): one per fault with the benchmark's own writer, which asks the
+ * system where the primary is, plus `sentinel-client`: a `crash` with an unmodified ioredis client in
+ * Sentinel mode (WAIT-confirmed writes) pointed at the sentinels, or at Shardguard's agents.
+ */
+export const ROWS = [...FAULTS, "sentinel-client"] as const;
+export type Row = (typeof ROWS)[number];
+
+/** The fault a row injects. */
+export function faultOf(row: Row): Fault {
+  return row === "sentinel-client" ? "crash" : row;
+}
 
 /** The primary that was killed and the instant of the kill (performance.now() ms, the writer's clock). */
 export interface KillResult {
@@ -45,6 +64,11 @@ export interface FailoverSystem {
    * client lookup. When absent, the writer calls `primaryAddress()`.
    */
   createResolver?(): () => Promise<string | undefined>;
+  /**
+   * Where a Sentinel client of this system connects (after a setup with `sentinelEndpoints`): the
+   * sentinels, or the agents' Sentinel endpoints, and the master name.
+   */
+  sentinelClient?(): SentinelClientTarget;
   /** The redis-server nodes of the shard, including a killed one. */
   nodes(): readonly RedisNode[];
   /** Fails the primary the system currently has by `fault`; `killedAt` is taken right before the signal. */

@@ -92,3 +92,62 @@ function lowerBound(sorted: readonly number[], value: number): number {
   }
   return low;
 }
+
+/** Resolves with the first ack strictly after `instant` from a server other than `notAddress`, or undefined after `timeoutMs`. */
+export function waitForAck(
+  log: AckLog,
+  events: {
+    on(event: "ack", listener: (ack: Ack) => void): unknown;
+    off(event: "ack", listener: (ack: Ack) => void): unknown;
+  },
+  instant: number,
+  notAddress: string | undefined,
+  timeoutMs: number,
+): Promise<Ack | undefined> {
+  const existing = log.firstAfter(instant, notAddress);
+  if (existing) return Promise.resolve(existing);
+  return new Promise((resolve) => {
+    const onAck = (ack: Ack) => {
+      if (ack.at <= instant || ack.address === notAddress) return;
+      finish(ack);
+    };
+    const timer = setTimeout(() => finish(undefined), timeoutMs);
+    const finish = (ack: Ack | undefined) => {
+      clearTimeout(timer);
+      events.off("ack", onAck);
+      resolve(ack);
+    };
+    events.on("ack", onAck);
+  });
+}
+
+/** Acknowledged writes looked up on a server, and the ones it does not hold. */
+export interface VerifyResult {
+  /** Acknowledged writes looked up. */
+  readonly checked: number;
+  /** Sequence numbers acknowledged by a primary and absent from the server verified. */
+  readonly lost: readonly number[];
+  /** Lost writes counted by the server that had acknowledged them. */
+  readonly lostByAddress: Readonly<Record<string, number>>;
+}
+
+/** Looks up the acks with `fromSeq <= seq < toSeq` with MGET (keys from `keyOf`) and reports those missing. */
+export async function verifyAcks(
+  acks: readonly Ack[],
+  keyOf: (seq: number) => string,
+  mget: (keys: string[]) => Promise<(string | null)[]>,
+): Promise<VerifyResult> {
+  const lost: number[] = [];
+  const lostByAddress: Record<string, number> = {};
+  const batchSize = 1000;
+  for (let start = 0; start < acks.length; start += batchSize) {
+    const batch = acks.slice(start, start + batchSize);
+    const values = await mget(batch.map((ack) => keyOf(ack.seq)));
+    batch.forEach((ack, index) => {
+      if (values[index] !== null) return;
+      lost.push(ack.seq);
+      lostByAddress[ack.address] = (lostByAddress[ack.address] ?? 0) + 1;
+    });
+  }
+  return { checked: acks.length, lost, lostByAddress };
+}

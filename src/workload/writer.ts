@@ -3,9 +3,9 @@ import { EventEmitter } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { errorMessage } from "../core/errors.ts";
-import { type Ack, AckLog } from "./ack-log.ts";
+import { type Ack, AckLog, type VerifyResult, verifyAcks, waitForAck } from "./ack-log.ts";
 
-export type { Ack } from "./ack-log.ts";
+export type { Ack, VerifyResult } from "./ack-log.ts";
 
 /**
  * Why one step of the write loop failed. The first four are a SET that was sent and not
@@ -48,15 +48,6 @@ export interface WriteWorkloadStats {
   /** The server the writer currently writes to, if connected. */
   readonly address: string | undefined;
   readonly lastAck: Ack | undefined;
-}
-
-export interface VerifyResult {
-  /** Acknowledged writes looked up. */
-  readonly checked: number;
-  /** Sequence numbers acknowledged by a primary and absent from the server verified. */
-  readonly lost: readonly number[];
-  /** Lost writes counted by the server that had acknowledged them. */
-  readonly lostByAddress: Readonly<Record<string, number>>;
 }
 
 export interface WriteWorkloadEvents {
@@ -184,42 +175,20 @@ export class WriteWorkload extends EventEmitter<WriteWorkloadEvents> {
     notAddress: string | undefined,
     timeoutMs: number,
   ): Promise<Ack | undefined> {
-    const existing = this.firstAckAfter(instant, notAddress);
-    if (existing) return Promise.resolve(existing);
-    return new Promise((resolve) => {
-      const onAck = (ack: Ack) => {
-        if (ack.at <= instant || ack.address === notAddress) return;
-        finish(ack);
-      };
-      const timer = setTimeout(() => finish(undefined), timeoutMs);
-      const finish = (ack: Ack | undefined) => {
-        clearTimeout(timer);
-        this.off("ack", onAck);
-        resolve(ack);
-      };
-      this.on("ack", onAck);
-    });
+    return waitForAck(this.#log, this, instant, notAddress, timeoutMs);
   }
 
   /**
    * Looks up every acknowledged write (or those with `fromSeq <= seq < toSeq`) on `client`, normally
    * the final primary, and reports the ones it does not hold: acknowledged writes lost.
    */
-  async verify(client: Redis, range: { fromSeq?: number; toSeq?: number } = {}): Promise<VerifyResult> {
+  verify(client: Redis, range: { fromSeq?: number; toSeq?: number } = {}): Promise<VerifyResult> {
     const acks = this.#log.bySeqRange(range.fromSeq ?? 0, range.toSeq);
-    const lost: number[] = [];
-    const lostByAddress: Record<string, number> = {};
-    const batchSize = 1000;
-    for (let start = 0; start < acks.length; start += batchSize) {
-      const batch = acks.slice(start, start + batchSize);
-      const values = await client.mget(batch.map((ack) => this.keyOf(ack.seq)));
-      batch.forEach((ack, index) => {
-        if (values[index] !== null) return;
-        lost.push(ack.seq);
-        lostByAddress[ack.address] = (lostByAddress[ack.address] ?? 0) + 1;
-      });
-    }
-    return { checked: acks.length, lost, lostByAddress };
+    return verifyAcks(
+      acks,
+      (seq) => this.keyOf(seq),
+      (keys) => client.mget(keys),
+    );
   }
 
   async #run(signal: AbortSignal): Promise<void> {
