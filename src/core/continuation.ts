@@ -203,6 +203,20 @@ function reconsider(
  * replacement is a new plan under a further epoch: the failed target, if it ever applies the
  * old PROMOTE, finds the topology at a newer epoch naming another node and drops it.
  */
+/**
+ * The target's own lineage once it reported itself promoted at this failover's epoch (PROMOTE
+ * applied: a new replication id): writes acknowledged since went to that lineage only, and the
+ * replicas already repointed at it share it. Undefined while it has not.
+ */
+function promotedLineage(snapshot: ShardSnapshot, state: FailoverState): Lineage | undefined {
+  const epoch = snapshot.topology?.epoch;
+  const target = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+  if (target === undefined || epoch === undefined || state.lineage === undefined) return undefined;
+  if (target.role !== "primary" || target.epoch < epoch || target.repl_id === state.lineage.repl_id)
+    return undefined;
+  return { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id };
+}
+
 function retarget(
   snapshot: ShardSnapshot,
   state: FailoverState,
@@ -210,9 +224,10 @@ function retarget(
   now: number,
   problem: string,
 ): Continuation {
+  const lineage = promotedLineage(snapshot, state) ?? state.lineage;
   const candidates = rankCandidates(
     snapshot.nodes,
-    state.lineage,
+    lineage,
     config,
     now,
     state.old_primary_node_id,
@@ -225,7 +240,7 @@ function retarget(
       kind: "offline",
       oldPrimary: state.old_primary_node_id,
       candidates,
-      lineage: state.lineage,
+      lineage,
       reason: `${why} and no other node is eligible (${candidates.map((c) => `${c.node_id}: ${c.reason}`).join("; ") || "none"})`,
     };
   }

@@ -7,6 +7,7 @@ import {
   MAX_CONFIRM_ROUNDS,
   planTarget,
 } from "../../src/core/continuation.ts";
+import { decide } from "../../src/core/decide.ts";
 import type { FailoverPhase, Topology } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aConfig, aShard, NOW, type ShardBuilder } from "../support/builders.ts";
@@ -142,6 +143,49 @@ describe("decideContinuation: every case", () => {
       lineage: { node_id: "p1" },
     });
     expect(next.reason).toMatch(/target r1 is no longer alive after PROMOTE; promoting r2 instead/);
+  });
+
+  it("records the target's new lineage when it died after applying PROMOTE, so its repointed replicas can bring the shard back", () => {
+    // Prepare: r1 applied PROMOTE at epoch 4 (a new replication id) and took writes; r2 follows it; then r1 died.
+    const shard = interrupted("confirm")
+      .withNode({
+        node_id: "r1",
+        role: "primary",
+        epoch: 4,
+        repl_id: "r1-promoted",
+        last_txn_id: 1500,
+        ageMs: 10_000,
+      })
+      .withNode({ node_id: "r2", epoch: 4, repl_id: "r1-promoted", last_txn_id: 1490, primary_node_id: "r1" })
+      .guardedBy(["r1"]);
+
+    // Act
+    const next = continuation(shard);
+
+    // Assess: offline on r1's lineage (r2 is not in p1's set), and r2 continues it.
+    expect(next).toMatchObject({ kind: "offline", lineage: { node_id: "r1", repl_id: "r1-promoted" } });
+    const offline = aShard()
+      .withNode({ node_id: "p1", ageMs: 60_000 })
+      .withNode({
+        node_id: "r1",
+        role: "primary",
+        epoch: 4,
+        repl_id: "r1-promoted",
+        last_txn_id: 1500,
+        ageMs: 10_000,
+      })
+      .withNode({ node_id: "r2", epoch: 4, repl_id: "r1-promoted", last_txn_id: 1490, primary_node_id: "r1" })
+      .withTopology({
+        status: "offline",
+        epoch: 5,
+        primary_node_id: undefined,
+        primary_address: undefined,
+        lineage: next.kind === "offline" ? next.lineage : undefined,
+      });
+    expect(decide(offline.build(), config, NOW)).toMatchObject({
+      kind: "bring_online",
+      target: { node_id: "r2" },
+    });
   });
 
   it("throws FailoverStateMissing, not LockLost, for failing_over without a plan", () => {
