@@ -13,7 +13,8 @@ import type { EpochValue, FaultValue, Op, ProbeValue, WriteValue } from "./histo
  *   `asyncOnly` losses: reported, not a violation;
  * - (d) the shard ends with exactly one primary, every live node following it with its link up,
  *   and the topology naming it;
- * - (e) every epoch change has a cause: a fault active at that moment, or healed at most
+ * - (e) every epoch change has a cause: a fault active at that moment, or healed (or the
+ *   nemesis's operator recovery, `recover`) at most
  *   `causeWindowMs` before it.
  * Without a final read the verdict is `"unknown"`, never a pass; verdicts merge false > unknown > true.
  */
@@ -188,6 +189,15 @@ export function check(
         from: op.t,
         to: Number.POSITIVE_INFINITY,
         nodes: value.nodes,
+      });
+    } else if (op.f === "recover") {
+      // The nemesis acting as the operator (`shardguard recover`): the epoch changes it causes.
+      faults.set(-faults.size - 1, {
+        kind: "operator-recover",
+        target: "shard",
+        from: op.t,
+        to: op.t,
+        nodes: [],
       });
     } else if (op.f === "heal") {
       const fault = faults.get(value.id);

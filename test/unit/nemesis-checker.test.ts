@@ -214,6 +214,18 @@ describe("nemesis checker", () => {
         expect: "(e) epoch 1 -> 2",
       },
       {
+        rule: "(e) an epoch change right after the nemesis's operator recovery has its cause",
+        history: build([
+          fault(0, "inject", 1),
+          fault(1000, "heal", 1),
+          { t: 40_000, process: "nemesis", type: "info", f: "recover", value: { note: "recover --to n2" } },
+          epoch(41_000, 1, 2, "n2"),
+        ]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: true,
+        expect: null,
+      },
+      {
         rule: "(e) an epoch change during a fault has its cause",
         history: build([fault(0, "inject", 1), epoch(60_000, 1, 2, "n2"), fault(70_000, "heal", 1)]),
         final: healthy("n2", [], ["n1", "n3"]),
