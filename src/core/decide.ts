@@ -266,6 +266,22 @@ function inferLineage(nodes: readonly Heartbeat[], primaryId: string | undefined
   };
 }
 
+/** The replicas whose report counts: fresh heartbeat, database up, not the primary itself. */
+function freshVoters(
+  snapshot: ShardSnapshot,
+  primaryId: string | undefined,
+  config: FailoverConfig,
+  now: number,
+): Heartbeat[] {
+  return snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== primaryId &&
+      node.role === "replica" &&
+      node.db_status === "up" &&
+      isFresh(node, config, now),
+  );
+}
+
 /**
  * A strict majority of the fresh replicas (database up) report the primary `restarted` and agree
  * on one lineage that is not the primary's: the reason, and that lineage (the highest offset any
@@ -277,13 +293,7 @@ function restartedPrimary(
   config: FailoverConfig,
   now: number,
 ): { reason: string; lineage: Lineage } | undefined {
-  const voters = snapshot.nodes.filter(
-    (node) =>
-      node.node_id !== primary.node_id &&
-      node.role === "replica" &&
-      node.db_status === "up" &&
-      isFresh(node, config, now),
-  );
+  const voters = freshVoters(snapshot, primary.node_id, config, now);
   const restarted = voters.filter(
     (node) =>
       node.primary_probe === "restarted" && node.repl_id !== undefined && node.repl_id !== primary.repl_id,
@@ -529,13 +539,7 @@ function decideOnline(
   // Quorum: fresh replicas (database up) vote with their own view of the link to the primary.
   // With no voter at all nobody can confirm the failure: that may only lead to offline (nobody
   // eligible either), never to a promotion, unless the quorum mode is none.
-  const voters = snapshot.nodes.filter(
-    (node) =>
-      node.node_id !== primaryId &&
-      node.role === "replica" &&
-      node.db_status === "up" &&
-      isFresh(node, config, now),
-  );
+  const voters = freshVoters(snapshot, primaryId, config, now);
   // A replica votes the primary down when its replication link is down, or when its own probe
   // got no answer (a hung primary keeps the link "up" until Redis's repl-timeout), found it
   // restarted without its data, or found it refusing every write (fenced by its own agent, e.g.

@@ -254,6 +254,19 @@ export function check(
     }
   }
 
+  const statsWith = (finalPrimary: string | undefined): CheckResult["stats"] => ({
+    attempted: attempted.size,
+    acked: ackedByReplica + ackedAsyncOnly,
+    ackedByReplica,
+    ackedAsyncOnly,
+    failed,
+    indeterminate,
+    samples,
+    twoWritableInWindow,
+    epochChanges: epochChanges.length,
+    finalPrimary,
+  });
+
   // Without final reads, nothing about the data can be said.
   if (final === undefined) {
     return {
@@ -265,18 +278,7 @@ export function check(
       twoWritable,
       violations: [...violations, "no final read: the data rules (a, c, d) were not checked"],
       unavailable,
-      stats: {
-        attempted: attempted.size,
-        acked: ackedByReplica + ackedAsyncOnly,
-        ackedByReplica,
-        ackedAsyncOnly,
-        failed,
-        indeterminate,
-        samples,
-        twoWritableInWindow,
-        epochChanges: epochChanges.length,
-        finalPrimary: undefined,
-      },
+      stats: statsWith(undefined),
     };
   }
 
@@ -323,18 +325,7 @@ export function check(
     twoWritable,
     violations,
     unavailable,
-    stats: {
-      attempted: attempted.size,
-      acked: ackedByReplica + ackedAsyncOnly,
-      ackedByReplica,
-      ackedAsyncOnly,
-      failed,
-      indeterminate,
-      samples,
-      twoWritableInWindow,
-      epochChanges: epochChanges.length,
-      finalPrimary,
-    },
+    stats: statsWith(finalPrimary),
   });
 
   const primaryRead = final.nodes.find((node) => node.node === finalPrimary);

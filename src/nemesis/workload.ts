@@ -57,11 +57,28 @@ export interface NemesisWriterOptions {
   readonly recheckMs?: number;
 }
 
+/** One background loop of a workload part: started once, stopped by aborting it and waiting for it. */
+class BackgroundLoop {
+  #abort: AbortController | undefined;
+  #running: Promise<void> | undefined;
+
+  start(run: (signal: AbortSignal) => Promise<void>): void {
+    if (this.#running) return;
+    this.#abort = new AbortController();
+    this.#running = run(this.#abort.signal);
+  }
+
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    await this.#running;
+    this.#running = undefined;
+  }
+}
+
 export class NemesisWriter {
   readonly #options: NemesisWriterOptions;
   #seq = 0;
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop = new BackgroundLoop();
   #client: Redis | undefined;
   #address: string | undefined;
   #checkedAt = 0;
@@ -87,15 +104,11 @@ export class NemesisWriter {
   }
 
   start(): void {
-    if (this.#loop) return;
-    this.#abort = new AbortController();
-    this.#loop = this.#run(this.#abort.signal);
+    this.#loop.start((signal) => this.#run(signal));
   }
 
   async stop(): Promise<void> {
-    this.#abort?.abort();
-    await this.#loop;
-    this.#loop = undefined;
+    await this.#loop.stop();
     this.#drop();
   }
 
@@ -212,8 +225,7 @@ export class WritableSampler {
   readonly #intervalMs: number;
   readonly #timeoutMs: number;
   readonly #clients = new Map<string, Redis>();
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop = new BackgroundLoop();
 
   constructor(
     history: History,
@@ -230,15 +242,11 @@ export class WritableSampler {
   }
 
   start(): void {
-    if (this.#loop) return;
-    this.#abort = new AbortController();
-    this.#loop = this.#run(this.#abort.signal);
+    this.#loop.start((signal) => this.#run(signal));
   }
 
   async stop(): Promise<void> {
-    this.#abort?.abort();
-    await this.#loop;
-    this.#loop = undefined;
+    await this.#loop.stop();
     for (const client of this.#clients.values()) client.disconnect();
     this.#clients.clear();
   }
@@ -304,8 +312,7 @@ export class TopologyObserver {
   readonly #read: () => Promise<Topology | undefined>;
   readonly #intervalMs: number;
   #last: Topology | undefined;
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop = new BackgroundLoop();
 
   constructor(history: History, read: () => Promise<Topology | undefined>, intervalMs = 200) {
     this.#history = history;
@@ -318,15 +325,11 @@ export class TopologyObserver {
   }
 
   start(): void {
-    if (this.#loop) return;
-    this.#abort = new AbortController();
-    this.#loop = this.#run(this.#abort.signal);
+    this.#loop.start((signal) => this.#run(signal));
   }
 
   async stop(): Promise<void> {
-    this.#abort?.abort();
-    await this.#loop;
-    this.#loop = undefined;
+    await this.#loop.stop();
   }
 
   async poll(): Promise<void> {
