@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
-import { AgentFixture, waitFor } from "../support/agent-harness.ts";
+import { AgentFixture } from "../support/agent-harness.ts";
 import { awsEnv, tableName } from "../support/aws.ts";
+import { waitFor } from "../support/wait.ts";
 
 const CLI = "src/cli/main.ts";
 

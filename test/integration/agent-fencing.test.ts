@@ -1,9 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { AwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
-import { AgentFixture, FAST_TIMINGS, redisRole, waitFor } from "../support/agent-harness.ts";
+import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
 import { awsEnv } from "../support/aws.ts";
 import { TcpProxy } from "../support/tcp-proxy.ts";
+import { holdsFor, waitFor } from "../support/wait.ts";
 
 let fixture: AgentFixture;
 let proxy: TcpProxy | undefined;
@@ -246,7 +247,18 @@ describe("self-fencing when the table is unreachable", () => {
       "keep-serving log line",
       5000,
     );
-    await new Promise((resolve) => setTimeout(resolve, FAST_TIMINGS.fenceTimeoutMs));
+    await waitFor(
+      () => agent.handle.status().msSinceHeartbeatWritten > FAST_TIMINGS.fenceTimeoutMs,
+      "cut off past the fence timeout",
+      5000,
+    );
+    // Negative check: past its fence deadline the agent must go on serving; two heartbeat intervals
+    // are two chances for it to fence wrongly.
+    await holdsFor(
+      async () => !agent.handle.status().fenced && (await tryWrite(node)) === "OK",
+      "n1 unfenced and taking writes",
+      2 * FAST_TIMINGS.heartbeatIntervalMs,
+    );
     const whileCutOff = await tryWrite(node);
     const status = agent.handle.status();
     await proxy?.start();
@@ -275,8 +287,11 @@ describe("database down", () => {
     // Act
     node.signal("SIGKILL");
     const down = await fixture.waitForHeartbeat("n1", (hb) => hb.db_status === "down", "reported down");
-    await new Promise((resolve) => setTimeout(resolve, 3 * FAST_TIMINGS.heartbeatIntervalMs));
-    const stillDown = await fixture.heartbeatOf("n1");
+    const stillDown = await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => (hb.agent_updated ?? 0) > (down.agent_updated ?? 0),
+      "a later heartbeat while down",
+    );
     await node.start();
     const up = await fixture.waitForHeartbeat("n1", (hb) => hb.db_status === "up", "reported up again");
 

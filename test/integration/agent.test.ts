@@ -3,21 +3,24 @@ import { join } from "node:path";
 import { GetQueueAttributesCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import { afterEach, describe, expect, it } from "vitest";
 import { RedisDatabase } from "../../src/agent/database.ts";
-import { AgentFixture, RecordingLogger, redisRole, waitFor } from "../support/agent-harness.ts";
+import { AgentFixture, RecordingLogger, redisRole } from "../support/agent-harness.ts";
 import { sqsClient } from "../support/aws.ts";
+import { holdsFor, waitFor } from "../support/wait.ts";
 
 let fixture: AgentFixture;
 
-/** A real database connection whose promotion is slowed down: a command still running when the agent stops. */
-class SlowPromotion extends RedisDatabase {
+/** A real database connection whose promotion waits for the test's go: a command still running when the agent stops. */
+class GatedPromotion extends RedisDatabase {
   private readonly onPromote: () => void;
-  constructor(address: string, onPromote: () => void) {
+  private readonly gate: Promise<void>;
+  constructor(address: string, onPromote: () => void, gate: Promise<void>) {
     super({ address, commandTimeoutMs: 1000, logger: new RecordingLogger() });
     this.onPromote = onPromote;
+    this.gate = gate;
   }
   override async promote() {
     this.onPromote();
-    await new Promise((resolve) => setTimeout(resolve, 800));
+    await this.gate;
     await super.promote();
   }
 }
@@ -103,8 +106,14 @@ describe("agent heartbeats", () => {
       (hb) => hb.role === "replica" && hb.primary_node_id === "p1",
       "r1 replica",
     );
-    await new Promise((resolve) => setTimeout(resolve, 800));
-    const duringSync = (await fixture.snapshot()).replicaSets.p1 ?? [];
+    // Negative check: r1 must stay out while the primary holds it in wait_bgsave (2 s); 800 ms of
+    // that is several heartbeats (200 ms) in which the agents could wrongly admit it.
+    await holdsFor(
+      async () => !((await fixture.snapshot()).replicaSets.p1 ?? []).includes("r1"),
+      "r1 out of the replica set during its full sync",
+      800,
+    );
+    const syncState = await admin.info("replication");
     const afterSync = await waitFor(
       async () => ((await fixture.snapshot()).replicaSets.p1 ?? []).includes("r1") && true,
       "r1 in the replica set",
@@ -118,7 +127,7 @@ describe("agent heartbeats", () => {
     admin.disconnect();
 
     // Assess
-    expect(duringSync).not.toContain("r1");
+    expect(syncState).toMatch(/^slave0:.*state=(wait_bgsave|send_bulk)/m);
     expect(afterSync).toBe(true);
     expect(gone).toBe(true);
   });
@@ -177,7 +186,8 @@ describe("agent commands", () => {
     const stale = fixture.command("PROMOTE", 1);
     await fixture.send("n2", stale);
     const ignored = await waitFor(() => replica.logger.find("command ignored"), "ignore log line");
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Negative check: the ignored command must not take effect later either; 500 ms is 2.5 heartbeats.
+    await holdsFor(async () => (await redisRole(replicaNode)) === "slave", "n2 still a replica", 500);
 
     // Assess
     expect(ignored.attributes).toMatchObject({ commandId: stale.command_id, commandEpoch: 1 });
@@ -203,7 +213,8 @@ describe("agent commands", () => {
     // Act: the same message is delivered again (SQS is at-least-once).
     await fixture.send("n2", promote);
     const ignored = await waitFor(() => replica.logger.find("command ignored"), "ignore log line");
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Negative check: the ignored command must not take effect later either; 500 ms is 2.5 heartbeats.
+    await holdsFor(async () => (await redisRole(replicaNode)) === "slave", "n2 still a replica", 500);
 
     // Assess
     expect(ignored.attributes.reason).toBe(`command ${promote.command_id} was already applied`);
@@ -277,23 +288,23 @@ describe("agent commands", () => {
   });
 
   it("finishes a command in flight when stopped, and deletes it only after it took effect", async () => {
-    // Prepare: a database whose promotion takes 800 ms, so that the stop lands mid-command.
+    // Prepare: a database whose promotion waits for the test, so that the stop lands mid-command.
     fixture = new AgentFixture();
     const [primaryNode, replicaNode] = await fixture.startRedis(2);
     if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
     await fixture.startAgent(primaryNode, { nodeId: "n1" });
-    let promoting: () => void = () => {};
-    const promotionStarted = new Promise<void>((resolve) => {
-      promoting = resolve;
-    });
-    const slow = new SlowPromotion(replicaNode.address, promoting);
-    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" }, fixture.aws, { database: slow });
+    const promotionStarted = Promise.withResolvers<void>();
+    const go = Promise.withResolvers<void>();
+    const gated = new GatedPromotion(replicaNode.address, promotionStarted.resolve, go.promise);
+    const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" }, fixture.aws, { database: gated });
     const promote = fixture.command("PROMOTE", 1);
 
-    // Act
+    // Act: stop while PROMOTE is mid-command, then let the promotion finish.
     await fixture.send("n2", promote);
-    await promotionStarted;
-    await replica.handle.stop();
+    await promotionStarted.promise;
+    const stopped = replica.handle.stop();
+    go.resolve();
+    await stopped;
 
     // Assess
     expect(await redisRole(replicaNode)).toBe("master");

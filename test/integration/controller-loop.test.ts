@@ -1,8 +1,8 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { ControllerLoop } from "../../src/controller/loop.ts";
 import type { ControllerLog } from "../../src/controller/observability.ts";
-import { aScriptedShard, CONFIG, controller } from "../support/scripted-shard.ts";
+import { aScriptedShard, controller, type ScriptedShard } from "../support/scripted-shard.ts";
+import { waitFor } from "../support/wait.ts";
 
 /** The controller loop on the local stack: pacing, deadline, overlap, logs on change, metrics. */
 
@@ -34,6 +34,12 @@ function threeNodeShard() {
   return shard;
 }
 
+/** Kills p1 as soon as the loop has logged its first decision on the shard (it saw p1 healthy). */
+async function killAfterFirstLine(shard: ScriptedShard, log: RecordingLog): Promise<void> {
+  await waitFor(() => log.shardLines("info", shard.shard).length > 0, "the loop's first decision", 3000, 20);
+  shard.kill("p1");
+}
+
 /**
  * Phase bounds that fit the few seconds these invocations get: a phase starts only when the
  * remaining time covers its bound plus 1 s (the scripted nodes confirm within a heartbeat).
@@ -54,7 +60,8 @@ describe("controller loop", () => {
     const { deps, metrics } = controller(shard, { log, timeouts: SHORT_PHASES });
     const loop = new ControllerLoop(deps);
     const deadline = deadlineIn(5000);
-    setTimeout(() => shard.kill("p1"), 700);
+    // The primary dies once the loop has logged the shard healthy, not at a guessed moment.
+    const primaryKilled = killAfterFirstLine(shard, log);
 
     // Act
     const summary = await loop.run({
@@ -63,6 +70,8 @@ describe("controller loop", () => {
       stopBeforeMs: 500,
       actBudgetMs: 0,
     });
+
+    await primaryKilled;
 
     // Assess
     expect(Date.now()).toBeLessThan(deadline.end);
@@ -88,10 +97,11 @@ describe("controller loop", () => {
     // Prepare
     const shard = threeNodeShard();
     await shard.start();
-    const first = controller(shard, { timeouts: SHORT_PHASES });
+    const firstLog = new RecordingLog();
+    const first = controller(shard, { log: firstLog, timeouts: SHORT_PHASES });
     const second = controller(shard, { timeouts: SHORT_PHASES });
     const deadline = deadlineIn(4000);
-    setTimeout(() => shard.kill("p1"), 300);
+    const primaryKilled = killAfterFirstLine(shard, firstLog);
 
     // Act
     const options = {
@@ -104,6 +114,7 @@ describe("controller loop", () => {
       new ControllerLoop(first.deps).run(options),
       new ControllerLoop(second.deps).run(options),
     ]);
+    await primaryKilled;
 
     // Assess
     expect(summaries.map((summary) => summary.errors)).toEqual([0, 0]);
@@ -121,7 +132,7 @@ describe("controller loop", () => {
     const shard = threeNodeShard();
     await shard.start();
     shard.kill("p1");
-    await delay(CONFIG.failureTimeoutMs + 300);
+    await shard.waitUntilStale("p1");
     const log = new RecordingLog();
     const { deps } = controller(shard, { log });
 

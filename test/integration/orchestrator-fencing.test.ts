@@ -1,9 +1,8 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import type { Command, Topology } from "../../src/core/model.ts";
 import { Gate, gatedStore, recordingBus } from "../support/frozen-controller.ts";
-import { aScriptedShard, CONFIG, controller, cycleUntil, TIMEOUTS } from "../support/scripted-shard.ts";
+import { aScriptedShard, controller, cycleUntil, TIMEOUTS } from "../support/scripted-shard.ts";
 
 /**
  * The orchestrator against DynamoDB Local with scripted nodes: a controller whose lease was
@@ -36,7 +35,7 @@ describe("orchestrator: the lock fences every write", () => {
     });
     const fresh = controller(shard);
     shard.kill("p1");
-    await delay(CONFIG.failureTimeoutMs + 300);
+    await shard.waitUntilStale("p1");
 
     // Act
     const staleCycle = runShardCycle(stale.deps, shard.shard);
@@ -68,7 +67,7 @@ describe("orchestrator: the invocation's time budget", () => {
     const timeouts = { ...TIMEOUTS, promote: 1000, confirm: 3000 };
     const { deps } = controller(shard, { timeouts });
     shard.kill("p1");
-    await delay(CONFIG.failureTimeoutMs + 300);
+    await shard.waitUntilStale("p1");
     let clockAtStart = 0;
     // 3.5 s: covers the bump and promote (1 s + 1 s margin each), not confirm (3 s + 1 s).
     const remainingMs = () => 3500 - (Date.now() - clockAtStart);

@@ -1,7 +1,7 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import { aScriptedShard, CONFIG, controller, cycleUntil, TIMEOUTS } from "../support/scripted-shard.ts";
+import { waitFor } from "../support/wait.ts";
 
 /** The orchestrator on the local stack with scripted nodes (test/support/scripted-shard.ts). */
 
@@ -38,7 +38,7 @@ describe("orchestrator on the local stack", () => {
     expect(Object.keys(history[0]?.phase_timings ?? {})).toEqual(
       expect.arrayContaining(["locked", "epoch_bumped", "promote", "confirm", "repoint", "cleanup"]),
     );
-    await delay(600);
+    await waitFor(() => shard.get("r2").primary === "r1", "r2 repointed to r1", 5000);
     expect(shard.get("r2")).toMatchObject({ role: "replica", primary: "r1", epoch: 2 });
     const snapshot = await shard.aws.store.heartbeats.snapshot(shard.shard);
     expect(snapshot.nodes.map((node) => node.node_id).sort()).toEqual(["r1", "r2"]);
@@ -57,7 +57,7 @@ describe("orchestrator on the local stack", () => {
     shard.node("r2", { txn: 980 });
     await shard.start();
     shard.kill("p1");
-    await delay(CONFIG.failureTimeoutMs + 300);
+    await shard.waitUntilStale("p1");
     const controllers = Array.from({ length: 5 }, () => controller(shard));
 
     // Act
@@ -94,11 +94,11 @@ describe("orchestrator on the local stack", () => {
     });
     const survivor = controller(shard);
     shard.kill("p1");
-    await delay(CONFIG.failureTimeoutMs + 300);
+    await shard.waitUntilStale("p1");
 
     // Act
     void runShardCycle(doomed.deps, shard.shard);
-    while (!killed) await delay(20);
+    await waitFor(() => killed, "the doomed controller at phase promote");
     const stuck = await shard.aws.store.topology.read(shard.shard);
     const killedAt = Date.now();
     const results = await cycleUntil(survivor.deps, shard.shard, (result) => result.outcome === "completed");
@@ -113,7 +113,7 @@ describe("orchestrator on the local stack", () => {
     // The survivor re-sent nothing new: PROMOTE carries the same id, applied once.
     const promotes = shard.get("r1").received.filter((command) => command.type === "PROMOTE");
     expect(new Set(promotes.map((command) => command.command_id)).size).toBe(1);
-    await delay(600);
+    await waitFor(() => shard.get("r2").primary === "r1", "r2 repointed to r1", 5000);
     expect(shard.get("r2")).toMatchObject({ primary: "r1", epoch: 2 });
   });
 

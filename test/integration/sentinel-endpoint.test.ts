@@ -1,7 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { connect, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { AgentFixture, waitFor } from "../support/agent-harness.ts";
+import { AgentFixture } from "../support/agent-harness.ts";
+import { waitFor } from "../support/wait.ts";
 
 /**
  * An in-process agent with its Sentinel endpoint on, a real redis-server and the local stack:

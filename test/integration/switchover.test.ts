@@ -99,7 +99,7 @@ describe("pause and resume", () => {
     // Act
     const paused = await pauseShard(deps, shard.shard, "planned maintenance");
     shard.kill("p1");
-    await new Promise((resolve) => setTimeout(resolve, 900));
+    await shard.waitUntilStale("p1");
     const whilePaused = await runShardCycle(deps, shard.shard);
     const resumed = await resumeShard(deps, shard.shard);
     const afterResume = await runShardCycle(deps, shard.shard);

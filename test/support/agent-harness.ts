@@ -14,6 +14,7 @@ import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/cor
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
 import { awsEnv, tableName, uniqueName } from "./aws.ts";
+import { waitFor } from "./wait.ts";
 
 /** Short timings so that agent tests run in seconds (the production defaults are 5x longer). */
 export const FAST_TIMINGS = {
@@ -68,28 +69,6 @@ export class RecordingHeartbeatStore implements HeartbeatStore {
   deleteNode(shard: string, nodeId: string): Promise<void> {
     return this.inner.deleteNode(shard, nodeId);
   }
-}
-
-export async function waitFor<T>(
-  probe: () => Promise<T | undefined | false> | T | undefined | false,
-  what: string,
-  timeoutMs = 10_000,
-  intervalMs = 50,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const value = await probe();
-      if (value !== undefined && value !== false) return value;
-    } catch (error) {
-      lastError = error;
-    }
-    await new Promise((resolve) => setTimeout(resolve, intervalMs));
-  }
-  throw new Error(
-    `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ""}`,
-  );
 }
 
 export interface TestAgent {

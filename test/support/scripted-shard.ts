@@ -1,6 +1,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { afterEach } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { needsTopology, type Screening, screenCommand } from "../../src/agent/command-screen.ts";
 import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
 import {
   type ControllerDeps,
@@ -9,15 +10,20 @@ import {
   runShardCycle,
 } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
+import { isFresh } from "../../src/core/decide.ts";
 import type { Command, HeartbeatInput, Topology } from "../../src/core/model.ts";
+import type { ReceivedCommand } from "../../src/core/ports.ts";
 import { awsEnv, uniqueName } from "./aws.ts";
+import { waitFor } from "./wait.ts";
 
 /**
  * A shard of scripted nodes on the local stack (DynamoDB Local + fauxqs), for controller tests
  * without redis: each node writes its heartbeat on a timer while "alive" and reacts to PROMOTE,
- * REPLICAOF and PAUSE_WRITES from its queue the way an agent does (epoch and command-id
- * screening, role and epoch reflected in the next heartbeat). A replica whose primary paused
- * its writes catches up to the primary's offset unless it is `frozen`.
+ * REPLICAOF and PAUSE_WRITES from its queue the way an agent does: each message is screened by the
+ * agent's own `screenCommand` (epoch, command id, shard, topology), and what it applies shows in
+ * the next heartbeat (role and epoch). A replica whose primary paused its writes catches up to the
+ * primary's offset unless it is `frozen`. The timers here pace the simulation (a heartbeat every
+ * interval, a controller tick); they are not waits for a condition.
  */
 
 export const CONFIG = parseFailoverConfig({
@@ -108,7 +114,7 @@ export class ScriptedShard {
       shard: this.shard,
       epoch: 1,
       primary_node_id: primary,
-      primary_address: `${primary}.local:6379`,
+      primary_address: this.#address(primary),
       status: "online",
       updated_at: clock.now(),
     };
@@ -144,7 +150,7 @@ export class ScriptedShard {
     return {
       shard: this.shard,
       node_id: node.id,
-      node_address: `${node.id}.local:6379`,
+      node_address: this.#address(node.id),
       role: node.role,
       last_updated: now * 1000,
       last_txn_id: node.txn,
@@ -175,16 +181,32 @@ export class ScriptedShard {
         .receive(this.shard, id, { waitSeconds: 1, signal: this.#abort.signal })
         .catch(() => []);
       for (const message of messages) {
-        const command = message.command;
-        if (command) this.#apply(node, command);
+        // As the agent: a rejected message stays for the dead-letter queue, a failed read for redelivery.
+        const screening = await this.#screen(node, message).catch(() => undefined);
+        if (screening === undefined || screening.action === "reject") continue;
+        if (screening.action === "apply") this.#apply(node, screening.command);
         await this.aws.bus.delete(this.shard, id, message).catch(() => {});
       }
     }
   }
 
+  /** The agent's screening, with the topology read the way the agent reads it. */
+  async #screen(node: NodeScript, message: ReceivedCommand): Promise<Screening> {
+    const topology = needsTopology(message.command)
+      ? await this.aws.store.topology.read(this.shard)
+      : undefined;
+    if (message.command) node.received.push(message.command);
+    return screenCommand(message, {
+      shard: this.shard,
+      nodeId: node.id,
+      address: this.#address(node.id),
+      highestEpoch: node.epoch,
+      hasApplied: (commandId) => node.applied.has(commandId),
+      topology,
+    });
+  }
+
   #apply(node: NodeScript, command: Command): void {
-    node.received.push(command);
-    if (command.epoch < node.epoch || node.applied.has(command.command_id)) return;
     node.applied.add(command.command_id);
     node.epoch = command.epoch;
     if (command.type === "PAUSE_WRITES") {
@@ -201,6 +223,24 @@ export class ScriptedShard {
       node.primary_link = "up";
       node.repl_id = this.nodes.get(command.primary.node_id)?.repl_id ?? node.repl_id;
     }
+  }
+
+  #address(id: string): string {
+    return `${id}.local:6379`;
+  }
+
+  /** Waits until the controller would judge the node's stored heartbeat stale (the product's `isFresh`). */
+  async waitUntilStale(id: string): Promise<void> {
+    await waitFor(
+      async () => {
+        const heartbeat = (await this.aws.store.heartbeats.snapshot(this.shard)).nodes.find(
+          (node) => node.node_id === id,
+        );
+        return heartbeat !== undefined && !isFresh(heartbeat, CONFIG, this.aws.clock.now());
+      },
+      `${id}'s heartbeat stale`,
+      5 * CONFIG.failureTimeoutMs,
+    );
   }
 
   async stop(): Promise<void> {
