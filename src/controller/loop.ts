@@ -1,6 +1,8 @@
 import { setTimeout as delay } from "node:timers/promises";
+import pLimit, { type LimitFunction } from "p-limit";
 import type { Decision } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
+import { inPartition, type Partition } from "../core/partition.ts";
 import type { Wake, WakeReceiver } from "../core/wake.ts";
 import {
   type ControllerDeps,
@@ -10,8 +12,8 @@ import {
 } from "./orchestrator.ts";
 
 /**
- * The controller loop: every `tickIntervalMs`, one cycle per shard of the shard index, at most
- * `concurrency` at a time, until the caller's time is nearly up (Lambda) or it is aborted (local
+ * The controller loop: every `tickIntervalMs`, one cycle per shard of the shard index (or of its
+ * partition of it), at most `concurrency` at a time (p-limit), until the caller's time is nearly up (Lambda) or it is aborted (local
  * process). Several loops may run at once (overlapping Lambda invocations, a local controller
  * beside the Lambda): every action is taken under the shard's lock with a compare-and-set on
  * the epoch, so overlap costs reads, never a second failover.
@@ -31,8 +33,14 @@ export interface LoopOptions {
    * (overlapping) invocation acts. @default the confirm timeout + 3 s
    */
   readonly actBudgetMs?: number;
-  /** Cycles in flight at once. @default 8 */
+  /** Cycles of one pass in flight at once. @default 32 */
   readonly concurrency?: number;
+  /**
+   * Only the shards of this partition (consistent hashing of the shard id, src/core/partition.ts),
+   * for K controllers sharing a fleet. Wake-ups are not filtered: any controller may act on any
+   * shard, under its lock. @default every shard
+   */
+  readonly partition?: Partition;
   readonly signal?: AbortSignal;
   /** Shard index page size. @default 100 */
   readonly pageSize?: number;
@@ -56,26 +64,8 @@ export interface LoopSummary {
 
 const ACTED = new Set(["initialized", "completed", "offline", "aborted", "stuck"]);
 
-/** A small counting semaphore for bounded parallelism. */
-class Slots {
-  #free: number;
-  readonly #waiting: Array<() => void> = [];
-  constructor(size: number) {
-    this.#free = size;
-  }
-  async acquire(): Promise<void> {
-    if (this.#free > 0) {
-      this.#free -= 1;
-      return;
-    }
-    await new Promise<void>((resolve) => this.#waiting.push(resolve));
-  }
-  release(): void {
-    const next = this.#waiting.shift();
-    if (next) next();
-    else this.#free += 1;
-  }
-}
+/** Cycles of one pass in flight at once, unless the caller says otherwise. */
+export const DEFAULT_CONCURRENCY = 32;
 
 /**
  * Holds what must outlive one pass (and, at module scope in Lambda, one invocation): the last
@@ -98,7 +88,7 @@ export class ControllerLoop {
     const remaining = options.remainingMs ?? (() => Number.POSITIVE_INFINITY);
     const stopBefore = options.stopBeforeMs ?? 2000 + config.tickIntervalMs;
     const actBudget = options.actBudgetMs ?? defaultPhaseTimeouts(config).confirm + 3000;
-    const slots = new Slots(options.concurrency ?? 8);
+    const limit = pLimit(options.concurrency ?? DEFAULT_CONCURRENCY);
     const totals = { passes: 0, cycles: 0, actions: 0, errors: 0 };
     const left = remaining();
     this.#deps.log.debug("controller loop started", {
@@ -113,7 +103,7 @@ export class ControllerLoop {
       while (!options.signal?.aborted && remaining() > stopBefore) {
         const started = Date.now();
         try {
-          await this.#pass(options, slots, remaining() > actBudget, totals);
+          await this.#pass(options, limit, remaining() > actBudget, totals);
         } catch (error) {
           // Listing the shards failed (store unreachable): log, and try again next tick.
           totals.errors += 1;
@@ -212,7 +202,7 @@ export class ControllerLoop {
 
   async #pass(
     options: LoopOptions,
-    slots: Slots,
+    limit: LimitFunction,
     act: boolean,
     totals: { cycles: number; actions: number; errors: number },
   ): Promise<void> {
@@ -220,10 +210,8 @@ export class ControllerLoop {
     for await (const shard of this.#shards(options)) {
       // A shard still orchestrating from an earlier pass is not looked at again until it is done.
       if (this.#inFlight.has(shard)) continue;
-      await slots.acquire();
-      const cycle = this.#cycle(shard, act, options.remainingMs, totals).finally(() => {
+      const cycle = limit(() => this.#cycle(shard, act, options.remainingMs, totals)).finally(() => {
         this.#inFlight.delete(shard);
-        slots.release();
       });
       this.#inFlight.set(shard, cycle);
       launched.push(cycle);
@@ -236,14 +224,15 @@ export class ControllerLoop {
   }
 
   async *#shards(options: LoopOptions): AsyncGenerator<string> {
+    const { partition } = options;
     if (options.shards) {
-      yield* options.shards;
+      yield* options.shards.filter((shard) => inPartition(shard, partition));
       return;
     }
     let token: string | undefined;
     do {
       const page = await this.#deps.store.shards.list(token, options.pageSize ?? 100);
-      yield* page.shards;
+      yield* page.shards.filter((shard) => inPartition(shard, partition));
       token = page.nextPageToken;
     } while (token);
   }
