@@ -326,6 +326,8 @@ export function heartbeatFromInfo(
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
   };
+  const prior = priorLineageOf(info);
+  if (prior !== undefined) heartbeat.prior_lineage = prior;
   if (info.primary) {
     const primaryNodeId = primaryNodeIdOf(ctx, info);
     if (primaryNodeId !== undefined) heartbeat.primary_node_id = primaryNodeId;
@@ -336,19 +338,30 @@ export function heartbeatFromInfo(
   return heartbeat;
 }
 
+function priorLineageOf(info: ReplicationInfo): HeartbeatInput["prior_lineage"] {
+  return info.prior === undefined
+    ? undefined
+    : { repl_id: info.prior.replId, last_txn_id: info.prior.offset };
+}
+
 /**
- * The heartbeat of a database that does not answer: the agent is alive, the database is not.
- * `last_updated` keeps its old value so the controller sees the database's age, never the agent's.
+ * The heartbeat of a database that does not answer, or answers as a process that restarted
+ * without its data (fenced): the agent is alive, the database it served is not. `last_updated`
+ * keeps its old value so the controller sees the database's age, never the agent's; `repl_id` and
+ * `last_txn_id` stay the dead process's. `prior_lineage` is what the restarted process answering
+ * now (`restarted`) holds of an earlier lineage: read this cycle, never carried over.
  */
 function downHeartbeat(
   ctx: AgentContext,
   snapshot: ShardSnapshot | undefined,
   nowMs: number,
+  restarted?: ReplicationInfo,
 ): HeartbeatInput | undefined {
   const previous = ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
   if (previous === undefined) return undefined;
-  return {
-    ...previous,
+  const { prior_lineage: _carried, ...kept } = previous;
+  const heartbeat: HeartbeatInput = {
+    ...kept,
     node_address: ctx.address,
     agent_updated: Math.floor(nowMs * 1000),
     db_status: "down",
@@ -357,6 +370,9 @@ function downHeartbeat(
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
   };
+  const prior = restarted === undefined ? undefined : priorLineageOf(restarted);
+  if (prior !== undefined) heartbeat.prior_lineage = prior;
+  return heartbeat;
 }
 
 /**
@@ -416,7 +432,7 @@ export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
   const heartbeat =
     info && !ctx.dbRestarted
       ? heartbeatFromInfo(ctx, info, now, probed, read?.answeredFrom)
-      : downHeartbeat(ctx, snapshot, now);
+      : downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
   trackDoubt(ctx, info, probed);
   let written = false;
   if (heartbeat === undefined) {

@@ -29,6 +29,12 @@ export interface ReplicationInfo {
   readonly offset: number;
   /** Replication lineage (`master_replid`): the heartbeat's `repl_id`. */
   readonly replId: string;
+  /**
+   * The earlier lineage this node's data continues (`master_replid2`, up to `second_repl_offset`
+   * - 1): a replica promoted, or a primary that restarted from its RDB (Redis 7 gives it a new
+   * replication id and keeps the old one here). Undefined when there is none.
+   */
+  readonly prior?: { readonly replId: string; readonly offset: number } | undefined;
   /** Set on a replica only. */
   readonly primary: PrimaryLink | undefined;
   /** Replicas connected to this node (a primary's, or a replica's own sub-replicas). */
@@ -117,10 +123,22 @@ export function parseReplicationInfo(text: string): ReplicationInfo {
     role: normalizedRole,
     offset: Math.max(0, integer(fields, "primary_repl_offset") ?? 0),
     replId: fields.get("primary_replid") ?? "",
+    prior: priorLineage(fields),
     primary,
     replicas,
     runId: fields.get("run_id"),
   };
+}
+
+const NO_REPL_ID = /^0+$/;
+
+/** `master_replid2` and the last offset of it this node holds; undefined when Redis shows none. */
+function priorLineage(fields: Map<string, string>): ReplicationInfo["prior"] {
+  const replId = fields.get("primary_replid2");
+  const second = integer(fields, "second_repl_offset");
+  if (replId === undefined || replId === "" || NO_REPL_ID.test(replId)) return undefined;
+  if (second === undefined || second < 1) return undefined;
+  return { replId, offset: second - 1 };
 }
 
 /**

@@ -1,4 +1,4 @@
-import { describeHeartbeatAge, isFresh, planSwitchover } from "../core/decide.ts";
+import { describeHeartbeatAge, isAlive, planSwitchover } from "../core/decide.ts";
 import type { Topology } from "../core/model.ts";
 import { guarded } from "./cycle.ts";
 import {
@@ -181,7 +181,7 @@ export async function recoverShard(
   const node = snapshot.nodes.find((heartbeat) => heartbeat.node_id === request.to);
   const now = deps.clock.now();
   if (node === undefined) return { shard, outcome: "refused", reason: `${request.to} has no heartbeat` };
-  if (!isFresh(node, deps.config, now) || node.db_status !== "up") {
+  if (!isAlive(node, deps.config, now)) {
     return {
       shard,
       outcome: "refused",
@@ -199,10 +199,16 @@ export async function recoverShard(
           refused: `the shard is ${topology.status}; only an offline shard is recovered (use switchover)`,
         };
       }
-      const lineage = { node_id: node.node_id, repl_id: node.repl_id, last_txn_id: node.last_txn_id };
+      // A database restarted from its RDB, fenced by its agent, holds its earlier lineage only.
+      const held = node.db_status === "down" ? node.prior_lineage : undefined;
+      const lineage = {
+        node_id: node.node_id,
+        repl_id: held?.repl_id ?? node.repl_id,
+        last_txn_id: held?.last_txn_id ?? node.last_txn_id,
+      };
       return {
         next: { ...topology, epoch: topology.epoch + 1, lineage },
-        result: `lineage set to ${node.node_id}'s (${node.repl_id} at ${node.last_txn_id}): ${request.reason}; the controller brings the shard online on it`,
+        result: `lineage set to ${node.node_id}'s (${lineage.repl_id} at ${lineage.last_txn_id}): ${request.reason}; the controller brings the shard online on it`,
       };
     },
     "recovered",

@@ -1,5 +1,5 @@
 import type { FailoverConfig } from "./config.ts";
-import { decide, guardMembers, isFresh, isPastPointOfNoReturn, rankCandidates } from "./decide.ts";
+import { decide, guardMembers, isAlive, isFresh, isPastPointOfNoReturn, rankCandidates } from "./decide.ts";
 import { ShardguardError } from "./errors.ts";
 import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "./model.ts";
 import type { ShardSnapshot } from "./ports.ts";
@@ -139,7 +139,7 @@ export function decideContinuation(
     };
   }
   const heartbeat = snapshot.nodes.find((node) => node.node_id === target);
-  const alive = heartbeat !== undefined && isFresh(heartbeat, config, now) && heartbeat.db_status === "up";
+  const alive = heartbeat !== undefined && isAlive(heartbeat, config, now);
   const attemptStarted = state.phase_started.epoch_bumped ?? state.started_at;
   const overdue = now - attemptStarted > MAX_CONFIRM_ROUNDS * options.confirmTimeoutMs;
   if (alive && !overdue) {

@@ -204,21 +204,25 @@ export function rankCandidates(
     if (knownLineage && node.repl_id === lineage.repl_id && isFresh(node, config, now)) {
       reference = Math.max(reference, node.last_txn_id);
     }
+    const held = knownLineage && isAlive(node, config, now) ? heldOffset(node, lineage) : undefined;
+    if (held !== undefined) reference = Math.max(reference, held);
   }
   const judged = considered.map((node): Candidate => {
+    const held = knownLineage ? heldOffset(node, lineage) : undefined;
     const base = {
       node_id: node.node_id,
       node_address: node.node_address,
-      last_txn_id: node.last_txn_id,
+      last_txn_id: held ?? node.last_txn_id,
       priority: node.priority,
     };
     const ineligible = (reason: string): Candidate => ({ ...base, eligible: false, reason });
-    if (!isFresh(node, config, now)) {
-      return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
+    if (!isAlive(node, config, now)) {
+      if (!isFresh(node, config, now))
+        return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
+      return ineligible("database reported down");
     }
-    if (node.db_status === "down") return ineligible("database reported down");
     if (!knownLineage) return ineligible("the old primary's replication lineage is unknown");
-    if (node.repl_id !== lineage.repl_id) {
+    if (held === undefined) {
       return ineligible(
         `foreign replication lineage ${node.repl_id || "(none)"}, expected ${lineage.repl_id}`,
       );
@@ -237,6 +241,40 @@ export function rankCandidates(
     return { ...base, eligible: true, reason: "eligible" };
   });
   return judged.sort(compareCandidates);
+}
+
+/**
+ * A database that restarted in place of a dead one and that its agent keeps fenced (`db_status:
+ * down`, a `restarted` crash report) but reads this cycle: what it holds of an earlier lineage
+ * (`prior_lineage`, from its RDB) may still be the best copy left of the shard's data.
+ */
+function isRestartedHolder(node: Heartbeat): boolean {
+  return (
+    node.db_status === "down" && node.db_crash?.state === "restarted" && node.prior_lineage !== undefined
+  );
+}
+
+/**
+ * The node may serve as a candidate: its database answered within the failure timeout, or it is a
+ * restarted holder whose agent was heard within it (the holder's `last_updated` is the dead
+ * process's; its agent writes `prior_lineage` only from an answer of the same cycle).
+ */
+export function isAlive(node: Heartbeat, config: FailoverConfig, now: number): boolean {
+  if (isRestartedHolder(node)) return isAgentHeard(node, config, now);
+  return node.db_status === "up" && isFresh(node, config, now);
+}
+
+/**
+ * How far `node`'s data holds `lineage` (the offset in it), undefined when it holds none: a node
+ * on it to its offset; one that continues it under another replication id (promoted, or a
+ * primary restarted from its RDB) to its `prior_lineage` offset; a restarted holder only by that.
+ */
+function heldOffset(node: Heartbeat, lineage: Lineage): number | undefined {
+  if (node.db_status === "down" && !isRestartedHolder(node)) return undefined;
+  if (node.prior_lineage?.repl_id === lineage.repl_id) return node.prior_lineage.last_txn_id;
+  // A restarted holder's `repl_id` and `last_txn_id` are the dead process's, not what it holds.
+  if (node.db_status === "down") return undefined;
+  return node.repl_id === lineage.repl_id ? node.last_txn_id : undefined;
 }
 
 function compareCandidates(a: Candidate, b: Candidate): number {

@@ -62,6 +62,16 @@ export const heartbeatSchema = z.object({
   last_txn_id: z.number().int().nonnegative(),
   /** Replication lineage (Redis `master_replid`): only nodes of the old primary's lineage may be promoted. */
   repl_id: z.string().default(""),
+  /**
+   * The earlier lineage this node's data continues, up to `last_txn_id` of it (Redis
+   * `master_replid2` and `second_repl_offset` - 1): a promoted replica's old primary's, or its own
+   * from before a restart from its RDB (Redis 7 gives such a primary a new `master_replid`). With
+   * `db_status: down` and a `restarted` crash report, what the new process answering in place of
+   * the dead one holds: a candidate when the shard is offline on that lineage.
+   */
+  prior_lineage: z
+    .object({ repl_id: z.string().min(1), last_txn_id: z.number().int().nonnegative() })
+    .optional(),
   primary_node_id: idSchema.optional(),
   /** The replica's own view of its link to the primary. */
   primary_link: z.enum(["up", "down"]).optional(),

@@ -2,7 +2,19 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis, type RedisOptions } from "ioredis";
+import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import { freePort, type ManagedProcess, requireCommand, startProcess, waitUntilReady } from "./processes.ts";
+
+/**
+ * redis-server arguments of a restart, as docs/deploy.md asks of a supervisor's config file:
+ * writes refused until the agent has judged the new process and applied the write guard.
+ */
+export const FENCED_START_ARGS: readonly string[] = [
+  "--min-replicas-to-write",
+  String(FENCED_MIN_REPLICAS),
+  "--min-replicas-max-lag",
+  "2",
+];
 
 /** PEM files of one node: the CA that signs every node and client, and the node's own pair. */
 export interface RedisTlsFiles {

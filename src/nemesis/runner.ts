@@ -6,10 +6,9 @@ import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } fr
 import { decide, isFresh } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Topology } from "../core/model.ts";
-import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import { LocalCluster } from "../demo/local-cluster.ts";
 import type { ManagedProcess } from "../local-stack/processes.ts";
-import type { RedisNode } from "../local-stack/redis-nodes.ts";
+import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 import { type CheckResult, check } from "./checker.ts";
 import {
@@ -41,17 +40,6 @@ export const NEMESIS_CONFIG = {
   lockLeaseMs: 5000,
   cooldownMs: 0,
 } as const satisfies FailoverConfigInput;
-
-/**
- * redis-server arguments of a restart, as docs/deploy.md recommends for the config file: refuse
- * writes until the agent has judged the new process and applied the write guard.
- */
-const FENCED_START_ARGS = [
-  "--min-replicas-to-write",
-  String(FENCED_MIN_REPLICAS),
-  "--min-replicas-max-lag",
-  "2",
-];
 
 /** How long the shard may stay offline after heal-all before the nemesis recovers it as an operator. */
 const OPERATOR_PATIENCE_MS = 20_000;

@@ -53,6 +53,31 @@ describe("INFO replication parsing", () => {
     ]);
   });
 
+  it("reads no prior lineage while master_replid2 is all zeros", () => {
+    expect(parseReplicationInfo(PRIMARY_INFO).prior).toBeUndefined();
+  });
+
+  it("reads the lineage a primary restarted from its RDB continues (master_replid2 up to second_repl_offset - 1)", () => {
+    // Prepare: what redis-server 7.0.15 printed after kill -9 and a restart from an RDB saved at offset 50
+    const restarted = [
+      "# Replication",
+      "role:master",
+      "connected_slaves:0",
+      "master_replid:7af24ad8f2756a6a809113ade1c67bc8725615ce",
+      "master_replid2:c02ece86d304cf209b822a1d5b497c551a20fc5c",
+      "master_repl_offset:50",
+      "second_repl_offset:51",
+      "",
+    ].join("\r\n");
+
+    // Act
+    const info = parseReplicationInfo(restarted);
+
+    // Assess
+    expect(info.replId).toBe("7af24ad8f2756a6a809113ade1c67bc8725615ce");
+    expect(info.prior).toEqual({ replId: "c02ece86d304cf209b822a1d5b497c551a20fc5c", offset: 50 });
+  });
+
   it("counts only replicas whose full sync completed as synced", () => {
     expect(syncedReplicaAddresses(parseReplicationInfo(PRIMARY_INFO))).toEqual(["127.0.0.1:7782"]);
   });

@@ -30,6 +30,36 @@ function outcome(decision: Decision): Record<string, unknown> {
   }
 }
 
+/**
+ * A node whose database restarted from its RDB in place of the dead process: its agent fences it
+ * and reports it down (the dead process's `repl_id` and offset), with `prior` what the new process
+ * holds (`master_replid2`, `second_repl_offset` - 1); its agent wrote `agentAgeMs` ago.
+ */
+function restartedFromRdb(options: {
+  node_id: string;
+  prior: { repl_id: string; last_txn_id: number } | undefined;
+  agentAgeMs?: number;
+}) {
+  return {
+    node_id: options.node_id,
+    role: "primary" as const,
+    ageMs: 9000,
+    agent_updated: (NOW - (options.agentAgeMs ?? 100)) * 1000,
+    db_status: "down" as const,
+    db_crash: {
+      state: "restarted" as const,
+      run_id: "dead",
+      first_seen: (NOW - 8000) * 1000,
+      last_seen: (NOW - 8000) * 1000,
+    },
+    last_txn_id: 1000,
+    repl_id: LINEAGE,
+    primary_node_id: undefined,
+    primary_link: undefined,
+    prior_lineage: options.prior,
+  };
+}
+
 function runRows(rows: readonly Row[]) {
   it.each(rows)("$name", (row) => {
     // Prepare
@@ -426,6 +456,95 @@ describe("decide: no eligible candidate and offline shards", () => {
           .withNode({ node_id: "r2", ageMs: 9000 })
           .build(),
       expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "brings an offline shard online on its old primary restarted from its RDB (fenced, holding the lineage under replid2)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 100, repl_id: "fresh-start", last_txn_id: 0 })
+          .build(),
+      expected: { kind: "bring_online", target: "p1" },
+    },
+    {
+      name: "keeps an offline shard offline when the restarted primary's RDB is further behind than maxLagOnFailover",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline(5000)
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 1 } }))
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "keeps an offline shard offline when the restarted primary holds another lineage",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: "lineage-z", last_txn_id: 1000 } }))
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "keeps an offline shard offline when the restarted primary's agent is no longer heard",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode(
+            restartedFromRdb({
+              node_id: "p1",
+              prior: { repl_id: LINEAGE, last_txn_id: 1000 },
+              agentAgeMs: 4000,
+            }),
+          )
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "never counts a restarted primary's own repl_id (the dead process's) as data it holds",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode(restartedFromRdb({ node_id: "p1", prior: undefined }))
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "prefers a node further ahead on the lineage to a restarted primary holding less of it",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 900 } }))
+          .withNode({ node_id: "r1", ageMs: 100, last_txn_id: 950 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "bring_online", target: "r1" },
+    },
+    {
+      name: "brings an offline shard online on a replica restarted from its RDB (new replid, the lineage as replid2)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode({
+            node_id: "r1",
+            ageMs: 100,
+            role: "primary",
+            repl_id: "after-rdb-load",
+            last_txn_id: 980,
+            prior_lineage: { repl_id: LINEAGE, last_txn_id: 980 },
+          })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "bring_online", target: "r1" },
     },
     {
       name: "keeps an offline shard offline when its lineage was never recorded",

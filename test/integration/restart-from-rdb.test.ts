@@ -1,0 +1,81 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import { FENCED_START_ARGS } from "../../src/local-stack/redis-nodes.ts";
+import {
+  countKeys,
+  probeWrite,
+  startChaosCluster,
+  WAIT_MS,
+  waitForFollowers,
+  waitForNewPrimary,
+  withClient,
+  writeKeys,
+} from "../support/chaos-cluster.ts";
+
+/**
+ * The nemesis's seed 3104 (docs/chaos.md): every node's database died; the primary's came back
+ * from its own RDB, which Redis 7 loads under a new replication id (the old one as
+ * `master_replid2`). Its agent rightly keeps it fenced (it does not continue the lineage the
+ * replicas may hold more of), but it is the only copy left: the controller must bring the shard
+ * back on it, not wait for an operator for ever. Real redis-server, agents and controllers.
+ */
+
+const KEYS = 300;
+
+let cluster: LocalCluster | undefined;
+
+afterEach(async () => {
+  await cluster?.stop();
+  cluster = undefined;
+});
+
+describe("a primary restarted from its RDB when no other copy is left", () => {
+  it("brings the offline shard back on it with the RDB's data, then resyncs a node restarted empty from it", {
+    timeout: 120_000,
+  }, async () => {
+    // Prepare: keys on every node, and on the primary's disk.
+    cluster = await startChaosCluster();
+    const active = cluster;
+    const primary = active.node("node-1");
+    await writeKeys(primary, "acked", KEYS, 2);
+    await withClient(primary, (client) => client.save());
+
+    // Act: every database dies; the shard goes offline; node-1's is back from its RDB, fenced.
+    for (const node of active.redis) node.signal("SIGKILL");
+    await Promise.all(active.redis.map((node) => node.stop()));
+    let offlineEpoch = 0;
+    await active.waitFor(
+      "the shard offline",
+      async () => {
+        const topology = await active.topology();
+        if (topology?.status !== "offline") return false;
+        offlineEpoch = topology.epoch;
+        return true;
+      },
+      WAIT_MS,
+    );
+    await primary.start({ extraArgs: FENCED_START_ARGS });
+    // Assess: online on node-1, every key there, writable.
+    const online = await waitForNewPrimary(active, offlineEpoch);
+    expect(online.primary_node_id).toBe("node-1");
+    expect(await countKeys(primary, "acked", KEYS)).toBe(KEYS);
+    await active.waitFor(
+      "node-1 accepting writes",
+      async () => (await probeWrite(primary, "after")).accepted,
+      WAIT_MS,
+    );
+
+    // Act: node-2's database is back empty; its agent repoints it at node-1.
+    const empty = active.node("node-2");
+    empty.wipeData();
+    await empty.start({ extraArgs: FENCED_START_ARGS });
+
+    // Assess
+    await waitForFollowers(active, "node-1", ["node-2"]);
+    await active.waitFor(
+      "node-2 holding every key after its full sync",
+      async () => (await countKeys(empty, "acked", KEYS)) === KEYS,
+      WAIT_MS,
+    );
+  });
+});
