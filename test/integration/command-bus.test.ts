@@ -13,6 +13,7 @@ import type { Command } from "../../src/core/model.ts";
 import type { ReceivedCommand } from "../../src/core/ports.ts";
 import { freePort } from "../../src/local-stack/processes.ts";
 import { awsEnv, uniqueName } from "../support/aws.ts";
+import { holdsFor } from "../support/wait.ts";
 
 const opened: AwsAdapters[] = [];
 
@@ -200,7 +201,9 @@ describe("long polling", () => {
       resolvedAt = performance.now();
       return messages;
     });
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Negative check: on the empty queue the receive must not return; the client cannot see when
+    // its request reached the emulator, so 500 ms of it still pending is also the time to get there.
+    await holdsFor(() => resolvedAt === 0, "the receive pending on an empty queue", 500);
 
     // Act
     const sentAt = performance.now();
@@ -218,8 +221,12 @@ describe("long polling", () => {
     const { bus } = adapters({ queuePrefix: prefix(), visibilityTimeoutSeconds: 1 });
     await bus.ensureQueue("s1", "n6");
     const controller = new AbortController();
-    const receiving = bus.receive("s1", "n6", { waitSeconds: 20, signal: controller.signal });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    let settled = false;
+    const receiving = bus.receive("s1", "n6", { waitSeconds: 20, signal: controller.signal }).finally(() => {
+      settled = true;
+    });
+    // Negative check, as above: 300 ms of the receive still pending, so the abort lands on a long poll.
+    await holdsFor(() => !settled, "the receive pending on an empty queue", 300);
 
     // Act
     const abortedAt = performance.now();

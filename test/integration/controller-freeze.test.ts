@@ -20,6 +20,7 @@ import {
   type TestController,
   testController,
 } from "../support/frozen-controller.ts";
+import { waitFor } from "../support/wait.ts";
 
 /**
  * A controller frozen (GC pause, throttled Lambda, preempted host) for longer than its lease at
@@ -67,16 +68,6 @@ afterEach(async () => {
   cluster = undefined;
 });
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = WAIT_MS): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 /** The target of the plan the frozen controller was carrying out when it stopped. */
 async function staleTarget(active: LocalCluster, call: GateCall): Promise<string | undefined> {
   if (call.op === "topology.compareAndSet") {
@@ -114,17 +105,21 @@ describe("chaos: a controller frozen longer than its lease", () => {
       // Act 1: the primary dies; the first controller acts and freezes at the point.
       active.node("node-1").signal("SIGKILL");
       let staleRun: Promise<unknown> | undefined;
-      const frozenAt = await until("the first controller to reach the freeze point", async () => {
-        if (gate.frozenAt) return gate.frozenAt;
-        if (staleRun === undefined) {
-          const cycle = runShardCycle(stale.deps, active.shard);
-          staleRun = cycle;
-          const result = await Promise.race([cycle, gate.reached.then(() => undefined)]);
-          // The cycle ended without reaching the point (nothing to do yet): try again.
-          if (result !== undefined) staleRun = undefined;
-        }
-        return gate.frozenAt;
-      });
+      const frozenAt = await waitFor(
+        async () => {
+          if (gate.frozenAt) return gate.frozenAt;
+          if (staleRun === undefined) {
+            const cycle = runShardCycle(stale.deps, active.shard);
+            staleRun = cycle;
+            const result = await Promise.race([cycle, gate.reached.then(() => undefined)]);
+            // The cycle ended without reaching the point (nothing to do yet): try again.
+            if (result !== undefined) staleRun = undefined;
+          }
+          return gate.frozenAt;
+        },
+        "the first controller to reach the freeze point",
+        WAIT_MS,
+      );
       // What it sent before freezing, it sent while holding the lock: only what follows is stale.
       const sentBeforeFreeze = stale.sent.length;
       const target = await staleTarget(active, frozenAt);
@@ -132,45 +127,56 @@ describe("chaos: a controller frozen longer than its lease", () => {
       if (stalled) active.signalAgent(target, "SIGSTOP");
 
       // Act 2: the second controller takes the expired lock and finishes a failover.
-      const done = await until("the second controller to finish a failover", async () => {
-        await runShardCycle(fresh.deps, active.shard);
-        const topology = await active.topology();
-        return topology?.status === "online" && topology.epoch > before.epoch ? topology : undefined;
-      });
+      const done = await waitFor(
+        async () => {
+          await runShardCycle(fresh.deps, active.shard);
+          const topology = await active.topology();
+          return topology?.status === "online" && topology.epoch > before.epoch ? topology : undefined;
+        },
+        "the second controller to finish a failover",
+        WAIT_MS,
+      );
       const primary = done.primary_node_id as string;
       if (stalled) active.signalAgent(target, "SIGCONT");
       const followers = ["node-2", "node-3"].filter((id) => id !== primary);
-      await until("the other replica to follow the new primary", async () => {
-        const snapshot = await active.snapshot();
-        const ok = followers.every((id) => {
-          const heartbeat = active.heartbeatOf(snapshot, id);
-          return heartbeat?.primary_node_id === primary && heartbeat.primary_link === "up";
-        });
-        return ok ? true : undefined;
-      });
+      await waitFor(
+        async () => {
+          const snapshot = await active.snapshot();
+          const ok = followers.every((id) => {
+            const heartbeat = active.heartbeatOf(snapshot, id);
+            return heartbeat?.primary_node_id === primary && heartbeat.primary_link === "up";
+          });
+          return ok;
+        },
+        "the other replica to follow the new primary",
+        WAIT_MS,
+      );
       // The new primary opens for writes once its guard sees its replica (and its promotion window closed).
-      await until("the new primary to accept writes", async () =>
-        (await probeWrite(active.node(primary), "probe")).accepted ? true : undefined,
+      await waitFor(
+        async () => (await probeWrite(active.node(primary), "probe")).accepted,
+        "the new primary to accept writes",
+        WAIT_MS,
       );
       await writeAcknowledged(active, primary, "acked", 200);
 
       // Act 3: the first controller wakes up and carries on.
       gate.release();
-      await until("the stale controller's cycle to end", async () => {
-        await staleRun?.catch(() => undefined);
-        return true;
-      });
+      await staleRun?.catch(() => undefined);
       // Anything the stale controller sent reaches the agents within a long poll; then the shard
       // must settle with exactly one node taking writes.
       let last: WriteProbe[] = [];
-      const settled = await until("exactly one writable primary", async () => {
-        const probes: WriteProbe[] = [];
-        for (const id of ["node-2", "node-3"]) probes.push(await probeWrite(active.node(id), "probe"));
-        last = probes;
-        const snapshot = await active.snapshot();
-        const quiet = followers.every((id) => active.heartbeatOf(snapshot, id)?.primary_link === "up");
-        return quiet && probes.filter((probe) => probe.accepted).length === 1 ? probes : undefined;
-      }).catch((error: unknown) => {
+      const settled = await waitFor(
+        async () => {
+          const probes: WriteProbe[] = [];
+          for (const id of ["node-2", "node-3"]) probes.push(await probeWrite(active.node(id), "probe"));
+          last = probes;
+          const snapshot = await active.snapshot();
+          const quiet = followers.every((id) => active.heartbeatOf(snapshot, id)?.primary_link === "up");
+          return quiet && probes.filter((probe) => probe.accepted).length === 1 ? probes : undefined;
+        },
+        "exactly one writable primary",
+        WAIT_MS,
+      ).catch((error: unknown) => {
         throw new Error(`${String(error)}; last probes ${JSON.stringify(last)}`);
       });
 

@@ -3,6 +3,7 @@ import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adap
 import { ControllerLoop } from "../../src/controller/loop.ts";
 import type { Wake } from "../../src/core/wake.ts";
 import { awsEnv } from "../support/aws.ts";
+import { holdsFor, waitFor } from "../support/wait.ts";
 
 /**
  * The controller's wake-up queue on the SQS emulator: what an agent sends reaches a long-polling
@@ -38,8 +39,13 @@ describe("controller wake-ups", () => {
 
     // Act
     for (let sample = 0; sample < 20; sample++) {
-      const polling = controller.wake.receive(20);
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      let returned = false;
+      const polling = controller.wake.receive(20).finally(() => {
+        returned = true;
+      });
+      // Negative check: the poll must not return on an empty queue; 20 ms of it pending also lets
+      // the request reach the emulator (the client cannot see when it did).
+      await holdsFor(() => !returned, "the poll pending on an empty queue", 20, 5);
       const sentAt = performance.now();
       expect(await agent.wake.send(aWake({ node: `n${sample}` }))).toBe(true);
       const received = await polling;
@@ -89,7 +95,7 @@ describe("controller wake-ups", () => {
 
     // Act
     const first = loop.wake([aWake({ shard: "s1" }), aWake({ shard: "s1", node: "n2" })]);
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor(() => cycles.length === 1, "the first cycle of s1 under way", 2000, 5);
     const second = loop.wake([aWake({ shard: "s1" }), aWake({ shard: "s2" })]);
     release();
     await Promise.all([first, second]);

@@ -10,6 +10,7 @@ import { type Clock, type CoordinationStore, LockLost } from "../../src/core/por
 import { keys } from "../../src/core/table.ts";
 import { freePort } from "../../src/local-stack/processes.ts";
 import { awsEnv, tableName, uniqueName } from "../support/aws.ts";
+import { waitFor } from "../support/wait.ts";
 
 const opened: AwsAdapters[] = [];
 
@@ -130,16 +131,23 @@ describe("lock", () => {
     // Prepare
     const { store } = adapters();
     const shard = shardId();
+    const acquiredAt = Date.now();
     await store.locks.acquire(shard, "first", 300);
 
     // Act
     const early = await store.locks.acquire(shard, "second", 300);
-    await new Promise((resolve) => setTimeout(resolve, 400));
-    const late = await store.locks.acquire(shard, "second", 300);
+    const late = await waitFor(
+      () => store.locks.acquire(shard, "second", 300),
+      "the lease to expire",
+      3000,
+      20,
+    );
+    const heldMs = Date.now() - acquiredAt;
 
     // Assess
     expect(early).toBe(false);
     expect(late).toMatchObject({ owner: "second" });
+    expect(heldMs).toBeGreaterThanOrEqual(300);
   });
 
   it("refuses release by a non-owner and leaves the lock intact", async () => {

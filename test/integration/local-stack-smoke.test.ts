@@ -2,6 +2,7 @@ import { ConditionalCheckFailedException, PutItemCommand } from "@aws-sdk/client
 import { CreateQueueCommand, ReceiveMessageCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import { afterAll, describe, expect, it } from "vitest";
 import { dynamoClient, sqsClient, tableName, uniqueName } from "../support/aws.ts";
+import { holdsFor } from "../support/wait.ts";
 
 const dynamo = dynamoClient();
 const sqs = sqsClient();
@@ -40,10 +41,15 @@ describe("the local AWS stand-ins behave like the real services", () => {
   it("delivers a message sent during a 20 s long poll in well under a second", async () => {
     // Prepare
     const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: uniqueName("smoke") }));
-    const receiving = sqs.send(
-      new ReceiveMessageCommand({ QueueUrl, WaitTimeSeconds: 20, MaxNumberOfMessages: 1 }),
-    );
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    let returned = false;
+    const receiving = sqs
+      .send(new ReceiveMessageCommand({ QueueUrl, WaitTimeSeconds: 20, MaxNumberOfMessages: 1 }))
+      .finally(() => {
+        returned = true;
+      });
+    // Negative check: the long poll must not return on an empty queue; 500 ms of it pending also
+    // lets the request reach the emulator (the client cannot see when it did).
+    await holdsFor(() => !returned, "the long poll pending on an empty queue", 500);
 
     // Act
     const sentAt = performance.now();

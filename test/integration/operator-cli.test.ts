@@ -3,6 +3,7 @@ import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import { LocalCluster } from "../../src/demo/local-cluster.ts";
 import { WriteWorkload } from "../../src/workload/writer.ts";
+import { holdsFor } from "../support/wait.ts";
 
 const run = promisify(execFile);
 const CLI = "src/cli/main.ts";
@@ -146,7 +147,18 @@ describe("operator CLI against real agents", () => {
 
     // Act: the primary dies during maintenance.
     cluster.node("node-1").signal("SIGKILL");
-    await new Promise((resolve) => setTimeout(resolve, CONFIG.failureTimeoutMs * 5));
+    // Negative check: unpaused, a controller ticking every 200 ms replaces a primary dead for
+    // failureTimeoutMs (1 s) within about 1.5 s; 5 s of the topology unchanged shows the pause holds.
+    const pausedShard = cluster;
+    await holdsFor(
+      async () => {
+        const topology = await pausedShard.topology();
+        return topology?.status === "paused" && topology.epoch === 0;
+      },
+      "the shard paused at epoch 0",
+      CONFIG.failureTimeoutMs * 5,
+      200,
+    );
     const during = await cluster.topology();
     const status = JSON.parse(
       (await shardguard(cluster, "status", "--shard", cluster.shard, "--json")).stdout,

@@ -1,9 +1,9 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
 import { waitForReplicasInSync } from "../../src/workload/replication.ts";
 import { WriteWorkload } from "../../src/workload/writer.ts";
+import { waitFor } from "../support/wait.ts";
 
 let primary: RedisNode;
 let replica: RedisNode;
@@ -22,12 +22,14 @@ afterAll(async () => {
   await Promise.all([primary?.destroy(), replica?.destroy()]);
 });
 
-/** Runs the writer against whatever `target()` names until `until` holds (bounded). */
+/** Runs the writer until `until` holds; fails after `maxMs`. */
 async function writeUntil(workload: WriteWorkload, until: () => boolean, maxMs = 5000): Promise<void> {
   workload.start();
-  const deadline = performance.now() + maxMs;
-  while (!until() && performance.now() < deadline) await sleep(10);
-  await workload.stop();
+  try {
+    await waitFor(until, "the writer's condition", maxMs, 10);
+  } finally {
+    await workload.stop();
+  }
 }
 
 describe("the failover writer against a real primary and replica", () => {
@@ -52,7 +54,12 @@ describe("the failover writer against a real primary and replica", () => {
     let advertised = replica.address;
     const workload = new WriteWorkload({ resolvePrimary: async () => advertised });
     workload.start();
-    await sleep(200);
+    await waitFor(
+      () => workload.stats().failures["not-primary"] >= 3,
+      "three writes refused on the replica",
+      5000,
+      10,
+    );
     const refusedBeforeSwitch = workload.stats();
     const switchedAt = performance.now();
 
@@ -75,12 +82,12 @@ describe("the failover writer against a real primary and replica", () => {
     const workload = new WriteWorkload({ resolvePrimary: async () => demoted.address });
     try {
       workload.start();
-      while (workload.stats().acked < 10) await sleep(5);
+      await waitFor(() => workload.stats().acked >= 10, "ten acknowledged writes", 5000, 5);
 
       // Act
       await demotedClient.replicaof("127.0.0.1", String(primary.port));
       const demotedAt = performance.now();
-      await sleep(200);
+      await waitFor(() => workload.stats().failures.readonly > 0, "a READONLY reply", 5000, 5);
       await workload.stop();
 
       // Assess

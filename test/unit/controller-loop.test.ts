@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControllerLoop } from "../../src/controller/loop.ts";
 import { MemoryEventPublisher, MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
@@ -31,23 +31,36 @@ function depsWithUnreachableIndex() {
   return { deps, errors };
 }
 
+// The loop paces itself with node:timers/promises and Date.now(): on fake timers (the Node
+// builtins too) its schedule is exact.
+beforeEach(() => {
+  vi.useFakeTimers({ fakeNodeBuiltins: true });
+});
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
 describe("controller loop resilience", () => {
   it("keeps looping when listing the shards fails, logging each failure", async () => {
     // Prepare
     const { deps, errors } = depsWithUnreachableIndex();
-    const end = Date.now() + 700;
+    const start = Date.now();
+    const end = start + 700;
 
-    // Act
-    const summary = await new ControllerLoop(deps).run({
-      remainingMs: () => end - Date.now(),
-      stopBeforeMs: 200,
-    });
+    // Act: passes at 0, 100, ..., 400 ms; at 500 ms only stopBeforeMs (200) is left.
+    const running = new ControllerLoop(deps)
+      .run({ remainingMs: () => end - Date.now(), stopBeforeMs: 200 })
+      .then((summary) => ({ summary, stoppedAfterMs: Date.now() - start }));
+    await vi.advanceTimersByTimeAsync(700);
+    const { summary, stoppedAfterMs } = await running;
 
     // Assess
-    expect(summary.passes).toBeGreaterThanOrEqual(3);
+    expect(summary.passes).toBe(5);
     expect(summary.errors).toBe(summary.passes);
+    expect(errors).toHaveLength(5);
     expect(errors[0]).toEqual({ error: "Query (shard index) failed: connect ECONNREFUSED" });
-    expect(Date.now()).toBeLessThan(end);
+    expect(stoppedAfterMs).toBe(500);
   });
 
   it("starts no pass when less than stopBeforeMs remains", async () => {
