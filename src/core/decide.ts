@@ -614,6 +614,35 @@ function decideOnline(
       true,
     );
   }
+  // With no fresh replica to ask, a replica whose agent was just heard reporting its database up
+  // is one whose heartbeat is stale only by its own cycle's latency (the database's answer is dated
+  // at the start of the cycle, the write at its end: hundreds of ms on a loaded host). Its next
+  // heartbeat is fresh, or says the database is down: wait for it rather than mark the shard
+  // offline on a replica that is alive (found by chaos-agent-stall under load: every agent stopped
+  // together, one replica's write the last heard).
+  const answering =
+    voters.length === 0 && crash === undefined && config.quorum !== "none"
+      ? snapshot.nodes.filter(
+          (node) =>
+            node.node_id !== primaryId &&
+            node.role === "replica" &&
+            node.db_status === "up" &&
+            isAgentHeard(node, config, now) &&
+            heartbeatAgeMs(node, now) <= AHEAD_GRACE * config.failureTimeoutMs,
+        )
+      : [];
+  if (answering.length > 0) {
+    return none(
+      "quorum_not_met",
+      `${staleness}; no fresh replica to ask, but the agents of ${answering
+        .map((node) => node.node_id)
+        .sort()
+        .join(", ")} were just heard with their databases up (${answering
+        .map((node) => describeHeartbeatAge(node, now))
+        .join(", ")}); waiting for their next heartbeat`,
+      true,
+    );
+  }
   const quorumMet =
     voters.length === 0 && crash === undefined ? config.quorum === "none" || !anyEligible : down >= needed;
   if (!quorumMet) {
