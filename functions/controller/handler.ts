@@ -9,6 +9,7 @@ import {
   type OperatorResponse,
 } from "../../src/controller/operator.ts";
 import { createControllerRuntime } from "../../src/controller/runtime.ts";
+import { partitionFromEvent } from "../../src/core/partition.ts";
 
 /**
  * The controller Lambda. Scheduled every minute, it loops at tickInterval until shortly before
@@ -45,7 +46,8 @@ export async function handler(
   // The wake-up queue's event source mapping: one cycle now for each shard named (the crash fast path).
   if (isSqsEvent(event))
     return loop.wake(parseWakes(event.Records.map((record) => record.body ?? "")), { remainingMs });
-  return loop.run({ remainingMs });
+  // A partitioned fleet: each schedule's input names its slice, `{ partition: { index, count } }`.
+  return loop.run({ remainingMs, partition: partitionFromEvent(event) });
 }
 
 function isSqsEvent(event: unknown): event is { Records: { body?: string }[] } {

@@ -1,3 +1,5 @@
+import { ConfigurationError } from "./errors.ts";
+
 /**
  * Which of K controller partitions watches a shard: jump consistent hashing (Lamping & Veach,
  * "A Fast, Minimal Memory, Consistent Hash Algorithm", 2014) of the shard id's 64-bit FNV-1a hash.
@@ -69,4 +71,28 @@ export function validatePartition(partition: Partition): string | undefined {
     return `partition index must be an integer from 0 to ${partition.count - 1}, got ${partition.index}`;
   }
   return undefined;
+}
+
+/**
+ * The partition a scheduled controller event names (`{ partition: { index, count } }`, the CDK
+ * schedule's input); undefined (every shard) when it names none. Throws on a bad one.
+ */
+export function partitionFromEvent(event: unknown): Partition | undefined {
+  const partition = (event as { partition?: unknown } | null)?.partition;
+  if (partition === undefined) return undefined;
+  const { index, count } = (partition ?? {}) as { index?: unknown; count?: unknown };
+  const candidate = { index: Number(index), count: Number(count) };
+  const problem = validatePartition(candidate);
+  if (problem) throw new ConfigurationError(`scheduled event: ${problem}`);
+  return candidate;
+}
+
+/** `2/5` -> { index: 2, count: 5 } (the CLI's `--partition`). Throws on a bad one. */
+export function parsePartitionText(text: string): Partition {
+  const match = /^(\d+)\/(\d+)$/.exec(text.trim());
+  if (!match) throw new ConfigurationError(`expected <index>/<count>, e.g. 0/5, got ${text}`);
+  const partition = { index: Number(match[1]), count: Number(match[2]) };
+  const problem = validatePartition(partition);
+  if (problem) throw new ConfigurationError(problem);
+  return partition;
 }

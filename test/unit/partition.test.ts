@@ -1,6 +1,14 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { fnv1a64, inPartition, jumpHash, partitionOf, validatePartition } from "../../src/core/partition.ts";
+import {
+  fnv1a64,
+  inPartition,
+  jumpHash,
+  parsePartitionText,
+  partitionFromEvent,
+  partitionOf,
+  validatePartition,
+} from "../../src/core/partition.ts";
 
 describe("fnv1a64", () => {
   it.each([
@@ -87,5 +95,26 @@ describe("inPartition and validatePartition", () => {
     [{ index: 0, count: 2.5 }, "partition count must be a positive integer, got 2.5"],
   ])("%j: %s", (partition, problem) => {
     expect(validatePartition(partition)).toBe(problem);
+  });
+});
+
+describe("partition inputs", () => {
+  it("reads the schedule's partition, and none from a plain scheduled event", () => {
+    expect(partitionFromEvent({ partition: { index: 2, count: 5 } })).toEqual({ index: 2, count: 5 });
+    expect(partitionFromEvent({ "detail-type": "Scheduled Event" })).toBeUndefined();
+    expect(partitionFromEvent(null)).toBeUndefined();
+  });
+
+  it.each([[{ partition: { index: 5, count: 5 } }], [{ partition: { count: 5 } }], [{ partition: null }]])(
+    "refuses %j",
+    (event) => {
+      expect(() => partitionFromEvent(event)).toThrow(/scheduled event: partition/);
+    },
+  );
+
+  it("parses --partition index/count", () => {
+    expect(parsePartitionText("0/5")).toEqual({ index: 0, count: 5 });
+    expect(() => parsePartitionText("5/5")).toThrow("partition index must be an integer from 0 to 4, got 5");
+    expect(() => parsePartitionText("two")).toThrow("expected <index>/<count>, e.g. 0/5, got two");
   });
 });

@@ -1,8 +1,10 @@
 import { Logger } from "@aws-lambda-powertools/logger";
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { ControllerLoop } from "../../controller/loop.ts";
 import { METRIC_NAMES, MemoryMetrics, powertoolsLog } from "../../controller/observability.ts";
 import { createControllerRuntime } from "../../controller/runtime.ts";
+import { errorMessage } from "../../core/errors.ts";
+import { type Partition, parsePartitionText } from "../../core/partition.ts";
 import { abortOnSignal } from "../signals.ts";
 
 /**
@@ -20,30 +22,44 @@ export function registerController(program: Command): void {
     .option("--once", "one pass over the shards, then exit")
     .option("--shard <id...>", "only these shards instead of the shard index")
     .option("--log-level <level>", "DEBUG | INFO | WARN | ERROR", "INFO")
-    .action(async (options: { once?: boolean; shard?: string[]; logLevel: string }) => {
-      const logger = new Logger({
-        serviceName: "shardguard-controller",
-        logLevel: options.logLevel.toUpperCase() as "INFO",
-        persistentKeys: { component: "controller" },
-      });
-      const metrics = new MemoryMetrics();
-      const runtime = createControllerRuntime(process.env, {
-        log: powertoolsLog(logger),
-        metrics,
-        createWakeQueue: true,
-      });
-      const abort = options.once ? undefined : abortOnSignal();
-      try {
-        const summary = await new ControllerLoop(runtime.deps).run({
-          once: options.once,
-          shards: options.shard,
-          signal: abort?.signal,
-          wake: runtime.wake,
+    .option(
+      "--partition <index/count>",
+      "only the shards of this partition (0-based), e.g. 2/5 for the third of five controllers",
+      (value: string) => {
+        try {
+          return parsePartitionText(value);
+        } catch (error) {
+          throw new InvalidArgumentError(errorMessage(error));
+        }
+      },
+    )
+    .action(
+      async (options: { once?: boolean; shard?: string[]; logLevel: string; partition?: Partition }) => {
+        const logger = new Logger({
+          serviceName: "shardguard-controller",
+          logLevel: options.logLevel.toUpperCase() as "INFO",
+          persistentKeys: { component: "controller" },
         });
-        const counts = Object.fromEntries(METRIC_NAMES.map((name) => [name, metrics.get(name)]));
-        logger.info("controller stopped", { ...summary, metrics: counts });
-      } finally {
-        runtime.destroy();
-      }
-    });
+        const metrics = new MemoryMetrics();
+        const runtime = createControllerRuntime(process.env, {
+          log: powertoolsLog(logger),
+          metrics,
+          createWakeQueue: true,
+        });
+        const abort = options.once ? undefined : abortOnSignal();
+        try {
+          const summary = await new ControllerLoop(runtime.deps).run({
+            once: options.once,
+            shards: options.shard,
+            partition: options.partition,
+            signal: abort?.signal,
+            wake: runtime.wake,
+          });
+          const counts = Object.fromEntries(METRIC_NAMES.map((name) => [name, metrics.get(name)]));
+          logger.info("controller stopped", { ...summary, metrics: counts });
+        } finally {
+          runtime.destroy();
+        }
+      },
+    );
 }
