@@ -12,6 +12,6 @@ if (major < 22 || (major === 22 && minor < 18)) {
   process.exit(1);
 }
 
-const built = new URL("../dist/cli/main.js", import.meta.url);
+const built = new URL("../dist/src/cli/main.js", import.meta.url);
 const { main } = existsSync(built) ? await import(built.href) : await import("../src/cli/main.ts");
 await main(process.argv);

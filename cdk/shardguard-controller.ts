@@ -13,7 +13,7 @@ import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
 import { EVENT_SOURCE } from "../src/adapters/eventbridge-publisher.ts";
-import { queueNamePattern } from "../src/adapters/queue-names.ts";
+import { defaultQueuePrefix, queueNamePattern } from "../src/adapters/queue-names.ts";
 import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
 import { ENV } from "../src/config/env.ts";
 import {
@@ -27,6 +27,7 @@ import { ShardguardError } from "../src/core/errors.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
 import {
+  CONTROLLER_BUNDLE_OPTIONS,
   PACKAGE_ROOT,
   type ResolvedControllerProps,
   resolveControllerProps,
@@ -60,16 +61,11 @@ export const CONTROLLER_TABLE_ACTIONS = [
   "dynamodb:DeleteItem",
 ] as const;
 /**
- * Sending PROMOTE / REPLICAOF to a node's queue. The agent normally created it; when it has not yet,
- * the command bus creates it (CreateQueue, GetQueueAttributes for the dead-letter ARN) so that the
- * command waits for the node instead of failing the failover.
+ * Sending PROMOTE / REPLICAOF to a node's queue (SqsCommandBus.send: GetQueueUrl, then SendMessage).
+ * The controller never creates a queue: each agent creates its own when it starts, before its first
+ * heartbeat, so a node the controller can command already has one.
  */
-export const CONTROLLER_QUEUE_ACTIONS = [
-  "sqs:GetQueueUrl",
-  "sqs:CreateQueue",
-  "sqs:GetQueueAttributes",
-  "sqs:SendMessage",
-] as const;
+export const CONTROLLER_QUEUE_ACTIONS = ["sqs:GetQueueUrl", "sqs:SendMessage"] as const;
 /** What an operator's CLI reads for `status` and `history`. */
 export const OPERATOR_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"] as const;
 
@@ -83,7 +79,15 @@ export const OPERATOR_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"] as 
  */
 export class ShardguardController extends Construct {
   public readonly table: dynamodb.Table;
-  public readonly controllerFunction: NodejsFunction;
+  /** The scheduled controller: the loop, and the wake queue's event source. */
+  public readonly controllerFunction: lambda.Function;
+  /**
+   * Operator requests (`shardguard switchover/pause/resume/recover` with
+   * `SHARDGUARD_CONTROLLER_FUNCTION` set to its name): the same code as `controllerFunction` with a
+   * reserved concurrency of its own, which neither the schedule nor the wake queue invokes, so the
+   * scheduled loop's long invocations can never throttle an operator.
+   */
+  public readonly operatorFunction: lambda.Function;
   public readonly controllerRole: iam.Role;
   public readonly controllerLogGroup: logs.LogGroup;
   public readonly schedule: events.Rule;
@@ -117,7 +121,8 @@ export class ShardguardController extends Construct {
     const resolved = resolveControllerProps(props);
     this.resolved = resolved;
     this.config = resolved.config;
-    this.queuePrefix = resolved.queuePrefix;
+    // Derived from the stack's name unless given, so two stacks in one account never share queues.
+    this.queuePrefix = resolved.queuePrefix ?? defaultQueuePrefix(Stack.of(this).stackName);
 
     this.table = this.createTable(props.tableName, resolved);
     this.eventBus = props.eventBus ?? events.EventBus.fromEventBusName(this, "DefaultEventBus", "default");
@@ -136,9 +141,17 @@ export class ShardguardController extends Construct {
       retention: resolved.logRetention,
     });
     this.controllerRole = this.createControllerRole();
-    this.controllerFunction = this.createControllerFunction(resolved);
+    this.controllerFunction = this.createControllerFunction("Controller", resolved, {
+      description: "Shardguard controller: detects stale primaries and orchestrates failovers.",
+      reservedConcurrentExecutions: resolved.controllerReservedConcurrency,
+    });
+    this.operatorFunction = this.createControllerFunction("Operator", resolved, {
+      description:
+        "Shardguard operator requests (switchover, pause, resume, recover): the controller's code on a concurrency of its own.",
+      reservedConcurrentExecutions: resolved.operatorReservedConcurrency,
+    });
     this.wakeQueue = new sqs.Queue(this, "WakeQueue", {
-      queueName: wakeQueueName(resolved.queuePrefix),
+      queueName: wakeQueueName(this.queuePrefix),
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       // A wake-up older than a minute is worthless: the periodic scan has run since.
@@ -262,6 +275,14 @@ export class ShardguardController extends Construct {
       .reduce((all, grant) => all.combine(grant));
   }
 
+  /**
+   * What agents need besides their policy: the table and queue prefix of this installation (set
+   * them as SHARDGUARD_TABLE and SHARDGUARD_QUEUE_PREFIX in the agent's environment).
+   */
+  public agentEnvironment(): Record<string, string> {
+    return { [ENV.table]: this.table.tableName, [ENV.queuePrefix]: this.queuePrefix };
+  }
+
   public agentPolicyStatements(identity: AgentIdentity): iam.PolicyStatement[] {
     return agentPolicyStatements(this, {
       ...identity,
@@ -271,15 +292,15 @@ export class ShardguardController extends Construct {
   }
 
   /**
-   * What the `shardguard` CLI needs: invoke the controller (switchover, pause, resume go through it,
-   * so they take the same lock) and read the table (status, history). Identity policy only, on the
-   * unqualified function ARN the CLI calls.
+   * What the `shardguard` CLI needs: invoke the operator function (switchover, pause, resume,
+   * recover go through it, so they take the same lock as failovers) and read the table (status,
+   * history). Identity policy only, on the unqualified function ARN the CLI calls.
    */
   public grantOperatorInvoke(grantee: iam.IGrantable): iam.Grant {
     return iam.Grant.addToPrincipal({
       grantee,
       actions: ["lambda:InvokeFunction"],
-      resourceArns: [this.controllerFunction.functionArn],
+      resourceArns: [this.operatorFunction.functionArn],
     }).combine(this.table.grant(grantee, ...OPERATOR_TABLE_ACTIONS));
   }
 
@@ -350,10 +371,14 @@ export class ShardguardController extends Construct {
     return role;
   }
 
-  private createControllerFunction(resolved: ResolvedControllerProps): NodejsFunction {
+  private createControllerFunction(
+    id: string,
+    resolved: ResolvedControllerProps,
+    options: { readonly description: string; readonly reservedConcurrentExecutions: number },
+  ): lambda.Function {
     const environment: Record<string, string> = {
       [ENV.table]: this.table.tableName,
-      [ENV.queuePrefix]: resolved.queuePrefix,
+      [ENV.queuePrefix]: this.queuePrefix,
       [ENV.eventBusName]: this.eventBus.eventBusName,
       POWERTOOLS_SERVICE_NAME: CONTROLLER_SERVICE_NAME,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
@@ -362,12 +387,8 @@ export class ShardguardController extends Construct {
     for (const [field, value] of Object.entries(resolved.config)) {
       environment[ENV[field as keyof FailoverConfig]] = String(value);
     }
-    return new NodejsFunction(this, "Controller", {
-      description: "Shardguard controller: detects stale primaries and orchestrates failovers.",
-      entry: resolved.controllerEntry,
-      handler: "handler",
-      projectRoot: PACKAGE_ROOT,
-      depsLockFilePath: path.join(PACKAGE_ROOT, "package-lock.json"),
+    const common = {
+      description: options.description,
       runtime: lambda.Runtime.NODEJS_24_X,
       architecture: lambda.Architecture.ARM_64,
       // Sizing for the in-invocation loop (see docs/deploy.md):
@@ -377,12 +398,13 @@ export class ShardguardController extends Construct {
       //   at once are safe because every failover runs under the shard's conditional-write lock.
       // - reserved concurrency 3: that overlap plus one invocation for wake-ups (the wake queue's
       //   event source), and a cap on runaway invocations (a retry storm cannot fan out into many
-      //   controllers or eat the account's concurrency).
+      //   controllers or eat the account's concurrency). Operator requests have a function of their
+      //   own (operatorFunction), so the loop never throttles them.
       // - 512 MB: the loop is I/O-bound, but signing, TLS and parsing every shard's items each tick
       //   are CPU work, and Lambda CPU scales with memory; 512 MB keeps a tick's CPU time well under
       //   tickInterval at tens of shards for about twice the cost of 256 MB.
       timeout: resolved.controllerTimeout,
-      reservedConcurrentExecutions: resolved.controllerReservedConcurrency,
+      reservedConcurrentExecutions: options.reservedConcurrentExecutions,
       memorySize: resolved.controllerMemorySize,
       role: this.controllerRole,
       logGroup: this.controllerLogGroup,
@@ -391,15 +413,29 @@ export class ShardguardController extends Construct {
       retryAttempts: 0,
       maxEventAge: Duration.minutes(1),
       onFailure: new SqsDestination(this.controllerFailureQueue),
+    } satisfies Partial<lambda.FunctionProps>;
+    const code = resolved.controllerCode;
+    if ("prebuiltDir" in code) {
+      // The packed package: the bundle `npm run build` made (cdk/bundle-controller.ts).
+      return new lambda.Function(this, id, {
+        ...common,
+        code: lambda.Code.fromAsset(code.prebuiltDir),
+        handler: "index.handler",
+      });
+    }
+    return new NodejsFunction(this, id, {
+      ...common,
+      entry: code.entry,
+      handler: "handler",
+      projectRoot: PACKAGE_ROOT,
+      depsLockFilePath: path.join(PACKAGE_ROOT, "package-lock.json"),
       bundling: {
         // Local esbuild from node_modules, never Docker.
         forceDockerBundling: false,
         format: OutputFormat.ESM,
-        target: "node24",
-        mainFields: ["module", "main"],
-        // Bundled CommonJS dependencies call require(); give the ES module one.
-        banner:
-          "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+        target: CONTROLLER_BUNDLE_OPTIONS.target,
+        mainFields: [...CONTROLLER_BUNDLE_OPTIONS.mainFields],
+        banner: CONTROLLER_BUNDLE_OPTIONS.banner,
         // Bundle the SDK too: the exact versions the tests ran, not whatever the runtime ships.
         externalModules: [],
         minify: true,
@@ -430,7 +466,7 @@ export class ShardguardController extends Construct {
     Validations.of(this.controllerRole.node.findChild("DefaultPolicy")).acknowledge({
       id: `AwsSolutions-IAM5[Resource::${nagArn}]`,
       reason:
-        "Agents create their command queues at run time under the queue prefix (one per node), so the controller's SendMessage is scoped to the prefix rather than to queue ARNs known at deploy time.",
+        "Agents create their command queues at run time under this installation's queue prefix (one per node; '_' ends the prefix and no prefix contains it, so the pattern matches no other installation's queues), so the controller's SendMessage is scoped to the prefix rather than to queue ARNs known at deploy time.",
     });
   }
 

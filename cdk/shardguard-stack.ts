@@ -53,10 +53,18 @@ export class ShardguardStack extends Stack {
     });
     new CfnOutput(this, "ControllerFunctionName", {
       value: this.controller.controllerFunction.functionName,
-      description: "Controller Lambda the CLI invokes for switchover, pause and resume",
+      description: "The scheduled controller Lambda (its logs show every cycle)",
+    });
+    new CfnOutput(this, "OperatorFunctionName", {
+      value: this.controller.operatorFunction.functionName,
+      description: `Set ${ENV.controllerFunction} to it: the Lambda the CLI invokes for switchover, pause, resume and recover`,
     });
     new CfnOutput(this, "EventBusName", { value: this.controller.eventBus.eventBusName });
     new CfnOutput(this, "OperatorRoleArn", { value: this.operatorRole.roleArn });
+    new CfnOutput(this, "OperatorProfile", {
+      value: operatorProfile(this.stackName, this.operatorRole.roleArn, this.region),
+      description: "Append to ~/.aws/config: the operator profile, with the stack's region",
+    });
     new CfnOutput(this, "DashboardName", { value: this.controller.dashboard.dashboardName });
     for (const identity of props.nodes ?? []) {
       const node = this.controller.addNode(identity);
@@ -66,6 +74,25 @@ export class ShardguardStack extends Stack {
       });
     }
   }
+}
+
+/**
+ * The `~/.aws/config` profile operators use: the operator role, and the stack's region, since the
+ * table and the function exist in that region only (without it the CLI fails outside the default
+ * region). `source_profile` is where the operator's own credentials come from.
+ */
+export function operatorProfile(stackName: string, roleArn: string, region: string): string {
+  return [
+    `[profile ${operatorProfileName(stackName)}]`,
+    `role_arn = ${roleArn}`,
+    `region = ${region}`,
+    "source_profile = default",
+  ].join("\n");
+}
+
+/** `shardguard-operator` for the default stack, else `<stack name in lower case>-operator`. */
+export function operatorProfileName(stackName: string): string {
+  return `${stackName.toLowerCase()}-operator`;
 }
 
 /** Parses the `nodes` context: "shard:node,shard:node". */

@@ -1,11 +1,20 @@
+import { createHash } from "node:crypto";
+import { z } from "zod";
 import { ConfigurationError } from "../core/errors.ts";
 import { idSchema } from "../core/model.ts";
 
 /** SQS allows 80 characters of letters, digits, `-` and `_` in a queue name. */
 export const SQS_QUEUE_NAME_MAX = 80;
-export const QUEUE_PREFIX_PATTERN = /^[A-Za-z0-9_-]{1,20}$/;
-/** Separates prefix, shard and node in a queue name; ids cannot contain it, so names never collide. */
+/**
+ * Separates prefix, shard and node in a queue name. Neither prefixes nor ids may contain it, so
+ * names never collide and one installation's `<prefix>_*` never matches another's queues.
+ */
 export const QUEUE_NAME_SEPARATOR = "_";
+export const QUEUE_PREFIX_MAX = 20;
+export const QUEUE_PREFIX_PATTERN = /^[A-Za-z0-9-]{1,20}$/;
+export const QUEUE_PREFIX_RULE = `must be 1-${QUEUE_PREFIX_MAX} letters, digits or '-' ('${QUEUE_NAME_SEPARATOR}' separates prefix, shard and node in queue names)`;
+/** The queue prefix as the agent's options and the construct validate it. */
+export const queuePrefixSchema = z.string().regex(QUEUE_PREFIX_PATTERN, QUEUE_PREFIX_RULE);
 export const DLQ_SUFFIX = "_dlq";
 
 export interface QueueNames {
@@ -16,9 +25,22 @@ export interface QueueNames {
 export function validateQueuePrefix(prefix: string): void {
   if (!QUEUE_PREFIX_PATTERN.test(prefix)) {
     throw new ConfigurationError(
-      `invalid queue prefix "${prefix}": must be 1-20 letters, digits, '-' or '_' (SHARDGUARD_QUEUE_PREFIX)`,
+      `invalid queue prefix "${prefix}": ${QUEUE_PREFIX_RULE} (SHARDGUARD_QUEUE_PREFIX)`,
     );
   }
+}
+
+/**
+ * The queue prefix of an installation whose stack is `stackName`. A CloudFormation stack name is
+ * letters, digits and '-', so a name of up to 20 characters is the prefix as it is
+ * (`Shardguard-Staging`); a longer one is cut to 13 characters and ends in '-' and 6 hex digits of
+ * its hash, so distinct stacks get distinct prefixes.
+ */
+export function defaultQueuePrefix(stackName: string): string {
+  const cleaned = stackName.replace(/[^A-Za-z0-9-]/g, "-");
+  if (cleaned === stackName && QUEUE_PREFIX_PATTERN.test(cleaned)) return cleaned;
+  const hash = createHash("sha256").update(stackName).digest("hex").slice(0, 6);
+  return `${cleaned.slice(0, QUEUE_PREFIX_MAX - 7)}-${hash}`;
 }
 
 /**

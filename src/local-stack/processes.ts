@@ -150,3 +150,14 @@ function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promi
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * The message when an emulator package of the local stack is missing: they are development
+ * dependencies, absent from an install with --omit=dev (an agent node's).
+ */
+export function devDependencyMissing(pkg: string, what: string): string {
+  return (
+    `the ${pkg} package (${what}) is not installed: the local stack needs shardguard's development ` +
+    "dependencies; install dev dependencies (npm ci in a checkout, or npm install without --omit=dev)"
+  );
+}

@@ -4,20 +4,23 @@ import { join } from "node:path";
 import { ListQueuesCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { PrerequisiteError } from "../core/errors.ts";
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from "./credentials.ts";
-import { type ManagedProcess, startProcess, waitUntilReady } from "./processes.ts";
+import { devDependencyMissing, type ManagedProcess, startProcess, waitUntilReady } from "./processes.ts";
 
 export interface SqsEmulator {
   readonly endpoint: string;
   readonly process: ManagedProcess;
 }
 
-/** fauxqs exports only its ESM library entry, so its CLI is found along the module search paths. */
+/**
+ * fauxqs exports only its ESM library entry, so its CLI is found along the module search paths. It
+ * is a development dependency (an installed agent does not need it), resolved only here.
+ */
 function fauxqsCli(): string {
   const searchPaths = createRequire(import.meta.url).resolve.paths("fauxqs") ?? [];
   const cli = searchPaths
     .map((dir) => join(dir, "fauxqs", "dist", "cli.js"))
     .find((path) => existsSync(path));
-  if (!cli) throw new PrerequisiteError("the fauxqs package (SQS emulator) is not installed: run npm ci");
+  if (!cli) throw new PrerequisiteError(devDependencyMissing("fauxqs", "the SQS emulator"));
   return cli;
 }
 

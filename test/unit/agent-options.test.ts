@@ -85,6 +85,15 @@ describe("agent options from flags, environment and config file", () => {
     ).toThrowError(/--fence-timeout-ms: must be less than failureTimeoutMs \(3000\)/);
   });
 
+  it("refuses a queue prefix holding the queue-name separator '_', naming the variable", () => {
+    expect(() =>
+      resolveAgentOptions({
+        flags: { shard: "s1", redis: "127.0.0.1:6379" },
+        env: { SHARDGUARD_QUEUE_PREFIX: "team_a" },
+      }),
+    ).toThrow(/SHARDGUARD_QUEUE_PREFIX: must be 1-20 letters, digits or '-' \('_' separates/);
+  });
+
   it("reports a config file that is not JSON", () => {
     expect(() =>
       resolveAgentOptions({ flags: {}, env: {}, configFile: "/x.json", readFile: () => "shard = s1" }),

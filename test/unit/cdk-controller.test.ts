@@ -25,7 +25,7 @@ let assemblyDir: string;
 beforeAll(() => {
   app = cdkApp();
   stack = new ShardguardStack(app, "Shardguard", {
-    controller: { controllerEntry: FIXTURE_ENTRY, tableName: "shardguard" },
+    controller: { controllerEntry: FIXTURE_ENTRY, tableName: "shardguard", queuePrefix: "shardguard" },
     nodes: [{ shard: "orders", node: "n1" }],
     alarmTopicArn: ALARM_TOPIC,
   });
@@ -293,7 +293,8 @@ describe("IAM", () => {
         [tableArn()],
       ),
       expectedGrant(
-        ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SendMessage"],
+        // Send only: agents create their queues, the controller never does.
+        ["sqs:GetQueueUrl", "sqs:SendMessage"],
         [arnIn("sqs", "shardguard_*")],
       ),
       expectedGrant(["events:PutEvents"], [arnIn("events", "event-bus/default")]),
@@ -366,7 +367,7 @@ describe("IAM", () => {
     ]);
   });
 
-  it("lets operators invoke the unqualified controller function and read the table, nothing more", () => {
+  it("lets operators invoke the unqualified operator function and read the table, nothing more", () => {
     // Act
     const statements = statementsOfRole(logicalId(stack.operatorRole));
 
@@ -374,7 +375,7 @@ describe("IAM", () => {
     expect(statements.map(grantOf)).toEqual([
       expectedGrant(
         ["lambda:InvokeFunction"],
-        [{ "Fn::GetAtt": [logicalId(stack.controller.controllerFunction), "Arn"] }],
+        [{ "Fn::GetAtt": [logicalId(stack.controller.operatorFunction), "Arn"] }],
       ),
       expectedGrant(["dynamodb:GetItem", "dynamodb:Query"], [tableArn()]),
     ]);

@@ -37,7 +37,7 @@ describe("ShardguardController props", () => {
     ["a prefix too long for <prefix>_<shard>_<node>_dlq", "p".repeat(21)],
   ])("rejects a queue prefix with %s, naming the prop", (_case, queuePrefix) => {
     expect(() => build({ queuePrefix })).toThrowError(
-      /queuePrefix: invalid queue prefix ".*": must be 1-20 letters, digits, '-' or '_'/,
+      /queuePrefix: invalid queue prefix ".*": must be 1-20 letters, digits or '-' \('_' separates/,
     );
   });
 
@@ -105,18 +105,20 @@ describe("ShardguardController props", () => {
   it("resolves a relative controller entry against the package root", () => {
     const resolved = resolveControllerProps({ controllerEntry: "test/fixtures/controller-handler.ts" });
 
-    expect(resolved.controllerEntry).toBe(FIXTURE_ENTRY);
+    expect(resolved.controllerCode).toEqual({ entry: FIXTURE_ENTRY });
   });
 
   it("applies the documented defaults", () => {
     const resolved = resolveControllerProps({ controllerEntry: FIXTURE_ENTRY });
 
     expect(resolved).toMatchObject({
-      queuePrefix: "shardguard",
       deletionProtection: true,
       controllerMemorySize: 512,
       controllerReservedConcurrency: 3,
+      operatorReservedConcurrency: 2,
     });
+    // The construct derives the prefix from its stack's name (defaultQueuePrefix).
+    expect(resolved.queuePrefix).toBeUndefined();
     expect(resolved.controllerTimeout.toSeconds()).toBe(75);
     expect(resolved.config.failureTimeoutMs).toBe(3000);
   });

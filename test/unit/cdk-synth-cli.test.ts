@@ -55,17 +55,22 @@ describe("cdk synth from the project root", () => {
       Type: string;
       Properties: Record<string, unknown>;
     }>;
+    // The scheduled controller and the operator function: the same code, separate concurrency.
+    const lambda = expect.objectContaining({
+      Properties: expect.objectContaining({ Runtime: "nodejs24.x", Architectures: ["arm64"] }),
+    });
     expect(resources.filter((resource) => resource.Type === "AWS::Lambda::Function")).toEqual([
-      expect.objectContaining({
-        Properties: expect.objectContaining({ Runtime: "nodejs24.x", Architectures: ["arm64"] }),
-      }),
+      lambda,
+      lambda,
     ]);
     expect(Object.keys(template.Outputs)).toEqual(
       expect.arrayContaining([
         "TableName",
         "QueuePrefix",
         "ControllerFunctionName",
+        "OperatorFunctionName",
         "OperatorRoleArn",
+        "OperatorProfile",
         "AgentPolicyArnordersn1",
       ]),
     );

@@ -23,6 +23,16 @@ describe("queue names", () => {
     ["a prefix that is too long", "p".repeat(21), "s1", "n1", /queue prefix/],
     ["a prefix with a dot", "my.prefix", "s1", "n1", /queue prefix "my.prefix"/],
     ["an empty prefix", "", "s1", "n1", /queue prefix/],
+    // '_' separates the parts: "a_b" would own "a_b_s1_n1", which "a"'s pattern "a_*" also matches.
+    [
+      "a prefix with the separator '_'",
+      "a_b",
+      "s1",
+      "n1",
+      /queue prefix "a_b": .*'_' separates prefix, shard and node/,
+    ],
+    ["a shard id with the separator '_'", "sg", "s_1", "n1", /shard id "s_1"/],
+    ["a node id with the separator '_'", "sg", "s1", "n_1", /node id "n_1"/],
     ["a shard id with a space", "sg", "s 1", "n1", /shard id "s 1"/],
     ["a node id that is too long", "sg", "s1", "n".repeat(25), /node id/],
     ["a node id starting with '-'", "sg", "s1", "-n1", /node id "-n1"/],

@@ -1,0 +1,22 @@
+/**
+ * What the packed package exports (`import { ShardguardController } from "shardguard/cdk"`): the
+ * construct, the deployable stack and their props. Bundled by cdk/build-package.ts with aws-cdk-lib,
+ * constructs and cdk-nag left to the consumer's app.
+ */
+export type { AgentIdentity } from "./agent-policy.ts";
+export type { ShardguardControllerProps } from "./controller-props.ts";
+export {
+  CONTROLLER_QUEUE_ACTIONS,
+  CONTROLLER_TABLE_ACTIONS,
+  EVENT_TYPES,
+  OPERATOR_TABLE_ACTIONS,
+  ShardguardController,
+} from "./shardguard-controller.ts";
+export type { ShardguardNodeOptions } from "./shardguard-node.ts";
+export { ShardguardNode } from "./shardguard-node.ts";
+export {
+  operatorProfile,
+  parseNodeList,
+  ShardguardStack,
+  type ShardguardStackProps,
+} from "./shardguard-stack.ts";
