@@ -40,6 +40,16 @@ export async function handler(
   context: ControllerContext,
 ): Promise<LoopSummary | OperatorResponse> {
   logger.appendKeys({ request_id: context.awsRequestId });
+  try {
+    return await dispatch(event, context);
+  } finally {
+    // Every path publishes what it counted (an operator's switchover counts failoverStarted and
+    // failoverCompleted); the loop flushes per pass too, and a flush with nothing stored is a no-op.
+    runtime.deps.metrics.flush();
+  }
+}
+
+async function dispatch(event: unknown, context: ControllerContext): Promise<LoopSummary | OperatorResponse> {
   // Both within the invocation's time: leases cut to it, phases started only when they fit in it.
   const remainingMs = () => context.getRemainingTimeInMillis();
   if (isOperatorRequest(event)) return handleOperatorRequest(runtime.deps, event, { remainingMs });
