@@ -45,12 +45,19 @@ async function submit(
   return runInProcess(request);
 }
 
+/**
+ * Attempts of one invoke. The stack's operator function has a reserved concurrency of its own that
+ * the scheduled loop never uses, so a throttle means other operators' requests fill it; the SDK
+ * retries a throttle with back-off (about 7 s in all) before the command gives up.
+ */
+export const OPERATOR_INVOKE_ATTEMPTS = 5;
+
 async function invokeController(
   functionName: string,
   request: OperatorRequest,
   wait: boolean,
 ): Promise<OperatorResponse | undefined> {
-  const lambda = new LambdaClient({});
+  const lambda = new LambdaClient({ maxAttempts: OPERATOR_INVOKE_ATTEMPTS });
   try {
     const result = await lambda.send(
       new InvokeCommand({
@@ -67,6 +74,15 @@ async function invokeController(
       );
     }
     return JSON.parse(payload) as OperatorResponse;
+  } catch (error) {
+    if ((error as { name?: string }).name === "TooManyRequestsException") {
+      throw new OperatorRequestFailed(
+        `controller ${functionName} throttled the ${request.action} ${OPERATOR_INVOKE_ATTEMPTS} times ` +
+          `(TooManyRequestsException); nothing was submitted, try again. ${ENV.controllerFunction} must be the ` +
+          "stack's OperatorFunctionName output, whose concurrency the scheduled controller never uses",
+      );
+    }
+    throw error;
   } finally {
     lambda.destroy();
   }
