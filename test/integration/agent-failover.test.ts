@@ -1,9 +1,9 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
-import { type ControllerDeps, type CycleResult, runShardCycle } from "../../src/controller/orchestrator.ts";
+import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
+import { cycleUntil } from "../support/controller-cycles.ts";
 
 /**
  * The agent against the real controller (decide + orchestrator), real redis-server processes
@@ -39,17 +39,6 @@ function controllerDeps(): ControllerDeps {
   };
 }
 
-async function cycleUntil(deps: ControllerDeps, accept: (result: CycleResult) => boolean, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  let last: CycleResult | undefined;
-  while (Date.now() < deadline) {
-    last = await runShardCycle(deps, fixture.shard);
-    if (accept(last)) return last;
-    await delay(CONFIG.tickIntervalMs);
-  }
-  throw new Error(`no matching controller cycle within ${ms} ms; last: ${JSON.stringify(last)}`);
-}
-
 describe("agents under the controller", () => {
   it("fail over to the preferred replica when the primary dies, and take the old primary back as a replica", async () => {
     // Prepare
@@ -62,8 +51,13 @@ describe("agents under the controller", () => {
     await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
     await fixture.waitForHeartbeat("n3", (hb) => hb.primary_link === "up", "n3 linked");
     const deps = controllerDeps();
-    await cycleUntil(deps, (result) => result.outcome === "initialized");
-    await cycleUntil(deps, (result) => result.outcome === "no_action" && result.decision?.kind === "none");
+    await cycleUntil(deps, fixture.shard, (result) => result.outcome === "initialized", 20_000);
+    await cycleUntil(
+      deps,
+      fixture.shard,
+      (result) => result.outcome === "no_action" && result.decision?.kind === "none",
+      20_000,
+    );
     const client = oldNode.client();
     for (let index = 0; index < 20; index++) await client.set(`before-${index}`, "v");
     // Replication is asynchronous: only writes both replicas acknowledged must survive the kill.
@@ -73,7 +67,9 @@ describe("agents under the controller", () => {
     // Act
     const killedAt = Date.now();
     oldNode.signal("SIGKILL");
-    const completed = await cycleUntil(deps, (result) => result.outcome === "completed");
+    const completed = (
+      await cycleUntil(deps, fixture.shard, (result) => result.outcome === "completed", 20_000)
+    ).at(-1);
     const failoverMs = Date.now() - killedAt;
     await fixture.waitForHeartbeat(
       "n3",
@@ -88,7 +84,7 @@ describe("agents under the controller", () => {
     );
 
     // Assess
-    expect(completed.primary).toBe("n2");
+    expect(completed?.primary).toBe("n2");
     expect(await fixture.aws.store.topology.read(fixture.shard)).toMatchObject({
       primary_node_id: "n2",
       primary_address: preferredNode.address,
@@ -98,7 +94,7 @@ describe("agents under the controller", () => {
     expect(await redisRole(otherNode)).toBe("slave");
     expect(await redisRole(oldNode)).toBe("slave");
     expect(returned.primary_node_id).toBe("n2");
-    expect(preferred.handle.status()).toMatchObject({ role: "primary", epoch: completed.epoch });
+    expect(preferred.handle.status()).toMatchObject({ role: "primary", epoch: completed?.epoch });
     const newPrimary = preferredNode.client();
     expect(await newPrimary.get("before-19")).toBe("v");
     newPrimary.disconnect();

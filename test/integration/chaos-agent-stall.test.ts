@@ -12,6 +12,7 @@ import {
   waitForNewPrimary,
   withClient,
 } from "../support/chaos-cluster.ts";
+import { holdsFor } from "../support/wait.ts";
 
 /**
  * Stalled agents beside serving databases. Found by the soak (`npm run soak -- --stall-all-every
@@ -51,7 +52,7 @@ function stubbornWriter(active: LocalCluster, id: string): { acked: string[]; st
       } catch {
         // Refused (NOREPLICAS, READONLY) or timed out: not acknowledged.
       }
-      await delay(5);
+      await delay(5); // the client's pace, not a wait
     }
   })();
   return {
@@ -87,8 +88,21 @@ describe("chaos: stalled agents", () => {
       },
       WAIT_MS,
     );
-    // Long past the failure timeout of every node: before the fix the shard went offline here.
-    await delay(2 * CHAOS_CONFIG.failureTimeoutMs);
+    // Negative check, long past the failure timeout of every node (before the fix the shard went
+    // offline here): the topology must not change while every agent is silent.
+    await holdsFor(
+      async () => {
+        const topology = await active.topology();
+        return (
+          topology?.epoch === before?.epoch &&
+          topology?.status === "online" &&
+          topology.primary_node_id === "node-1"
+        );
+      },
+      "the topology unchanged while every agent stalls",
+      2 * CHAOS_CONFIG.failureTimeoutMs,
+      CHAOS_CONFIG.tickIntervalMs,
+    );
     for (const node of active.redis) active.signalAgent(node.id, "SIGCONT");
     await active.waitFor(
       "the controller to see the primary healthy again",
@@ -154,11 +168,18 @@ describe("chaos: stalled agents", () => {
         (active.heartbeatOf(await active.snapshot(), "node-1")?.agent_updated ?? 0) / 1000 > resumedAt,
       WAIT_MS,
     );
+    // Negative check over four of its heartbeats: node-1 refuses every write while offline.
     const probes: WriteProbe[] = [];
-    for (let round = 0; round < 8; round++) {
-      probes.push(await probeWrite(active.node("node-1"), `offline-probe:${round}`));
-      await delay(CHAOS_CONFIG.heartbeatIntervalMs / 2);
-    }
+    await holdsFor(
+      async () => {
+        const probe = await probeWrite(active.node("node-1"), `offline-probe:${probes.length}`);
+        probes.push(probe);
+        return !probe.accepted;
+      },
+      "node-1 refusing writes while the shard is offline",
+      4 * CHAOS_CONFIG.heartbeatIntervalMs,
+      CHAOS_CONFIG.heartbeatIntervalMs / 2,
+    ).catch(() => undefined);
     const stillOffline = await active.topology();
     active.node("node-2").signal("SIGCONT");
     active.node("node-3").signal("SIGCONT");

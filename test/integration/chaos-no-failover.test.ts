@@ -1,4 +1,3 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
 import {
@@ -9,6 +8,7 @@ import {
   WAIT_MS,
   withClient,
 } from "../support/chaos-cluster.ts";
+import { holdsFor } from "../support/wait.ts";
 
 /**
  * Failures that must NOT cause a failover, with real processes: the primary's agent dies while
@@ -18,6 +18,24 @@ import {
 
 /** How long the shard is watched for an unwanted failover once the fault is visible. */
 const OBSERVE_MS = 3 * CHAOS_CONFIG.failureTimeoutMs;
+
+/**
+ * Negative check: for OBSERVE_MS (three failure timeouts, fifteen controller ticks) the topology
+ * keeps its epoch with node-1 primary; fails at the first tick it does not.
+ */
+async function noFailoverFor(active: LocalCluster, epoch: number | undefined): Promise<void> {
+  await holdsFor(
+    async () => {
+      const topology = await active.topology();
+      return (
+        topology?.epoch === epoch && topology?.status === "online" && topology.primary_node_id === "node-1"
+      );
+    },
+    "no failover",
+    OBSERVE_MS,
+    CHAOS_CONFIG.tickIntervalMs,
+  );
+}
 
 let cluster: LocalCluster | undefined;
 
@@ -46,7 +64,7 @@ describe("chaos: faults that must not fail over", () => {
       },
       WAIT_MS,
     );
-    await delay(OBSERVE_MS);
+    await noFailoverFor(active, before?.epoch);
 
     // Assess
     expect(why).toMatchObject({ level: "INFO", shard: active.shard, decision: "none", outcome: "no_action" });
@@ -107,7 +125,7 @@ describe("chaos: faults that must not fail over", () => {
       },
       WAIT_MS,
     );
-    await delay(OBSERVE_MS);
+    await noFailoverFor(active, before?.epoch);
 
     // Assess
     expect(await active.topology()).toMatchObject({

@@ -98,12 +98,13 @@ describe("crash fast path: faults that are not crashes", () => {
     await survives("CLIENT PAUSE 2500 ALL", () =>
       onPrimary(async (client) => {
         await client.call("CLIENT", "PAUSE", "2500", "ALL");
-        await delay(2500);
+        // Any command blocks until the pause ends: the fault is over when it answers.
+        await client.ping();
       }),
     );
     await survives("SIGSTOP for 2 s", async () => {
       node.signal("SIGSTOP");
-      await delay(2000);
+      await delay(2000); // the fault's length, not a wait for a condition
       node.signal("SIGCONT");
     });
     await survives("busy script for 2 s (busy-reply-threshold 500 ms)", () =>

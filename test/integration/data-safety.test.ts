@@ -1,6 +1,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
@@ -23,6 +24,7 @@ import {
   spawnAgent,
   writable,
 } from "../support/data-safety.ts";
+import { holdsFor } from "../support/wait.ts";
 
 /**
  * Issue 13, "Done when": data safety on the node. Real redis-server, `shardguard agent` and
@@ -35,6 +37,10 @@ import {
 const EMPTY_RESTART_AFTER_MS = 300;
 /** How long after the fault the shard must be whole again (the issue's "12 s later"). */
 const SETTLE_MS = 12_000;
+/** How long both replicas' redis-server stay SIGSTOPped around the primary's empty restart. */
+const REPLICAS_HUNG_MS = 3_000;
+/** How long the empty node-1 is watched under its restarted agent, before the controllers resume. */
+const RESTARTED_AGENT_WATCH_MS = 8 * CHAOS_CONFIG.heartbeatIntervalMs;
 /** Keys acknowledged by both replicas (WAIT 2) before the fault. */
 const KEYS = 500;
 /** Slack for process scheduling on two shared cores, on top of the issue's bounds. */
@@ -43,7 +49,7 @@ const SCHEDULING_SLACK_MS = 5_000;
 const HUNG_PRIMARY_DEADLINE_MS = CHAOS_CONFIG.failureTimeoutMs + 2_000 + SCHEDULING_SLACK_MS;
 /** After SIGCONT every write probe on the woken old primary is refused for this long. */
 const WOKEN_PROBE_MS = 3_000;
-/** How long the primary's agent is frozen: past its fence timeout and the failure timeout. */
+/** How long the primary's agent is silent before the test goes on: past its fence timeout and the failure timeout. */
 const AGENT_STALL_MS = 2 * CHAOS_CONFIG.failureTimeoutMs;
 /** Longest wait for the frozen primary's write fence to be in place before its agent resumes. */
 const FENCE_ENGAGE_MS = 8_000;
@@ -62,6 +68,22 @@ afterEach(async () => {
   cluster = undefined;
 });
 
+/**
+ * The fault itself: SIGKILL, then an empty redis-server on the same port EMPTY_RESTART_AFTER_MS
+ * later (no persistence: --save ""). The pause is the fault's timeline (systemd's restart delay),
+ * not a wait for a condition.
+ */
+async function crashAndRestartEmpty(node: RedisNode): Promise<void> {
+  node.signal("SIGKILL");
+  await delay(EMPTY_RESTART_AFTER_MS);
+  await node.start();
+}
+
+/** No node replicates from itself (ROLE): an invariant at every moment, not only at the end. */
+async function noSelfReplication(active: LocalCluster): Promise<boolean> {
+  return (await selfReplicating(active)).length === 0;
+}
+
 function describeProbes(probes: readonly WriteProbe[]): string {
   return probes
     .map((probe) => `${probe.node}:${probe.role}:${probe.accepted ? "accepted" : probe.refusal}`)
@@ -78,19 +100,33 @@ describe("data safety on the node (issue 13)", () => {
     const old = active.node("node-1");
     await writeKeys(old, "acked", KEYS, 2);
 
-    // Act: crash, and an empty redis-server on the same port (no persistence: --save "").
+    // Act: crash, and an empty redis-server on the same port; then wait (at most SETTLE_MS after
+    // the kill) for the shard to be whole: online, one writable primary holding the keys, node-1 a
+    // replica.
     const killedAt = performance.now();
-    old.signal("SIGKILL");
-    await delay(EMPTY_RESTART_AFTER_MS);
-    await old.start();
-    await delay(Math.max(0, SETTLE_MS - (performance.now() - killedAt)));
+    await crashAndRestartEmpty(old);
+    await active
+      .waitFor(
+        "the shard whole again",
+        async () => {
+          const primaries = writable(await probeAll(active, "settling"));
+          return (
+            primaries.length === 1 &&
+            (await countKeys(active.node(primaries[0] as string), "acked", KEYS)) === KEYS &&
+            (await roleOf(old)).role === "slave" &&
+            (await active.topology())?.status === "online"
+          );
+        },
+        Math.max(0, SETTLE_MS - (performance.now() - killedAt)),
+      )
+      .catch(() => undefined);
 
     // Assess
     const probes = await probeAll(active, "after-restart");
     const primaries = writable(probes);
     const sizes = await Promise.all(active.redis.map(async (node) => `${node.id}=${await dbsize(node)}`));
     console.log(
-      `empty restart: ${SETTLE_MS} ms after the kill probes [${describeProbes(probes)}], DBSIZE ${sizes.join(" ")}, ` +
+      `empty restart: ${Math.round(performance.now() - killedAt)} ms after the kill probes [${describeProbes(probes)}], DBSIZE ${sizes.join(" ")}, ` +
         `topology ${JSON.stringify(await active.topology().catch((error: Error) => error.message))}`,
     );
     expect.soft(primaries, "exactly one writable primary").toHaveLength(1);
@@ -114,11 +150,10 @@ describe("data safety on the node (issue 13)", () => {
 
     // Act: the replicas' redis hang; the primary crashes and is back empty; the replicas wake.
     for (const replica of replicas) replica.signal("SIGSTOP");
-    old.signal("SIGKILL");
-    await delay(EMPTY_RESTART_AFTER_MS);
-    await old.start();
-    // Longer than Redis's once-a-second reconnect and the agents' probe timeout, while hung.
-    await delay(3_000);
+    await crashAndRestartEmpty(old);
+    // The fault's timeline, not a wait: the replicas stay hung longer than Redis's once-a-second
+    // reconnect and the agents' probe timeout.
+    await delay(REPLICAS_HUNG_MS);
     for (const replica of replicas) replica.signal("SIGCONT");
     let primary: string | undefined;
     await active
@@ -157,9 +192,7 @@ describe("data safety on the node (issue 13)", () => {
     for (const controller of active.controllers) controller.child.kill("SIGSTOP");
 
     // Act: redis back empty; its agent fences it; then the agent restarts (same state dir).
-    old.signal("SIGKILL");
-    await delay(EMPTY_RESTART_AFTER_MS);
-    await old.start();
+    await crashAndRestartEmpty(old);
     await active.waitFor(
       "node-1's agent to fence the empty restart",
       () =>
@@ -169,10 +202,28 @@ describe("data safety on the node (issue 13)", () => {
       WAIT_MS,
     );
     await active.stopAgent("node-1", "SIGKILL");
+    const restartedAtMs = active.aws.clock.now();
     active.startAgent("node-1");
-    // Several of the new agent's cycles, with the store answering, before any controller acts.
-    await delay(3_000);
-    const whileControllersHeld = await probeWrite(old, "restarted-agent");
+    await active.waitFor(
+      "the restarted agent's first heartbeat",
+      async () =>
+        Number((await rawHeartbeat(active.shard, "node-1"))?.agent_updated ?? 0) / 1000 > restartedAtMs,
+      WAIT_MS,
+    );
+    // Negative check: over several of the new agent's cycles (RESTARTED_AGENT_WATCH_MS, 8
+    // heartbeats), with the store answering and no controller acting, node-1 must stay fenced.
+    let whileControllersHeld: WriteProbe | undefined;
+    let heldAtMs = 0;
+    await holdsFor(
+      async () => {
+        whileControllersHeld = await probeWrite(old, "restarted-agent");
+        heldAtMs = active.aws.clock.now() - restartedAtMs;
+        return !whileControllersHeld.accepted;
+      },
+      "node-1 refusing writes under its restarted agent",
+      RESTARTED_AGENT_WATCH_MS,
+      100,
+    ).catch(() => undefined);
     for (const controller of active.controllers) controller.child.kill("SIGCONT");
     let primary: string | undefined;
     await active
@@ -190,10 +241,10 @@ describe("data safety on the node (issue 13)", () => {
     // Assess
     const sizes = await Promise.all(active.redis.map(async (node) => `${node.id}=${await dbsize(node)}`));
     console.log(
-      `empty restart, then its agent restarted: node-1 ${whileControllersHeld.accepted ? "accepted" : whileControllersHeld.refusal} a write before the controllers resumed; ` +
+      `empty restart, then its agent restarted: node-1 ${whileControllersHeld?.accepted ? "accepted" : whileControllersHeld?.refusal} a write ${heldAtMs} ms after its agent restarted, before the controllers resumed; ` +
         `writable primary ${primary ?? "none"}, DBSIZE ${sizes.join(" ")}`,
     );
-    expect.soft(whileControllersHeld.accepted, "the empty node-1 accepted a write").toBe(false);
+    expect.soft(whileControllersHeld?.accepted, "the empty node-1 accepted a write").toBe(false);
     expect(primary, "one writable primary").toBeDefined();
     expect(await countKeys(active.node(primary as string), "acked", KEYS), `WAIT 2 keys on ${primary}`).toBe(
       KEYS,
@@ -214,7 +265,9 @@ describe("data safety on the node (issue 13)", () => {
     await active.stopAgent("node-1", "SIGKILL");
     const restartedAt = performance.now();
     extraAgent = spawnAgent(active, old, { logName: "agent-node-1-fresh.log" });
-    await delay(SETTLE_MS);
+    // Negative check: the new node id may make the controller act, and the shard must not break
+    // meanwhile; SETTLE_MS (the issue's "12 s later") of no node replicating from itself.
+    await holdsFor(() => noSelfReplication(active), "no node replicating from itself", SETTLE_MS, 500);
 
     // Assess
     const probes = await probeAll(active, "after-agent-restart");
@@ -319,7 +372,14 @@ describe("data safety on the node (issue 13)", () => {
 
     // Act: the TOPOLOGY item becomes one no schema accepts (epoch a string, unknown status).
     const original = await corruptTopology(active.shard, { epoch: "1", status: "bogus" });
-    await delay(AGENT_STALL_MS);
+    await active.waitFor(
+      "node-1's agent silent past its fence and failure timeouts",
+      async () =>
+        active.aws.clock.now() -
+          Number((await rawHeartbeat(active.shard, "node-1"))?.agent_updated ?? 0) / 1000 >
+        AGENT_STALL_MS,
+      WAIT_MS,
+    );
     // Redis's own guard needs its lag window (whole seconds) to see the frozen replicas: give
     // node-1's fence that long to be in place, so that what follows tests lifting it, not setting it.
     const fencedBeforeResume = await active
@@ -340,15 +400,21 @@ describe("data safety on the node (issue 13)", () => {
         Number((await rawHeartbeat(active.shard, "node-1"))?.agent_updated ?? 0) / 1000 > resumedAtMs,
       WAIT_MS,
     );
+    // Negative check: for FENCE_PROBE_MS after its agent read the malformed topology, node-1
+    // refuses every write; stops at the first it takes (the assessment below shows when).
     const probes: Array<{ at: number; probe: WriteProbe }> = [];
     const probingFrom = performance.now();
-    while (performance.now() - probingFrom < FENCE_PROBE_MS) {
-      probes.push({
-        at: Math.round(performance.now() - probingFrom),
-        probe: await probeWrite(primary, `fence-probe:${probes.length}`),
-      });
-      await delay(20);
-    }
+    await holdsFor(
+      async () => {
+        const at = Math.round(performance.now() - probingFrom);
+        const probe = await probeWrite(primary, `fence-probe:${probes.length}`);
+        probes.push({ at, probe });
+        return !probe.accepted;
+      },
+      "node-1 fenced after reading a malformed topology",
+      FENCE_PROBE_MS,
+      20,
+    ).catch(() => undefined);
 
     // Assess
     const accepted = probes.filter((p) => p.probe.accepted);

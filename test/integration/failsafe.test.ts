@@ -1,4 +1,3 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
 import { TcpProxy } from "../../src/nemesis/tcp-proxy.ts";
@@ -18,6 +17,7 @@ import {
   splitBrainWatch,
   writable,
 } from "../support/data-safety.ts";
+import { holdsFor } from "../support/wait.ts";
 
 /**
  * Issue 20, "Done when": a DynamoDB outage must not become a Redis outage, and a fenced primary
@@ -30,7 +30,7 @@ import {
 
 /** How long the whole store is cut: the issue's 40 s (40 failure timeouts at CHAOS_CONFIG). */
 const STORE_OUTAGE_MS = 40_000;
-/** How long only the primary's agent is cut: long enough for the failover to complete. */
+/** Longest the primary's agent is cut: the cut ends once the failover is complete. */
 const AGENT_PARTITION_MS = 12_000;
 /** How long nothing may fail over once the primary's agent is killed (the issue's 12 s). */
 const NO_FAILOVER_MS = 12_000;
@@ -104,7 +104,18 @@ describe("failsafe fencing (issue 20)", () => {
 
     // Act
     cut.proxy.setMode(BLACKHOLE);
-    await delay(STORE_OUTAGE_MS);
+    // Negative check over the issue's whole 40 s outage: no failover, and the primary keeps taking
+    // writes; it stops at the first break, the assessments below say which.
+    await holdsFor(
+      async () => {
+        const topology = await active.topology();
+        const unavailable = writer.report().unavailableMs - atCut.unavailableMs;
+        return topology?.epoch === before?.epoch && unavailable <= MAX_UNAVAILABLE_MS;
+      },
+      "no failover and writes taken during the store outage",
+      STORE_OUTAGE_MS,
+      1000,
+    ).catch(() => undefined);
     const duringCut = writer.report();
     cut.proxy.heal();
     const healedAt = active.aws.clock.now();
@@ -168,7 +179,20 @@ describe("failsafe fencing (issue 20)", () => {
     // Act
     const cutAt = performance.now();
     cut.proxy.setMode(BLACKHOLE);
-    await delay(AGENT_PARTITION_MS);
+    // The cut lasts until the failover is complete (a new primary online and taking WAIT 1
+    // writes), at most AGENT_PARTITION_MS; the assessments below say what was missing.
+    await active
+      .waitFor(
+        "a new primary online and taking writes while node-1's agent is cut",
+        async () => {
+          const topology = await active.topology();
+          const primary = topology?.primary_node_id;
+          if (topology?.status !== "online" || primary === undefined || primary === "node-1") return false;
+          return [...writer.report().ackedBy.values()].includes(primary);
+        },
+        AGENT_PARTITION_MS,
+      )
+      .catch(() => undefined);
     const duringCut = writer.report();
     const duringCutTopology = await active.topology();
     cut.proxy.heal();
@@ -233,15 +257,25 @@ describe("failsafe fencing (issue 20)", () => {
     await active.stopAgent("node-1", "SIGKILL");
     const killedAt = performance.now();
     const seen = new Set<string>();
-    while (performance.now() - killedAt < NO_FAILOVER_MS) {
-      const topology = await active.topology();
-      seen.add(`${topology?.epoch}:${topology?.status}:${topology?.primary_node_id}`);
-      await delay(CHAOS_CONFIG.tickIntervalMs);
-    }
+    const unchanged = `${before?.epoch}:online:node-1`;
+    // Negative check: the issue's 12 s in which nothing may fail over, watched every controller tick.
+    await holdsFor(
+      async () => {
+        const topology = await active.topology();
+        const state = `${topology?.epoch}:${topology?.status}:${topology?.primary_node_id}`;
+        seen.add(state);
+        return state === unchanged;
+      },
+      "the topology unchanged",
+      NO_FAILOVER_MS,
+      CHAOS_CONFIG.tickIntervalMs,
+    ).catch(() => undefined);
 
     // Assess
-    console.log(`agent killed: topology states seen in ${NO_FAILOVER_MS} ms: ${[...seen].join(", ")}`);
-    expect([...seen]).toEqual([`${before?.epoch}:online:node-1`]);
+    console.log(
+      `agent killed: topology states seen in ${Math.round(performance.now() - killedAt)} ms: ${[...seen].join(", ")}`,
+    );
+    expect([...seen]).toEqual([unchanged]);
     expect(await active.aws.store.history.list(active.shard, 100)).toEqual([]);
     expect(writable(await probeAll(active, "agent-killed"))).toEqual(["node-1"]);
   });
@@ -260,7 +294,13 @@ describe("failsafe fencing (issue 20)", () => {
 
     // Act
     active.node("node-3").signal("SIGKILL");
-    await delay(AFTER_REPLICA_KILL_MS);
+    // Negative check: for AFTER_REPLICA_KILL_MS the writes must go on (at most 1 s without one).
+    await holdsFor(
+      () => writer.report().unavailableMs - atKill.unavailableMs <= MAX_UNAVAILABLE_MS,
+      "writes acknowledged after the replica's loss",
+      AFTER_REPLICA_KILL_MS,
+      200,
+    ).catch(() => undefined);
     const final = await writer.stop();
 
     // Assess

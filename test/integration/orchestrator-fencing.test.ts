@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import type { Command, Topology } from "../../src/core/model.ts";
+import { cycleUntil } from "../support/controller-cycles.ts";
 import { Gate, gatedStore, recordingBus } from "../support/frozen-controller.ts";
-import { aScriptedShard, controller, cycleUntil, TIMEOUTS } from "../support/scripted-shard.ts";
+import { aScriptedShard, controller, TIMEOUTS } from "../support/scripted-shard.ts";
 
 /**
  * The orchestrator against DynamoDB Local with scripted nodes: a controller whose lease was

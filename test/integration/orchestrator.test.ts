@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
-import { aScriptedShard, CONFIG, controller, cycleUntil, TIMEOUTS } from "../support/scripted-shard.ts";
+import { cycleUntil } from "../support/controller-cycles.ts";
+import { aScriptedShard, CONFIG, controller, TIMEOUTS } from "../support/scripted-shard.ts";
 import { waitFor } from "../support/wait.ts";
 
 /** The orchestrator on the local stack with scripted nodes (test/support/scripted-shard.ts). */

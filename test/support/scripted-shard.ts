@@ -3,12 +3,7 @@ import { afterEach } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { needsTopology, type Screening, screenCommand } from "../../src/agent/command-screen.ts";
 import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
-import {
-  type ControllerDeps,
-  type CycleResult,
-  type PhaseTimeouts,
-  runShardCycle,
-} from "../../src/controller/orchestrator.ts";
+import type { ControllerDeps, PhaseTimeouts } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { isFresh } from "../../src/core/decide.ts";
 import type { Command, HeartbeatInput, Topology } from "../../src/core/model.ts";
@@ -276,22 +271,4 @@ export function controller(shard: ScriptedShard, overrides: Partial<ControllerDe
     ...overrides,
   };
   return { deps, events, metrics };
-}
-
-/** Runs cycles every tick until `until` accepts a result, or fails after `ms`. */
-export async function cycleUntil(
-  deps: ControllerDeps,
-  shard: string,
-  until: (result: CycleResult) => boolean,
-  ms = 15_000,
-): Promise<CycleResult[]> {
-  const results: CycleResult[] = [];
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    const result = await runShardCycle(deps, shard);
-    results.push(result);
-    if (until(result)) return results;
-    await delay(CONFIG.tickIntervalMs);
-  }
-  throw new Error(`no matching cycle within ${ms} ms; last: ${JSON.stringify(results.at(-1))}`);
 }
