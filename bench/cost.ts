@@ -61,8 +61,8 @@ const progress = (line: string) => {
 };
 
 const CLI = fileURLToPath(new URL("../src/cli/main.ts", import.meta.url));
-/** Alarms the CDK construct creates once (controller) and per node (dead-letter queue). */
-const FIXED_ALARMS = 7;
+/** Alarms the CDK construct creates once (controller, table throttles) and per node (dead-letter queue). */
+const FIXED_ALARMS = 8;
 const ALARMS_PER_NODE = 1;
 /** Lambda's own START/END/REPORT lines per invocation, bytes (typical sizes). */
 const LAMBDA_PLATFORM_LOG_BYTES = 420;

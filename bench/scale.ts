@@ -14,7 +14,7 @@
  *                          [--heap-mb 96] [--json] [--out FILE]
  */
 import { type ChildProcess, fork } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -29,6 +29,8 @@ import type { Partition } from "../src/core/partition.ts";
 import { LOCAL_CREDENTIALS } from "../src/local-stack/credentials.ts";
 import { startLocalStack } from "../src/local-stack/stack.ts";
 import { ensureTable } from "../src/local-stack/table.ts";
+import { DYNAMO_LATENCY_MS, fitCpu, PASS_BUDGET_FRACTION, sizeController } from "./lib/lambda-sizing.ts";
+import { loadPrices } from "./lib/pricing.ts";
 import type { PassReport, PassRequest } from "./lib/scale-controller.ts";
 import { median } from "./lib/stats.ts";
 
@@ -42,6 +44,10 @@ const { values } = parseArgs({
     "heap-mb": { type: "string" },
     json: { type: "boolean", default: false },
     out: { type: "string" },
+    /** Only the Lambda sizing, from an earlier run's JSON. */
+    from: { type: "string" },
+    /** Billed seconds of one scheduled invocation, for the sizing's cost. */
+    "run-seconds": { type: "string", default: "72" },
   },
 });
 const sizes = values.shards.split(",").map(Number);
@@ -71,6 +77,51 @@ await build({
 const NODES = ["n1", "n2", "n3"];
 /** Below MAX_CLOCK_SKEW_MS (2.5 s): decide() takes such a heartbeat as fresh, not future-dated. */
 const HEARTBEAT_LEAD_MS = 1500;
+
+/**
+ * The controller Lambda sizing for 1, 100, 1,000, 5,000 and 10,000 shards, modeled from the
+ * measured CPU per pass and memory (bench/lib/lambda-sizing.ts).
+ */
+function sizing(rows: readonly Row[]) {
+  const alone = rows.filter((row) => row.mode === "alone");
+  const points = alone.map((row) => ({ shards: row.shards / row.partitions, cpuMs: row.cpuMsMedian }));
+  const cpu = fitCpu(points);
+  const rss = fitCpu(alone.map((row) => ({ shards: row.shards / row.partitions, cpuMs: row.maxRssMb })));
+  const prices = loadPrices();
+  const table = [1, 100, 1000, 5000, 10_000].map((shards) =>
+    sizeController({
+      shards,
+      cpu,
+      rssMb: (perPartition) => rss.fixedMs + rss.perShardMs * perPartition,
+      tickMs: 1000,
+      concurrency,
+      runSeconds: Number(values["run-seconds"]),
+      prices,
+    }),
+  );
+  return {
+    model: `CPU per pass ${cpu.fixedMs.toFixed(1)} ms + ${cpu.perShardMs.toFixed(3)} ms per shard (fit over ${points.length} measured passes); peak RSS ${rss.fixedMs.toFixed(0)} MB + ${(rss.perShardMs * 1000).toFixed(1)} MB per 1,000 shards; Lambda CPU = memory / 1,769 MB; ${DYNAMO_LATENCY_MS} ms per DynamoDB round trip; pass <= ${PASS_BUDGET_FRACTION * 1000} ms of the 1 s tick; ${values["run-seconds"]} s billed per one-minute invocation`,
+    table,
+  };
+}
+
+function printSizing(result: ReturnType<typeof sizing>): void {
+  console.log(`\ncontroller Lambda sizing (model): ${result.model}`);
+  console.log("shards  partitions  memory MB  modeled pass  Lambda $/month");
+  for (const row of result.table) {
+    if (!row) continue;
+    console.log(
+      `${String(row.shards).padStart(6)} ${String(row.partitions).padStart(11)} ${String(row.memoryMb).padStart(10)} ` +
+        `${String(row.modeledPassMs).padStart(10)} ms ${row.lambdaMonthly.toFixed(2).padStart(15)}`,
+    );
+  }
+}
+
+if (values.from) {
+  const earlier = JSON.parse(readFileSync(values.from, "utf8")) as { rows: Row[] };
+  printSizing(sizing(earlier.rows));
+  process.exit(0);
+}
 
 const stack = await startLocalStack({ onProgress: progress });
 const admin = new DynamoDBClient({
@@ -136,6 +187,20 @@ async function stopController(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
+/**
+ * Seeding and refreshing on a loaded machine: a write that timed out is tried again (all of them
+ * are idempotent: the topology write is conditional on absence and its lost race is `false`).
+ */
+async function retried<T>(write: () => Promise<T>, attempts = 5): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (error) {
+      if (attempt >= attempts) throw error;
+    }
+  }
+}
+
 const rows: Row[] = [];
 const children = new Set<ChildProcess>();
 try {
@@ -148,41 +213,45 @@ try {
       maxAttempts: 5,
     });
     const shards = Array.from({ length: size }, (_, i) => `s${String(i).padStart(5, "0")}`);
-    const limit = pLimit(48);
+    const limit = pLimit(16);
     progress(`${size} shards: registering, topology and replica sets`);
     await Promise.all(
       shards.map((shard) =>
-        limit(async () => {
-          await aws.store.shards.register(shard);
-          await aws.store.topology.compareAndSet(shard, undefined, {
-            shard,
-            epoch: 1,
-            primary_node_id: "n1",
-            primary_address: `${shard}-n1:6379`,
-            status: "online",
-            updated_at: aws.clock.now(),
-          });
-          await aws.store.replicaSets.add(shard, "n1", ["n2", "n3"]);
-        }),
+        limit(() =>
+          retried(async () => {
+            await aws.store.shards.register(shard);
+            await aws.store.topology.compareAndSet(shard, undefined, {
+              shard,
+              epoch: 1,
+              primary_node_id: "n1",
+              primary_address: `${shard}-n1:6379`,
+              status: "online",
+              updated_at: aws.clock.now(),
+            });
+            await aws.store.replicaSets.add(shard, "n1", ["n2", "n3"]);
+          }),
+        ),
       ),
     );
     let offset = 0;
     const heartbeat = (shard: string, node: string, stamp: number) =>
-      aws.store.heartbeats.put({
-        shard,
-        node_id: node,
-        node_address: `${shard}-${node}:6379`,
-        role: node === "n1" ? "primary" : "replica",
-        primary_node_id: "n1",
-        last_updated: stamp * 1000,
-        agent_updated: stamp,
-        last_txn_id: 1_000_000 + offset,
-        repl_id: `lineage-${shard}`,
-        primary_link: node === "n1" ? undefined : "up",
-        db_status: "up",
-        epoch: 1,
-        priority: 100,
-      });
+      retried(() =>
+        aws.store.heartbeats.put({
+          shard,
+          node_id: node,
+          node_address: `${shard}-${node}:6379`,
+          role: node === "n1" ? "primary" : "replica",
+          primary_node_id: "n1",
+          last_updated: stamp * 1000,
+          agent_updated: stamp,
+          last_txn_id: 1_000_000 + offset,
+          repl_id: `lineage-${shard}`,
+          primary_link: node === "n1" ? undefined : "up",
+          db_status: "up",
+          epoch: 1,
+          priority: 100,
+        }),
+      );
     progress(`${size} shards: ${size * NODES.length} heartbeat items`);
     await Promise.all(
       shards.flatMap((shard) => NODES.map((node) => limit(() => heartbeat(shard, node, aws.clock.now())))),
@@ -286,6 +355,7 @@ try {
       store: "DynamoDB Local (in memory)",
     },
     rows,
+    lambdaSizing: sizing(rows),
   };
   const out =
     values.out ?? fileURLToPath(new URL(`./results/scale-${sizes.join("-")}.json`, import.meta.url));
@@ -300,6 +370,7 @@ try {
           `${String(row.cpuMsMedian).padStart(6)} ms ${String(row.requestsPerPass).padStart(13)} ` +
           `${String(row.rssMb).padStart(7)} ${String(row.maxRssMb).padStart(11)}`,
       );
+    printSizing(result.lambdaSizing);
     console.log(`\nwritten to ${out}`);
   }
 } finally {

@@ -26,6 +26,7 @@ import type { FailoverConfig } from "../src/core/config.ts";
 import { ShardguardError } from "../src/core/errors.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
+import { partitionProblems, schedulePartitions } from "./controller-partitions.ts";
 import {
   CONTROLLER_BUNDLE_OPTIONS,
   PACKAGE_ROOT,
@@ -34,6 +35,13 @@ import {
   type ShardguardControllerProps,
 } from "./controller-props.ts";
 import { ShardguardNode, type ShardguardNodeOptions } from "./shardguard-node.ts";
+import {
+  addTableAutoScaling,
+  type ProvisionedCapacity,
+  provisionedCapacity,
+  tableBillingProps,
+  tableThrottles,
+} from "./table-capacity.ts";
 
 export type { ShardguardControllerProps } from "./controller-props.ts";
 
@@ -110,6 +118,8 @@ export class ShardguardController extends Construct {
   public readonly controllerThrottlesAlarm: cloudwatch.Alarm;
   public readonly controllerNotRunningAlarm: cloudwatch.Alarm;
   public readonly controllerFailureQueueAlarm: cloudwatch.Alarm;
+  /** Read or write throttle events on the table (either billing mode). */
+  public readonly tableThrottleAlarm: cloudwatch.Alarm;
   public readonly dashboard: cloudwatch.Dashboard;
 
   private readonly resolved: ResolvedControllerProps;
@@ -124,7 +134,9 @@ export class ShardguardController extends Construct {
     // Derived from the stack's name unless given, so two stacks in one account never share queues.
     this.queuePrefix = resolved.queuePrefix ?? defaultQueuePrefix(Stack.of(this).stackName);
 
-    this.table = this.createTable(props.tableName, resolved);
+    const partitionIssues = partitionProblems(props.partitions ?? 1, resolved.controllerReservedConcurrency);
+    if (partitionIssues.length > 0) throw new ShardguardError(partitionIssues.join("; "));
+    this.table = this.createTable(props.tableName, resolved, provisionedCapacity(props, resolved.config));
     this.eventBus = props.eventBus ?? events.EventBus.fromEventBusName(this, "DefaultEventBus", "default");
     this.controllerFailureQueue = new sqs.Queue(this, "ControllerFailures", {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
@@ -175,14 +187,21 @@ export class ShardguardController extends Construct {
       description:
         "Starts the Shardguard controller; each invocation loops at tickInterval until its timeout.",
       schedule: events.Schedule.rate(Duration.minutes(1)),
-      targets: [
+    });
+    // One target per controller partition (one without partitions), docs/cost.md#partitions.
+    schedulePartitions(
+      this,
+      this.schedule,
+      events.Schedule.rate(Duration.minutes(1)),
+      props.partitions ?? 1,
+      (input) =>
         new targets.LambdaFunction(this.controllerFunction, {
           deadLetterQueue: this.controllerFailureQueue,
           retryAttempts: 2,
           maxEventAge: Duration.minutes(1),
+          event: input,
         }),
-      ],
-    });
+    );
     this.grantControllerPermissions();
 
     this.failoverAlarm = this.metricAlarm("FailoverAlarm", this.metricController("failoverStarted"), {
@@ -232,6 +251,10 @@ export class ShardguardController extends Construct {
       { description: "The controller's dead-letter queue holds failed or undelivered invocations." },
     );
 
+    this.tableThrottleAlarm = this.metricAlarm("TableThrottleAlarm", tableThrottles(this.table), {
+      description:
+        "DynamoDB throttled Shardguard's table: heartbeats or snapshot reads are refused (provisioned capacity too small for the fleet, or a hot partition). Stale heartbeats follow.",
+    });
     this.dashboard = this.createDashboard(props.dashboardName);
   }
 
@@ -332,7 +355,11 @@ export class ShardguardController extends Construct {
     });
   }
 
-  private createTable(tableName: string | undefined, resolved: ResolvedControllerProps): dynamodb.Table {
+  private createTable(
+    tableName: string | undefined,
+    resolved: ResolvedControllerProps,
+    capacity: ProvisionedCapacity | undefined,
+  ): dynamodb.Table {
     // Keys come from the definition the local stack creates, so the two cannot drift apart.
     const definition = tableDefinition(tableName ?? "unused");
     const attribute = (keyType: "HASH" | "RANGE"): dynamodb.Attribute => {
@@ -341,11 +368,12 @@ export class ShardguardController extends Construct {
       if (!name || type !== "S") throw new ShardguardError(`table definition has no string ${keyType} key`);
       return { name, type: dynamodb.AttributeType.STRING };
     };
-    return new dynamodb.Table(this, "Table", {
+    const table = new dynamodb.Table(this, "Table", {
       tableName,
       partitionKey: attribute("HASH"),
       sortKey: attribute("RANGE"),
-      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      // On-demand, or provisioned sized from the shard count (cdk/table-capacity.ts).
+      ...tableBillingProps(capacity),
       pointInTimeRecoverySpecification: {
         pointInTimeRecoveryEnabled: true,
         recoveryPeriodInDays: resolved.pointInTimeRecoveryPeriod.toDays(),
@@ -354,6 +382,8 @@ export class ShardguardController extends Construct {
       deletionProtection: resolved.deletionProtection,
       removalPolicy: resolved.removalPolicy,
     });
+    addTableAutoScaling(table, capacity);
+    return table;
   }
 
   private createControllerRole(): iam.Role {

@@ -440,7 +440,8 @@ describe("events, alarms and dashboard", () => {
 
   it("sends every alarm to the alarm topic", () => {
     const alarms = Object.values(template.findResources("AWS::CloudWatch::Alarm"));
-    expect(alarms).toHaveLength(8);
+    // 8 of the controller (the table throttle alarm included) and the node's dead-letter alarm.
+    expect(alarms).toHaveLength(9);
     for (const alarm of alarms) {
       expect((alarm as { Properties: { AlarmActions: string[] } }).Properties.AlarmActions).toEqual([
         ALARM_TOPIC,

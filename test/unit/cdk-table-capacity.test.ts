@@ -1,7 +1,9 @@
 import { App, Stack } from "aws-cdk-lib";
-import { Template } from "aws-cdk-lib/assertions";
+import { Match, Template } from "aws-cdk-lib/assertions";
 import * as dynamodb from "aws-cdk-lib/aws-dynamodb";
 import { describe, expect, it } from "vitest";
+import { partitionProblems } from "../../cdk/controller-partitions.ts";
+import { ShardguardController } from "../../cdk/shardguard-controller.ts";
 import {
   addTableAutoScaling,
   provisionedCapacity,
@@ -9,6 +11,7 @@ import {
   tableBillingProps,
   tableThrottles,
 } from "../../cdk/table-capacity.ts";
+import { cdkApp, FIXTURE_ENTRY } from "../fixtures/cdk-app.ts";
 
 function synth(capacity: ReturnType<typeof provisionedCapacity>) {
   const stack = new Stack(new App(), "T");
@@ -78,5 +81,61 @@ describe("table capacity", { timeout: 60_000 }, () => {
     const metric = tableThrottles(table).toMetricConfig();
     expect(metric.mathExpression?.expression).toBe("FILL(reads, 0) + FILL(writes, 0)");
     expect(Object.keys(metric.mathExpression?.usingMetrics ?? {}).sort()).toEqual(["reads", "writes"]);
+  });
+});
+
+describe("the controller construct's billing, throttle alarm and partitions", { timeout: 120_000 }, () => {
+  function controller(props: Partial<ConstructorParameters<typeof ShardguardController>[2]>) {
+    const stack = new Stack(cdkApp({ bundle: false }), "S");
+    new ShardguardController(stack, "C", { controllerEntry: FIXTURE_ENTRY, ...props });
+    return Template.fromStack(stack);
+  }
+
+  it("by default: an on-demand table, one schedule target without a partition, a throttle alarm", () => {
+    const template = controller({});
+    template.hasResourceProperties("AWS::DynamoDB::Table", { BillingMode: "PAY_PER_REQUEST" });
+    template.resourceCountIs("AWS::ApplicationAutoScaling::ScalableTarget", 0);
+    const rules = Object.values(template.findResources("AWS::Events::Rule"));
+    const scheduled = rules.filter((rule) => rule.Properties.ScheduleExpression === "rate(1 minute)");
+    expect(scheduled).toHaveLength(1);
+    expect(scheduled[0]?.Properties.Targets).toHaveLength(1);
+    expect(scheduled[0]?.Properties.Targets[0].Input).toBeUndefined();
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+      AlarmDescription: Match.stringLikeRegexp("^DynamoDB throttled Shardguard's table"),
+      Metrics: Match.arrayWith([Match.objectLike({ Expression: "FILL(reads, 0) + FILL(writes, 0)" })]),
+    });
+  });
+
+  it("provisioned for 100 shards in 7 partitions: sized table with auto scaling, 7 targets over 2 rules", () => {
+    const template = controller({
+      billingMode: "provisioned",
+      shards: 100,
+      partitions: 7,
+      controllerReservedConcurrency: 16,
+    });
+    // 300 heartbeat + 400 snapshot reads/s, and 7 partitions x 0.5 for the shard index: / 0.7.
+    template.hasResourceProperties("AWS::DynamoDB::Table", {
+      ProvisionedThroughput: { ReadCapacityUnits: 577, WriteCapacityUnits: 429 },
+    });
+    template.resourceCountIs("AWS::ApplicationAutoScaling::ScalableTarget", 2);
+    const rules = Object.values(template.findResources("AWS::Events::Rule")).filter(
+      (rule) => rule.Properties.ScheduleExpression === "rate(1 minute)",
+    );
+    const inputs = rules.flatMap((rule) =>
+      (rule.Properties.Targets as { Input: string }[]).map((target) => JSON.parse(target.Input)),
+    );
+    expect(rules.map((rule) => rule.Properties.Targets.length).sort()).toEqual([2, 5]);
+    expect(inputs.map((input) => input.partition.index).sort()).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    expect(new Set(inputs.map((input) => input.partition.count))).toEqual(new Set([7]));
+  });
+
+  it("refuses partitions its reserved concurrency cannot run, and provisioned billing without a shard count", () => {
+    expect(partitionProblems(3, 8)).toEqual([]);
+    expect(partitionProblems(3, 7)).toEqual([
+      "controllerReservedConcurrency: 3 partitions overlap up to 6 scheduled invocations plus 2 for wake-ups; give at least 8, got 7",
+    ]);
+    expect(partitionProblems(0, 3)).toEqual(["partitions: must be an integer from 1 to 100, got 0"]);
+    expect(() => controller({ partitions: 3 })).toThrow(/give at least 8, got 3/);
+    expect(() => controller({ billingMode: "provisioned" })).toThrow(/shards: provisioned billing/);
   });
 });
