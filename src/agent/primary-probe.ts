@@ -1,5 +1,6 @@
 import { Redis } from "ioredis";
 import { errorMessage } from "../core/errors.ts";
+import { holdsAllOf } from "../core/identity.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
 import { readReplicationInfo, redisConnectSettings, splitAddress } from "./database.ts";
@@ -59,6 +60,8 @@ export class PrimaryProbe {
   #published: string | undefined;
   /** run_id of the primary while this replica was linked to it. */
   #runId: string | undefined;
+  /** This replica's replication id while it was linked to that primary (the lineage its data is). */
+  #linkedReplId: string | undefined;
   /**
    * Topology epoch when the replica was parked. A newer topology that names the same address
    * again is a new decision (the controller promoted whatever runs there now): follow it.
@@ -87,6 +90,7 @@ export class PrimaryProbe {
     this.close();
     this.#address = address;
     this.#runId = undefined;
+    this.#linkedReplId = undefined;
     const [host, port] = splitAddress(address);
     const client = new Redis({
       host,
@@ -138,9 +142,16 @@ export class PrimaryProbe {
     if (answer === undefined) return "unreachable";
     const primary = answer.info;
     const parked = isParked(mine);
-    const continues =
-      primary.role === "primary" && primary.replId === mine.replId && primary.offset >= mine.offset;
-    if (!parked && this.#runId !== undefined && primary.runId !== this.#runId && !continues) {
+    const continues = primary.role === "primary" && holdsAllOf(primary, mine);
+    // Only a replica that still holds the lineage it was linked on can say its primary lost it (and
+    // has data a sync could destroy): one whose own database restarted empty has a new replication
+    // id that is no evidence against the primary, and nothing to keep parked. The primary
+    // continues this replica's data also through either one's earlier lineage (`holdsAllOf`).
+    const lostOwnData =
+      this.#linkedReplId !== undefined &&
+      mine.replId !== this.#linkedReplId &&
+      mine.prior?.replId !== this.#linkedReplId;
+    if (!parked && this.#runId !== undefined && primary.runId !== this.#runId && !continues && !lostOwnData) {
       // The primary came back as another process that does not continue this replica's lineage,
       // and the replica has not synced from it yet (the park on close did not happen: the replica
       // was hung, or the close went unseen): park now, before a full sync replaces its data.
@@ -149,10 +160,15 @@ export class PrimaryProbe {
     }
     const linked = !parked && mine.primary?.link === "up";
     if (linked && primary.runId !== undefined) this.#runId = primary.runId;
+    if (linked) this.#linkedReplId = mine.replId;
     const sameProcess = this.#runId !== undefined && primary.runId === this.#runId;
     if (parked) {
       if (sameProcess || continues)
         await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
+      else if (lostOwnData)
+        await this.#unpark(
+          "none: this replica's own database restarted without the lineage it was parked to keep",
+        );
       else return "restarted";
     }
     // A primary that refuses every write serves nobody: its agent fenced it (cut off from the

@@ -1,5 +1,6 @@
 import type { FailoverConfig } from "./config.ts";
 import { confirmedCrash } from "./crash.ts";
+import { holdsAllOf, type ReplicationPoint } from "./identity.ts";
 import type {
   Candidate,
   CrashReport,
@@ -304,6 +305,15 @@ function inferLineage(nodes: readonly Heartbeat[], primaryId: string | undefined
   };
 }
 
+function pointOf(node: Heartbeat): ReplicationPoint {
+  const prior = node.prior_lineage;
+  return {
+    replId: node.repl_id,
+    offset: node.last_txn_id,
+    prior: prior === undefined ? undefined : { replId: prior.repl_id, offset: prior.last_txn_id },
+  };
+}
+
 /** The replicas whose report counts: fresh heartbeat, database up, not the primary itself. */
 function freshVoters(
   snapshot: ShardSnapshot,
@@ -332,9 +342,14 @@ function restartedPrimary(
   now: number,
 ): { reason: string; lineage: Lineage } | undefined {
   const voters = freshVoters(snapshot, primary.node_id, config, now);
+  // A replica whose data the primary holds all of (through either one's earlier lineage: a node
+  // restarted from its RDB, or promoted) has no evidence that the primary lost anything.
   const restarted = voters.filter(
     (node) =>
-      node.primary_probe === "restarted" && node.repl_id !== undefined && node.repl_id !== primary.repl_id,
+      node.primary_probe === "restarted" &&
+      node.repl_id !== undefined &&
+      node.repl_id !== primary.repl_id &&
+      !holdsAllOf(pointOf(primary), pointOf(node)),
   );
   const replIds = new Set(restarted.map((node) => node.repl_id));
   const [replId] = replIds;

@@ -54,3 +54,30 @@ export function judgeRestart(
     reason: "the database restarted without continuing its replication lineage (its data may be gone)",
   };
 }
+
+/** Where a database stands in replication: its lineage and offset, and the earlier one it continues. */
+export interface ReplicationPoint {
+  readonly replId: string;
+  readonly offset: number;
+  /** Redis `master_replid2` and `second_repl_offset` - 1, when there is one. */
+  readonly prior?: { readonly replId: string; readonly offset: number } | undefined;
+}
+
+/**
+ * `holder` holds every write `data` holds: on `data`'s lineage at least as far, directly or as
+ * the lineage it continues (a promoted node, a primary restarted from its RDB: Redis keeps the old
+ * id as `master_replid2`). `data`'s own earlier lineage counts only while it took nothing since
+ * (its offset is still where the old lineage ended). A full sync from such a holder loses nothing.
+ */
+export function holdsAllOf(holder: ReplicationPoint, data: ReplicationPoint): boolean {
+  const holds = (replId: string, offset: number): boolean =>
+    replId !== "" &&
+    ((holder.replId === replId && holder.offset >= offset) ||
+      (holder.prior !== undefined && holder.prior.replId === replId && holder.prior.offset >= offset));
+  if (holds(data.replId, data.offset)) return true;
+  return (
+    data.prior !== undefined &&
+    data.offset <= data.prior.offset &&
+    holds(data.prior.replId, data.prior.offset)
+  );
+}

@@ -11,6 +11,7 @@ import type { ManagedProcess } from "../local-stack/processes.ts";
 import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 import { type CheckResult, check } from "./checker.ts";
+import { CommandTap } from "./command-tap.ts";
 import {
   describeFault,
   FAULT_KINDS,
@@ -163,6 +164,8 @@ export interface NemesisReport {
   readonly settled: boolean;
   /** What the nemesis did as an operator when the shard stayed offline after heal-all, if anything. */
   readonly operatorRecovery: string | undefined;
+  /** Commands an agent had received that `dup-commands` sent to its queue again. */
+  readonly duplicatedCommands: number;
   readonly settleMs: number;
   readonly valid: CheckResult["valid"];
   readonly violations: readonly string[];
@@ -250,10 +253,16 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
   const controllerStore = new Map<string, TcpProxy>();
   const dynamoUrl = stack.env.AWS_ENDPOINT_URL_DYNAMODB;
   const sqsUrl = stack.env.AWS_ENDPOINT_URL_SQS;
+  const received = new Map<string, CommandTap>();
   for (const id of nodeIds) {
     agentStore.set(id, TcpProxy.forUrl(dynamoUrl, `${id} -> DynamoDB`));
-    agentSqs.set(id, TcpProxy.forUrl(sqsUrl, `${id} -> SQS`));
+    const sqsProxy = TcpProxy.forUrl(sqsUrl, `${id} -> SQS`);
+    const tap = new CommandTap();
+    sqsProxy.tap = (chunk, link) => tap.push(chunk, link);
+    agentSqs.set(id, sqsProxy);
+    received.set(id, tap);
   }
+  let duplicatesSent = 0;
   for (let serial = 1; serial <= controllersCount; serial++) {
     controllerStore.set(
       `controller-${serial}`,
@@ -301,6 +310,29 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
     };
     await Promise.all(active.redis.map(enableRdb));
+    /** Sends the last (up to) 3 commands `id`'s agent received to its queue again; what was sent. */
+    const duplicateCommands = async (id: string): Promise<string[]> => {
+      const commands = (received.get(id) as CommandTap).commands.slice(-3);
+      const sent: string[] = [];
+      for (const command of commands) {
+        try {
+          await active.aws.bus.send(active.shard, id, command);
+          duplicatesSent++;
+          sent.push(`${command.type} epoch ${command.epoch}`);
+          history.append({
+            process: "nemesis",
+            type: "info",
+            f: "duplicate",
+            value: { node: id, type: command.type, epoch: command.epoch, command_id: command.command_id },
+          });
+        } catch (error) {
+          line(
+            `  dup-commands ${id}: could not send ${command.type} epoch ${command.epoch} again: ${errorMessage(error)}`,
+          );
+        }
+      }
+      return sent;
+    };
 
     const keyPrefix = `nemesis:${options.seed}:`;
     const writer = new NemesisWriter({
@@ -474,10 +506,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             }, 300);
             proxy.setMode({ kind: "reset" });
             proxy.setMode({ kind: "pass" });
+            // And real duplicates: the last commands this agent received, sent to its queue again
+            // (same command_id, old epoch), as SQS's at-least-once delivery may, however late.
+            const copies = await duplicateCommands(id);
             heals.push(() => {
               clearInterval(timer);
               proxy.heal();
             });
+            if (copies.length > 0) line(`  dup-commands ${id}: sent again ${copies.join(", ")}`);
             break;
           }
         }
@@ -859,6 +895,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       twoWritableInWindow: result.stats.twoWritableInWindow,
       settled,
       operatorRecovery,
+      duplicatedCommands: duplicatesSent,
       settleMs,
       valid: result.valid,
       violations: result.violations,
@@ -908,6 +945,7 @@ export function formatReport(report: NemesisReport): string {
         `  t=${seconds(u.from)}-${seconds(u.to)}s (${seconds(u.ms)} s) during ${u.faults.length > 0 ? u.faults.join("; ") : "no fault"}`,
     ),
     `settled after heal-all:             ${report.settled ? `yes, in ${seconds(report.settleMs)} s` : "NO"}`,
+    `commands sent again (dup-commands): ${report.duplicatedCommands}`,
     ...(report.operatorRecovery ? [`operator action:                    ${report.operatorRecovery}`] : []),
     `verdict:                            ${report.valid === true ? "valid" : report.valid === false ? "INVALID" : "UNKNOWN"}`,
     ...report.violations.map((violation) => `  violation: ${violation}`),

@@ -30,6 +30,8 @@ export interface ProxyStats {
 }
 
 interface Link {
+  /** Serial of the accepted connection: tells a tap's chunks of one stream from another's. */
+  readonly id: number;
   readonly client: Socket;
   upstream: Socket | undefined;
   /** Swallowed bytes while in `drop`: the link is destroyed on heal. */
@@ -59,6 +61,11 @@ export class TcpProxy {
   #bytesDropped = 0;
   #resets = 0;
   #destroyedOnHeal = 0;
+  /**
+   * Sees every chunk the upstream sends that is forwarded to the client (what the client reads),
+   * with its connection's serial; the nemesis reads the commands agents receive through it.
+   */
+  tap: ((chunk: Buffer, link: number) => void) | undefined;
 
   constructor(upstreamHost: string, upstreamPort: number, name = `${upstreamHost}:${upstreamPort}`) {
     this.upstreamHost = upstreamHost;
@@ -150,6 +157,7 @@ export class TcpProxy {
   #accept(client: Socket): void {
     this.#accepted++;
     const link: Link = {
+      id: this.#accepted,
       client,
       upstream: undefined,
       blackholed: false,
@@ -191,6 +199,7 @@ export class TcpProxy {
       this.#reset(link);
       return;
     }
+    if (direction === "down") this.tap?.(chunk, link.id);
     if (direction === "up" && link.upstream === undefined) this.#connectUpstream(link);
     const target = direction === "up" ? link.upstream : link.client;
     if (!target) return;

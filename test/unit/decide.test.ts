@@ -171,6 +171,29 @@ describe("decide: quorum", () => {
       expected: { kind: "none", code: "healthy" },
     },
     {
+      name: "keeps a fresh primary that a replica restarted from its RDB finds restarted, when the primary holds that replica's data (seed 3106)",
+      snapshot: () =>
+        aHealthyShard()
+          .withNode({
+            node_id: "p1",
+            role: "primary",
+            repl_id: "lineage-b",
+            last_txn_id: 2000,
+            prior_lineage: { repl_id: LINEAGE, last_txn_id: 1500 },
+          })
+          .withNode({
+            node_id: "r1",
+            repl_id: "after-rdb-load",
+            last_txn_id: 1200,
+            prior_lineage: { repl_id: LINEAGE, last_txn_id: 1200 },
+            primary_link: "down",
+            primary_probe: "restarted",
+          })
+          .without("r2")
+          .build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+    {
       name: "keeps a fresh primary whose replicas report it restarted but share its lineage (it continues theirs)",
       snapshot: () =>
         aHealthyShard()

@@ -1,6 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type DatabaseIdentity, judgeRestart, type RestartContext } from "../../src/core/identity.ts";
+import {
+  type DatabaseIdentity,
+  holdsAllOf,
+  judgeRestart,
+  type ReplicationPoint,
+  type RestartContext,
+} from "../../src/core/identity.ts";
 
 const before: DatabaseIdentity = {
   runId: "run-a",
@@ -102,6 +108,76 @@ describe("database identity: judging a restarted database", () => {
           expect(verdict.kind).not.toBe("lost-data");
         }
         if (verdict.kind === "lost-data") expect(current.role).toBe("primary");
+      }),
+    );
+  });
+});
+
+describe("replication points: does one database hold every write of another", () => {
+  const onA = (offset: number): ReplicationPoint => ({ replId: "a", offset });
+  /** A database that continues lineage `a` up to `upTo` under a new id (restarted from its RDB, or promoted). */
+  const continuingA = (upTo: number, offset = upTo, replId = "b"): ReplicationPoint => ({
+    replId,
+    offset,
+    prior: { replId: "a", offset: upTo },
+  });
+  it.each([
+    { name: "same lineage, as far", holder: onA(100), data: onA(100), holds: true },
+    { name: "same lineage, further", holder: onA(120), data: onA(100), holds: true },
+    { name: "same lineage, behind", holder: onA(90), data: onA(100), holds: false },
+    { name: "another lineage", holder: { replId: "z", offset: 900 }, data: onA(100), holds: false },
+    {
+      name: "holder continues the data's lineage far enough",
+      holder: continuingA(100, 400),
+      data: onA(100),
+      holds: true,
+    },
+    {
+      name: "holder's earlier lineage ends before the data's",
+      holder: continuingA(80, 400),
+      data: onA(100),
+      holds: false,
+    },
+    {
+      name: "data restarted from an RDB the holder's lineage covers",
+      holder: onA(150),
+      data: continuingA(100),
+      holds: true,
+    },
+    {
+      name: "data took writes under its new id since",
+      holder: onA(150),
+      data: continuingA(100, 130),
+      holds: false,
+    },
+    {
+      name: "both continue the same earlier lineage, holder further",
+      holder: continuingA(120, 500, "c"),
+      data: continuingA(100),
+      holds: true,
+    },
+    {
+      name: "both continue the same earlier lineage, holder behind",
+      holder: continuingA(90, 500, "c"),
+      data: continuingA(100),
+      holds: false,
+    },
+    {
+      name: "an unknown lineage holds nothing",
+      holder: { replId: "", offset: 5 },
+      data: { replId: "", offset: 0 },
+      holds: false,
+    },
+  ])("$name: $holds", ({ holder, data, holds }) => {
+    expect(holdsAllOf(holder, data)).toBe(holds);
+  });
+
+  it("holds is transitive along one lineage and reflexive (property)", () => {
+    const point = fc.record({ replId: fc.constantFrom("a", "b"), offset: fc.nat(1000) });
+    fc.assert(
+      fc.property(point, point, point, (x, y, z) => {
+        expect(holdsAllOf(x, x)).toBe(true);
+        if (holdsAllOf(x, y) && holdsAllOf(y, z)) expect(holdsAllOf(x, z)).toBe(true);
       }),
     );
   });
