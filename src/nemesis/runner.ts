@@ -777,7 +777,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         performance.now() - settleStart > OPERATOR_PATIENCE_MS
       ) {
         // Offline after everything healed, with no node the controller may pick by itself: do what
-        // an operator would (docs/controller.md rule 7), keep the most data, and say so.
+        // an operator would (docs/controller.md rule 7), keep the most data, and say so. Recorded
+        // before it runs too: the epoch change it causes may be observed before it returns.
+        history.append({ process: "nemesis", type: "invoke", f: "recover" });
         operatorRecovery = await recoverAsOperator(active, config).catch(
           (error) => `failed: ${errorMessage(error)}`,
         );

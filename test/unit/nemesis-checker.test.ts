@@ -226,6 +226,19 @@ describe("nemesis checker", () => {
         expect: null,
       },
       {
+        rule: "(e) an operator recovery's epoch change observed before the recovery returned has its cause (seed 777)",
+        history: build([
+          fault(0, "inject", 1),
+          fault(1000, "heal", 1),
+          { t: 40_000, process: "nemesis", type: "invoke", f: "recover" },
+          epoch(40_400, 1, 2, "n2"),
+          { t: 40_900, process: "nemesis", type: "info", f: "recover", value: { note: "recover --to n2" } },
+        ]),
+        final: healthy("n2", [], ["n1", "n3"]),
+        valid: true,
+        expect: null,
+      },
+      {
         rule: "(e) an epoch change during a fault has its cause",
         history: build([fault(0, "inject", 1), epoch(60_000, 1, 2, "n2"), fault(70_000, "heal", 1)]),
         final: healthy("n2", [], ["n1", "n3"]),
