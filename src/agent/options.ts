@@ -339,3 +339,149 @@ export function parseAgentOptions(input: AgentOptionsInput): AgentOptions {
   if (!result.success) throw new ConfigurationError(`invalid agent options: ${describeIssues(result.error)}`);
   return result.data;
 }
+
+/** Where `resolveAdvertisedAddress` may look; injectable for tests. */
+export interface AddressSources {
+  readonly env: NodeJS.ProcessEnv;
+  /** @default globalThis.fetch */
+  readonly fetch?: typeof fetch;
+  /** Per metadata request. @default 1000 */
+  readonly timeoutMs?: number;
+}
+
+/** The advertised address and where it came from, for the agent's start-up log. */
+export interface AdvertisedAddress {
+  /** undefined: other nodes use `--redis` as it is (it is not a loopback address, or all runs on this host). */
+  readonly address: string | undefined;
+  readonly source:
+    | "--address"
+    | "--redis"
+    | "local endpoints"
+    | "ECS task metadata"
+    | "EC2 instance metadata";
+}
+
+const IMDS_DEFAULT_ENDPOINT = "http://169.254.169.254";
+
+function isLoopbackHost(host: string): boolean {
+  const bare = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return bare === "localhost" || bare === "::1" || /^127\.\d+\.\d+\.\d+$/.test(bare);
+}
+
+/** `host:port` of `--redis` (after the rediss:// scheme was taken off). */
+function splitHostPort(address: string): { host: string; port: string } {
+  const index = address.lastIndexOf(":");
+  return { host: address.slice(0, index), port: address.slice(index + 1) };
+}
+
+/** Every AWS endpoint the agent uses is on this host: the local stack, LocalStack in Docker. */
+function localEndpoints(env: NodeJS.ProcessEnv): boolean {
+  const urls = [
+    env.AWS_ENDPOINT_URL_DYNAMODB ?? env.AWS_ENDPOINT_URL,
+    env.AWS_ENDPOINT_URL_SQS ?? env.AWS_ENDPOINT_URL,
+  ];
+  return urls.every((url) => {
+    if (!url) return false;
+    try {
+      return isLoopbackHost(new URL(url).hostname);
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * The address other nodes replicate from (`REPLICAOF host port`), when `--address` is absent and
+ * `--redis` is a loopback address that no other host can reach (an ECS sidecar or a systemd unit
+ * talking to its database on 127.0.0.1):
+ *
+ * - ECS (`ECS_CONTAINER_METADATA_URI_V4`): the task's IPv4 address in `awsvpc` mode; in `host` mode
+ *   the instance's, from IMDSv2; `bridge` mode is refused (the host port mapping is not the
+ *   container's port, so it must be given as --address);
+ * - EC2: `local-ipv4` from IMDSv2 (`AWS_EC2_METADATA_SERVICE_ENDPOINT`, as the SDK reads it);
+ * - endpoints all on loopback (the local stack): every node runs on this host, loopback is right.
+ *
+ * Anything else is refused with what to set, rather than advertising 127.0.0.1 to other hosts.
+ */
+export async function resolveAdvertisedAddress(
+  agent: Pick<AgentOptions, "redis" | "address">,
+  sources: AddressSources,
+): Promise<AdvertisedAddress> {
+  if (agent.address) return { address: agent.address, source: "--address" };
+  const { host, port } = splitHostPort(agent.redis);
+  if (!isLoopbackHost(host)) return { address: undefined, source: "--redis" };
+  const { env } = sources;
+  const get = metadataClient(sources);
+  const tried: string[] = [];
+  const ecs = env.ECS_CONTAINER_METADATA_URI_V4;
+  let imdsWanted = !ecs;
+  if (ecs) {
+    try {
+      const container = (await get(ecs)).json as {
+        Networks?: { NetworkMode?: string; IPv4Addresses?: string[] }[];
+      };
+      const network = container.Networks?.[0];
+      const ip = network?.IPv4Addresses?.find((candidate) => candidate.length > 0);
+      if (network?.NetworkMode === "awsvpc" && ip)
+        return { address: `${ip}:${port}`, source: "ECS task metadata" };
+      if (network?.NetworkMode === "host") imdsWanted = true;
+      else
+        tried.push(
+          `ECS task metadata: network mode ${network?.NetworkMode ?? "unknown"}` +
+            (network?.NetworkMode === "bridge"
+              ? " maps ports, so the address other hosts reach is not derivable"
+              : ""),
+        );
+    } catch (error) {
+      tried.push(`ECS task metadata ${ecs}: ${errorMessage(error)}`);
+    }
+  }
+  if (imdsWanted && !ecs && localEndpoints(env)) return { address: undefined, source: "local endpoints" };
+  if (imdsWanted) {
+    if (String(env.AWS_EC2_METADATA_DISABLED).toLowerCase() === "true") {
+      tried.push("EC2 instance metadata: AWS_EC2_METADATA_DISABLED=true");
+    } else {
+      const endpoint = (env.AWS_EC2_METADATA_SERVICE_ENDPOINT || IMDS_DEFAULT_ENDPOINT).replace(/\/+$/, "");
+      try {
+        const token = (
+          await get(`${endpoint}/latest/api/token`, {
+            method: "PUT",
+            headers: { "X-aws-ec2-metadata-token-ttl-seconds": "60" },
+          })
+        ).text;
+        const ip = (
+          await get(`${endpoint}/latest/meta-data/local-ipv4`, {
+            headers: { "X-aws-ec2-metadata-token": token },
+          })
+        ).text.trim();
+        if (/^\d+\.\d+\.\d+\.\d+$/.test(ip))
+          return { address: `${ip}:${port}`, source: "EC2 instance metadata" };
+        tried.push(`EC2 instance metadata: local-ipv4 "${ip}" is not an IPv4 address`);
+      } catch (error) {
+        tried.push(`EC2 instance metadata ${endpoint}: ${errorMessage(error)}`);
+      }
+    }
+  }
+  throw new ConfigurationError(
+    `--redis ${agent.redis} is a loopback address and no --address (${ENV.address}) was given: other nodes ` +
+      "would be told to replicate from this host's loopback. Set --address to host:port other nodes reach this " +
+      `database on (the ECS example in docs/deploy.md derives it in awsvpc mode). Tried: ${tried.join("; ")}`,
+  );
+}
+
+function metadataClient(sources: AddressSources) {
+  const fetchFn = sources.fetch ?? globalThis.fetch;
+  const timeoutMs = sources.timeoutMs ?? 1000;
+  return async (url: string, init: RequestInit = {}): Promise<{ text: string; json: unknown }> => {
+    const response = await fetchFn(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    return { text, json };
+  };
+}

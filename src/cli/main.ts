@@ -2,6 +2,7 @@ import { Command } from "commander";
 import { errorMessage } from "../core/errors.ts";
 import { registerAgent } from "./commands/agent.ts";
 import { registerController } from "./commands/controller.ts";
+import { registerDecommission } from "./commands/decommission.ts";
 import { registerDemo } from "./commands/demo.ts";
 import { registerInspectCommands } from "./commands/inspect.ts";
 import { registerLocalStack } from "./commands/local-stack.ts";
@@ -17,6 +18,7 @@ export function buildProgram(): Command {
   registerController(program);
   registerInspectCommands(program);
   registerOperatorActions(program);
+  registerDecommission(program);
   registerDemo(program);
   return program;
 }

@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import { createAwsAdapters } from "../../adapters/aws-adapters.ts";
 import { startAgent } from "../../agent/agent.ts";
 import { jsonLineLogger } from "../../agent/log.ts";
-import { CONFIG_ENV, resolveAgentOptions } from "../../agent/options.ts";
+import { CONFIG_ENV, resolveAdvertisedAddress, resolveAgentOptions } from "../../agent/options.ts";
 import { untilSignal } from "../signals.ts";
 
 export function registerAgent(program: Command): void {
@@ -52,7 +52,8 @@ export function registerAgent(program: Command): void {
     )
     .option(
       "--address <host:port>",
-      "address other nodes reach the database on; default --redis (SHARDGUARD_ADDRESS)",
+      "address other nodes reach the database on; default --redis, or with a loopback --redis the task's " +
+        "(ECS awsvpc) or instance's (IMDSv2) IPv4 address, else the agent refuses to start (SHARDGUARD_ADDRESS)",
     )
     .option(
       "--priority <n>",
@@ -87,11 +88,20 @@ export function registerAgent(program: Command): void {
     .option("--config <file>", `JSON config file with the same settings in camelCase (${CONFIG_ENV})`)
     .action(async (flags: Record<string, string | boolean | undefined>) => {
       const configFile = typeof flags.config === "string" ? flags.config : undefined;
-      const config = resolveAgentOptions({ flags, env: process.env, configFile });
+      const resolved = resolveAgentOptions({ flags, env: process.env, configFile });
+      // A loopback --redis without --address: derive the address other nodes reach (ECS, EC2) or refuse.
+      const advertised = await resolveAdvertisedAddress(resolved.agent, { env: process.env });
+      const config = { ...resolved, agent: { ...resolved.agent, address: advertised.address } };
       const adapterLogger = jsonLineLogger(
         { service: "shardguard-agent", shard: config.agent.shard },
         config.logLevel,
       );
+      if (advertised.address && advertised.source !== "--address") {
+        adapterLogger.info("advertised address derived", {
+          address: advertised.address,
+          from: advertised.source,
+        });
+      }
       const aws = createAwsAdapters({
         env: process.env,
         tableName: config.table,
