@@ -44,7 +44,7 @@ const { values } = parseArgs({
     "heap-mb": { type: "string" },
     json: { type: "boolean", default: false },
     out: { type: "string" },
-    /** Only the Lambda sizing, from an earlier run's JSON. */
+    /** Only the Lambda sizing, from earlier runs' JSON (comma-separated; written into the first). */
     from: { type: "string" },
     /** Billed seconds of one scheduled invocation, for the sizing's cost. */
     "run-seconds": { type: "string", default: "72" },
@@ -85,8 +85,16 @@ const HEARTBEAT_LEAD_MS = 1500;
 function sizing(rows: readonly Row[]) {
   const alone = rows.filter((row) => row.mode === "alone");
   const points = alone.map((row) => ({ shards: row.shards / row.partitions, cpuMs: row.cpuMsMedian }));
-  const cpu = fitCpu(points);
-  const rss = fitCpu(alone.map((row) => ({ shards: row.shards / row.partitions, cpuMs: row.maxRssMb })));
+  // The slope from every pass; the fixed part from the smallest fleet measured (a straight line
+  // through thousands of shards says little about one).
+  const smallest = points.reduce((a, b) => (b.shards < a.shards ? b : a));
+  const cpu = { fixedMs: smallest.cpuMs, perShardMs: fitCpu(points).perShardMs };
+  // Memory: the smallest controller's resident size (code, runtime, SDK), plus twice the live
+  // heap the shards add (V8 needs room to collect): RSS after a pass overstates it, V8 grows its
+  // heap lazily when nothing limits it.
+  const baseRss = Math.min(...alone.map((row) => row.rssMb));
+  const heap = fitCpu(alone.map((row) => ({ shards: row.shards / row.partitions, cpuMs: row.heapUsedMb })));
+  const rss = { fixedMs: baseRss, perShardMs: 2 * Math.max(0, heap.perShardMs) };
   const prices = loadPrices();
   const table = [1, 100, 1000, 5000, 10_000].map((shards) =>
     sizeController({
@@ -100,7 +108,7 @@ function sizing(rows: readonly Row[]) {
     }),
   );
   return {
-    model: `CPU per pass ${cpu.fixedMs.toFixed(1)} ms + ${cpu.perShardMs.toFixed(3)} ms per shard (fit over ${points.length} measured passes); peak RSS ${rss.fixedMs.toFixed(0)} MB + ${(rss.perShardMs * 1000).toFixed(1)} MB per 1,000 shards; Lambda CPU = memory / 1,769 MB; ${DYNAMO_LATENCY_MS} ms per DynamoDB round trip; pass <= ${PASS_BUDGET_FRACTION * 1000} ms of the 1 s tick; ${values["run-seconds"]} s billed per one-minute invocation`,
+    model: `CPU per pass ${cpu.fixedMs.toFixed(1)} ms (smallest fleet) + ${cpu.perShardMs.toFixed(3)} ms per shard (fit over ${points.length} measured rows); memory ${rss.fixedMs.toFixed(0)} MB (smallest RSS) + ${(rss.perShardMs * 1000).toFixed(1)} MB per 1,000 shards (twice the live heap's growth) + 15%; Lambda CPU = memory / 1,769 MB; ${DYNAMO_LATENCY_MS} ms per DynamoDB round trip; pass <= ${PASS_BUDGET_FRACTION * 1000} ms of the 1 s tick; ${values["run-seconds"]} s billed per one-minute invocation`,
     table,
   };
 }
@@ -118,8 +126,16 @@ function printSizing(result: ReturnType<typeof sizing>): void {
 }
 
 if (values.from) {
-  const earlier = JSON.parse(readFileSync(values.from, "utf8")) as { rows: Row[] };
-  printSizing(sizing(earlier.rows));
+  // Several runs' rows together (comma-separated files); the sizing is written into the first.
+  const files = values.from.split(",");
+  const runs = files.map(
+    (file) => JSON.parse(readFileSync(file, "utf8")) as { rows: Row[]; lambdaSizing?: unknown },
+  );
+  const [first] = runs;
+  if (!first) throw new Error("--from: no file");
+  first.lambdaSizing = { from: files, ...sizing(runs.flatMap((run) => run.rows)) };
+  writeFileSync(files[0] as string, `${JSON.stringify(first, null, 2)}\n`);
+  printSizing(first.lambdaSizing as ReturnType<typeof sizing>);
   process.exit(0);
 }
 
