@@ -25,6 +25,8 @@ export interface LocalStackEnv {
   AWS_REGION: string;
   AWS_ACCESS_KEY_ID: string;
   AWS_SECRET_ACCESS_KEY: string;
+  /** Only with endpoints from the environment and temporary credentials (a real account, docs/testing.md). */
+  AWS_SESSION_TOKEN?: string;
   SHARDGUARD_TABLE: string;
 }
 
@@ -90,7 +92,12 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       region = LOCAL_REGION;
       credentials = { ...LOCAL_CREDENTIALS };
     }
-    const client = new DynamoDBClient({ endpoint: endpoints.dynamodb, region, credentials });
+    const sessionToken = external ? env.AWS_SESSION_TOKEN : undefined;
+    const client = new DynamoDBClient({
+      endpoint: endpoints.dynamodb,
+      region,
+      credentials: sessionToken ? { ...credentials, sessionToken } : credentials,
+    });
     try {
       await ensureTable(client, tableName);
     } finally {
@@ -108,6 +115,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
         AWS_REGION: region,
         AWS_ACCESS_KEY_ID: credentials.accessKeyId,
         AWS_SECRET_ACCESS_KEY: credentials.secretAccessKey,
+        ...(external && env.AWS_SESSION_TOKEN ? { AWS_SESSION_TOKEN: env.AWS_SESSION_TOKEN } : {}),
         SHARDGUARD_TABLE: tableName,
       },
       get redis() {

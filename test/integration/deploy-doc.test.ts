@@ -5,11 +5,12 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { SqsCommandBus } from "../../src/adapters/sqs-command-bus.ts";
 import { ensureTable } from "../../src/local-stack/table.ts";
-import { awsEnv, dynamoClient, uniqueName } from "../support/aws.ts";
+import { awsEnv, uniqueName } from "../support/aws.ts";
 
 /**
  * Every command of docs/deploy.md's `sh` blocks, run where it can run (issue 17, item 10):
@@ -25,6 +26,8 @@ const BIN = path.join(PACKAGE_ROOT, "node_modules", ".bin");
 const CLI = path.join(PACKAGE_ROOT, "src", "cli", "main.ts");
 const DOC = readFileSync(path.join(PACKAGE_ROOT, "docs", "deploy.md"), "utf8");
 const run = promisify(execFile);
+/** The region of the page's examples, the deployer's and so the operator profile's. */
+const OPERATOR_REGION = "eu-west-1";
 
 /** The commands of every ```sh block: continuation lines joined, trailing comments dropped. */
 function docCommands(): string[] {
@@ -169,7 +172,7 @@ beforeAll(async () => {
       PATH: `${BIN}${path.delimiter}${process.env.PATH ?? ""}`,
       AWS_EC2_METADATA_DISABLED: "true",
       // The deployer's region (their profile's): the stack's outputs carry it.
-      AWS_REGION: "eu-west-1",
+      AWS_REGION: OPERATOR_REGION,
       CDK_DISABLE_VERSION_CHECK: "1",
       CDK_DISABLE_CLI_TELEMETRY: "true",
       CDK_HOME: path.join(workDir, "cdk-home"),
@@ -178,10 +181,21 @@ beforeAll(async () => {
   });
   template = JSON.parse(readFileSync(path.join(outdir, "Shardguard.template.json"), "utf8"));
   stand = await standIn();
-  const client = dynamoClient();
+  // In the region of the profile the stack outputs: LocalStack keeps tables per region.
+  const local = awsEnv();
+  const client = new DynamoDBClient({
+    region: OPERATOR_REGION,
+    endpoint: local.AWS_ENDPOINT_URL_DYNAMODB ?? local.AWS_ENDPOINT_URL,
+    credentials: {
+      accessKeyId: local.AWS_ACCESS_KEY_ID ?? "",
+      secretAccessKey: local.AWS_SECRET_ACCESS_KEY ?? "",
+    },
+  });
   await ensureTable(client, table);
   client.destroy();
-  const aws = createAwsAdapters({ env: { ...awsEnv(), SHARDGUARD_TABLE: table } });
+  const aws = createAwsAdapters({
+    env: { ...awsEnv(), AWS_REGION: OPERATOR_REGION, SHARDGUARD_TABLE: table },
+  });
   await aws.store.topology.compareAndSet("orders", undefined, {
     shard: "orders",
     epoch: 1,
