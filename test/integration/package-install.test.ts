@@ -192,4 +192,46 @@ describe("another CDK app using the installed construct", () => {
     // Every physical name derives from the consumer's stack.
     expect(JSON.stringify(template)).toContain("ConsumerStack_orders_n1");
   }, 120_000);
+
+  it("type-checks a TypeScript app against the installed declarations (skipLibCheck, as docs/deploy.md says)", async () => {
+    // Prepare: a misspelt prop must be caught, so the declarations are really read.
+    const source = (props: string) =>
+      [
+        'import { App, Duration, Stack } from "aws-cdk-lib";',
+        'import { ShardguardController } from "shardguard/cdk";',
+        'const stack = new Stack(new App(), "ConsumerStack");',
+        `const shardguard = new ShardguardController(stack, "Shardguard", ${props});`,
+        "export const env: Record<string, string> = shardguard.agentEnvironment();",
+        "export const operator: string = shardguard.operatorFunction.functionName;",
+      ].join("\n");
+    writeFileSync(path.join(appDir, "good.ts"), source("{ failureTimeout: Duration.seconds(5) }"));
+    writeFileSync(path.join(appDir, "bad.ts"), source('{ queuePrefx: "x" }'));
+    const tsconfig = path.join(appDir, "tsconfig.json");
+    writeFileSync(
+      tsconfig,
+      JSON.stringify({
+        compilerOptions: {
+          target: "ES2022",
+          module: "NodeNext",
+          moduleResolution: "NodeNext",
+          strict: true,
+          skipLibCheck: true,
+          noEmit: true,
+          types: [],
+        },
+        files: ["good.ts", "bad.ts"],
+      }),
+    );
+
+    // Act: one compiler run (the aws-cdk-lib declarations are read once).
+    const output = await run(path.join(BIN, "tsc"), ["-p", tsconfig], { cwd: appDir, env: cleanEnv() }).then(
+      () => "",
+      (error: { stdout?: string }) => error.stdout ?? "failed",
+    );
+
+    // Assess: bad.ts's misspelt prop and nothing else.
+    const errors = output.split("\n").filter((line) => /error TS\d+/.test(line));
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/^bad\.ts.*'queuePrefx' does not exist in type 'ShardguardControllerProps'/);
+  }, 60_000);
 });
