@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The published package runs the compiled dist/ (Node does not strip types under node_modules);
+// The published package runs the bundle in dist/ (Node does not strip types under node_modules);
 // a checkout runs the TypeScript sources directly (Node >= 22.18 strips types).
 import { existsSync } from "node:fs";
 
@@ -12,6 +12,10 @@ if (major < 22 || (major === 22 && minor < 18)) {
   process.exit(1);
 }
 
-const built = new URL("../dist/src/cli/main.js", import.meta.url);
-const { main } = existsSync(built) ? await import(built.href) : await import("../src/cli/main.ts");
+// A checkout has src/ (and may have a dist/ from an earlier npm pack, possibly stale): run the
+// sources. The package ships no src/, only the bundle npm pack built.
+const sources = new URL("../src/cli/main.ts", import.meta.url);
+const { main } = existsSync(sources)
+  ? await import(sources.href)
+  : await import(new URL("../dist/src/cli/main.js", import.meta.url).href);
 await main(process.argv);
