@@ -1,5 +1,8 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { Stack } from "aws-cdk-lib";
-import { Template } from "aws-cdk-lib/assertions";
+import { Match, Template } from "aws-cdk-lib/assertions";
+import * as ecs from "aws-cdk-lib/aws-ecs";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ShardguardController } from "../../cdk/shardguard-controller.ts";
 import { operatorProfile, ShardguardStack } from "../../cdk/shardguard-stack.ts";
@@ -190,5 +193,51 @@ describe("operator profile", () => {
     expect(operatorProfile("Shardguard-Staging", "arn:r", "us-east-2")).toContain(
       "[profile shardguard-staging-operator]",
     );
+  }, 30_000);
+});
+
+describe("the ECS example of docs/deploy.md", () => {
+  it("synthesizes in awsvpc mode with the agent's environment from the construct and no --address", () => {
+    // Prepare: the page's task definition, as a user's stack would hold it.
+    const doc = readFileSync(path.join(import.meta.dirname, "..", "..", "docs", "deploy.md"), "utf8");
+    const example = /### ECS: task role[\s\S]*?```ts\n([\s\S]*?)```/.exec(doc)?.[1] ?? "";
+    const stack = new Stack(cdkApp({ bundle: false }), "Ecs", { env: ENV });
+    const shardguard = new ShardguardController(stack, "Shardguard", { controllerEntry: FIXTURE_ENTRY });
+    const task = new ecs.Ec2TaskDefinition(stack, "OrdersN1", { networkMode: ecs.NetworkMode.AWS_VPC });
+    task.addContainer("redis", {
+      image: ecs.ContainerImage.fromRegistry("redis:7"),
+      memoryLimitMiB: 1024,
+      portMappings: [{ containerPort: 6379 }],
+    });
+    task.addContainer("shardguard-agent", {
+      image: ecs.ContainerImage.fromRegistry("shardguard-agent"),
+      command: ["shardguard", "agent", "--shard", "orders", "--node-id", "n1", "--redis", "127.0.0.1:6379"],
+      environment: shardguard.agentEnvironment(),
+      memoryLimitMiB: 256,
+    });
+    shardguard.grantAgent(task.taskRole, { shard: "orders", node: "n1" });
+
+    // Act
+    const template = Template.fromStack(stack);
+
+    // Assess: the test's task is the page's.
+    expect(example).toContain("networkMode: ecs.NetworkMode.AWS_VPC");
+    expect(example).toContain("environment: shardguard.agentEnvironment(),");
+    expect(example).toContain(
+      'command: ["shardguard", "agent", "--shard", "orders", "--node-id", "n1", "--redis", "127.0.0.1:6379"],',
+    );
+    expect(example).not.toContain(`"--address"`);
+    template.hasResourceProperties("AWS::ECS::TaskDefinition", {
+      NetworkMode: "awsvpc",
+      ContainerDefinitions: Match.arrayWith([
+        Match.objectLike({
+          Name: "shardguard-agent",
+          Environment: Match.arrayWith([
+            { Name: "SHARDGUARD_TABLE", Value: { Ref: Match.stringLikeRegexp("ShardguardTable") } },
+            { Name: "SHARDGUARD_QUEUE_PREFIX", Value: "Ecs" },
+          ]),
+        }),
+      ]),
+    });
   }, 30_000);
 });
