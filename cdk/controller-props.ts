@@ -13,6 +13,7 @@ import {
   type QuorumMode,
 } from "../src/core/config.ts";
 import { ConfigurationError, errorMessage } from "../src/core/errors.ts";
+import { defaultControllerMemoryMb } from "./controller-memory.ts";
 import type { TableCapacityProps } from "./table-capacity.ts";
 
 /**
@@ -147,7 +148,8 @@ export interface ShardguardControllerProps extends TableCapacityProps {
   readonly controllerTimeout?: Duration;
   /**
    * Memory of the controller function in MB (CPU scales with it).
-   * @default 512
+   * @default - sized from `shards` and `partitions` by measurement (cdk/controller-memory.ts: 128 MB
+   * for a few shards, 192 MB for 100); 512 MB when `shards` is not given
    */
   readonly controllerMemorySize?: number;
   /**
@@ -256,7 +258,8 @@ export function resolveControllerProps(props: ShardguardControllerProps): Resolv
     problems.push(`tickInterval: must be shorter than controllerTimeout (${timeoutSeconds} s)`);
   }
 
-  const controllerMemorySize = props.controllerMemorySize ?? 512;
+  const controllerMemorySize =
+    props.controllerMemorySize ?? defaultControllerMemoryMb(props.shards, props.partitions);
   if (
     !Number.isInteger(controllerMemorySize) ||
     controllerMemorySize < 128 ||
