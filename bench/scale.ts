@@ -58,22 +58,7 @@ const progress = (line: string) => {
   if (!values.json) process.stderr.write(`[scale] ${line}\n`);
 };
 const SOURCE = fileURLToPath(new URL("./lib/scale-controller.ts", import.meta.url));
-// Bundled and minified the way the CDK bundles the controller Lambda (SDK included), so the memory
-// measured is that of the deployed code, not of Node type-stripping every source file.
-const bundleDir = mkdtempSync(join(tmpdir(), "shardguard-scale-"));
-const CHILD = join(bundleDir, "scale-controller.mjs");
-await build({
-  entryPoints: [SOURCE],
-  outfile: CHILD,
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  minify: true,
-  target: CONTROLLER_BUNDLE_OPTIONS.target,
-  mainFields: [...CONTROLLER_BUNDLE_OPTIONS.mainFields],
-  banner: { js: CONTROLLER_BUNDLE_OPTIONS.banner },
-  logLevel: "error",
-});
+
 const NODES = ["n1", "n2", "n3"];
 /** Below MAX_CLOCK_SKEW_MS (2.5 s): decide() takes such a heartbeat as fresh, not future-dated. */
 const HEARTBEAT_LEAD_MS = 1500;
@@ -138,6 +123,23 @@ if (values.from) {
   printSizing(first.lambdaSizing as ReturnType<typeof sizing>);
   process.exit(0);
 }
+
+// Bundled and minified the way the CDK bundles the controller Lambda (SDK included), so the memory
+// measured is that of the deployed code, not of Node type-stripping every source file.
+const bundleDir = mkdtempSync(join(tmpdir(), "shardguard-scale-"));
+const CHILD = join(bundleDir, "scale-controller.mjs");
+await build({
+  entryPoints: [SOURCE],
+  outfile: CHILD,
+  bundle: true,
+  platform: "node",
+  format: "esm",
+  minify: true,
+  target: CONTROLLER_BUNDLE_OPTIONS.target,
+  mainFields: [...CONTROLLER_BUNDLE_OPTIONS.mainFields],
+  banner: { js: CONTROLLER_BUNDLE_OPTIONS.banner },
+  logLevel: "error",
+});
 
 const stack = await startLocalStack({ onProgress: progress });
 const admin = new DynamoDBClient({
