@@ -14,9 +14,9 @@ import {
 /**
  * The controller loop: every `tickIntervalMs`, one cycle per shard of the shard index (or of its
  * partition of it), at most `concurrency` at a time (p-limit), until the caller's time is nearly
- * up (Lambda) or it is aborted (local process). Several loops may run at once (overlapping Lambda invocations, a local controller
- * beside the Lambda): every action is taken under the shard's lock with a compare-and-set on
- * the epoch, so overlap costs reads, never a second failover.
+ * up (Lambda) or it is aborted (local process). Several loops may run at once (overlapping Lambda
+ * invocations, a local controller beside the Lambda): every action is taken under the shard's lock
+ * with a compare-and-set on the epoch, so overlap costs reads, never a second failover.
  */
 
 export interface LoopOptions {
