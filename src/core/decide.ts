@@ -127,6 +127,14 @@ export const MAX_CLOCK_SKEW_MS = 2_500;
  */
 export const AHEAD_GRACE = 3;
 
+/**
+ * Failure timeouts an offline shard waits before it promotes a node that holds its lineage only
+ * as its earlier one (`prior_lineage`: a database restarted from its RDB): 90 s at the default
+ * 3 s timeout, longer than Redis's 60 s `repl-timeout`. Sooner, a hung primary or a replica cut
+ * off could still come back with writes the snapshot lacks.
+ */
+export const LAST_COPY_GRACE = 30;
+
 /** Age of a heartbeat's database-alive timestamp, in ms (negative: dated ahead of `now`). */
 export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
   return now - heartbeat.last_updated / 1000;
@@ -197,6 +205,7 @@ export function rankCandidates(
   now: number,
   exclude?: string,
   members?: readonly string[],
+  acceptPrior = false,
 ): Candidate[] {
   const considered = nodes.filter((node) => node.node_id !== exclude);
   const knownLineage = lineage !== undefined && lineage.repl_id !== "";
@@ -205,11 +214,12 @@ export function rankCandidates(
     if (knownLineage && node.repl_id === lineage.repl_id && isFresh(node, config, now)) {
       reference = Math.max(reference, node.last_txn_id);
     }
-    const held = knownLineage && isAlive(node, config, now) ? heldOffset(node, lineage) : undefined;
+    const held =
+      knownLineage && isAlive(node, config, now) ? heldOffset(node, lineage, acceptPrior) : undefined;
     if (held !== undefined) reference = Math.max(reference, held);
   }
   const judged = considered.map((node): Candidate => {
-    const held = knownLineage ? heldOffset(node, lineage) : undefined;
+    const held = knownLineage ? heldOffset(node, lineage, acceptPrior) : undefined;
     const base = {
       node_id: node.node_id,
       node_address: node.node_address,
@@ -217,8 +227,8 @@ export function rankCandidates(
       priority: node.priority,
     };
     const ineligible = (reason: string): Candidate => ({ ...base, eligible: false, reason });
-    if (!isAlive(node, config, now)) {
-      if (!isFresh(node, config, now))
+    if (!isAlive(node, config, now) || (isRestartedHolder(node) && !acceptPrior)) {
+      if (!isFresh(node, config, now) && !isRestartedHolder(node))
         return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
       return ineligible("database reported down");
     }
@@ -270,9 +280,9 @@ export function isAlive(node: Heartbeat, config: FailoverConfig, now: number): b
  * on it to its offset; one that continues it under another replication id (promoted, or a
  * primary restarted from its RDB) to its `prior_lineage` offset; a restarted holder only by that.
  */
-function heldOffset(node: Heartbeat, lineage: Lineage): number | undefined {
+function heldOffset(node: Heartbeat, lineage: Lineage, acceptPrior: boolean): number | undefined {
   if (node.db_status === "down" && !isRestartedHolder(node)) return undefined;
-  if (node.prior_lineage?.repl_id === lineage.repl_id) return node.prior_lineage.last_txn_id;
+  if (acceptPrior && node.prior_lineage?.repl_id === lineage.repl_id) return node.prior_lineage.last_txn_id;
   // A restarted holder's `repl_id` and `last_txn_id` are the dead process's, not what it holds.
   if (node.db_status === "down") return undefined;
   return node.repl_id === lineage.repl_id ? node.last_txn_id : undefined;
@@ -512,12 +522,27 @@ function decideOffline(
   // The lineage stored when the shard went offline: a node that returns with another one (an
   // empty restart, a foreign dataset) must never be promoted.
   const lineage = topology.lineage;
-  const candidates = rankCandidates(snapshot.nodes, lineage, config, now);
+  // A node that holds the lineage only as its earlier one (restarted from its RDB: a snapshot up
+  // to seconds old) is the last resort: it is promoted only after LAST_COPY_GRACE failure timeouts
+  // offline, time for a node with more of it (a hung primary, a replica cut off) to come back.
+  const offlineMs = now - topology.updated_at;
+  const lastResort = offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs;
+  const candidates = rankCandidates(snapshot.nodes, lineage, config, now, undefined, undefined, lastResort);
   const best = candidates[0];
   if (best === undefined || !best.eligible || lineage === undefined) {
+    const waiting =
+      !lastResort && lineage !== undefined
+        ? rankCandidates(snapshot.nodes, lineage, config, now, undefined, undefined, true).find(
+            (candidate) => candidate.eligible,
+          )
+        : undefined;
+    const grace = Math.ceil((LAST_COPY_GRACE * config.failureTimeoutMs - offlineMs) / 1000);
     return none(
       "offline_no_candidate",
-      `shard offline; no eligible node to bring it back (${describeCandidates(candidates)})`,
+      `shard offline; no eligible node to bring it back (${describeCandidates(candidates)})` +
+        (waiting === undefined
+          ? ""
+          : `; ${waiting.node_id} holds the lineage up to ${waiting.last_txn_id} as its earlier one (restarted from its RDB): the last resort, promoted if no node with more returns within ${grace} s`),
     );
   }
   if (lockBlocks(snapshot, now, options)) {

@@ -1,13 +1,15 @@
 import { afterEach, describe, expect, it } from "vitest";
+import { LAST_COPY_GRACE } from "../../src/core/decide.ts";
+import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/demo/local-cluster.ts";
 import { FENCED_START_ARGS } from "../../src/local-stack/redis-nodes.ts";
 import {
+  CHAOS_CONFIG,
   countKeys,
   probeWrite,
   startChaosCluster,
   WAIT_MS,
   waitForFollowers,
-  waitForNewPrimary,
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
@@ -16,11 +18,14 @@ import {
  * The nemesis's seed 3104 (docs/chaos.md): every node's database died; the primary's came back
  * from its own RDB, which Redis 7 loads under a new replication id (the old one as
  * `master_replid2`). Its agent rightly keeps it fenced (it does not continue the lineage the
- * replicas may hold more of), but it is the only copy left: the controller must bring the shard
+ * replicas may hold more of), but it is the only copy left: after a grace for a node with more of
+ * the lineage to return (LAST_COPY_GRACE failure timeouts), the controller must bring the shard
  * back on it, not wait for an operator for ever. Real redis-server, agents and controllers.
  */
 
 const KEYS = 300;
+/** The controller's last-resort grace at the chaos timings. */
+const GRACE_MS = LAST_COPY_GRACE * CHAOS_CONFIG.failureTimeoutMs;
 
 let cluster: LocalCluster | undefined;
 
@@ -31,7 +36,7 @@ afterEach(async () => {
 
 describe("a primary restarted from its RDB when no other copy is left", () => {
   it("brings the offline shard back on it with the RDB's data, then resyncs a node restarted empty from it", {
-    timeout: 120_000,
+    timeout: 150_000,
   }, async () => {
     // Prepare: keys on every node, and on the primary's disk.
     cluster = await startChaosCluster();
@@ -43,21 +48,32 @@ describe("a primary restarted from its RDB when no other copy is left", () => {
     // Act: every database dies; the shard goes offline; node-1's is back from its RDB, fenced.
     for (const node of active.redis) node.signal("SIGKILL");
     await Promise.all(active.redis.map((node) => node.stop()));
-    let offlineEpoch = 0;
+    let offline: Topology | undefined;
     await active.waitFor(
       "the shard offline",
       async () => {
         const topology = await active.topology();
-        if (topology?.status !== "offline") return false;
-        offlineEpoch = topology.epoch;
-        return true;
+        if (topology?.status === "offline") offline = topology;
+        return offline !== undefined;
       },
       WAIT_MS,
     );
     await primary.start({ extraArgs: FENCED_START_ARGS });
-    // Assess: online on node-1, every key there, writable.
-    const online = await waitForNewPrimary(active, offlineEpoch);
-    expect(online.primary_node_id).toBe("node-1");
+
+    // Assess: the last resort waits its grace, then online on node-1, every key there, writable.
+    let online: Topology | undefined;
+    await active.waitFor(
+      "the shard online again",
+      async () => {
+        const topology = await active.topology();
+        if (topology?.status === "online" && topology.epoch > (offline?.epoch ?? 0)) online = topology;
+        return online !== undefined;
+      },
+      GRACE_MS + WAIT_MS,
+    );
+    expect(online?.primary_node_id).toBe("node-1");
+    // Both stamps are the controller's (AWS-aligned) clock: the grace was kept.
+    expect((online?.updated_at ?? 0) - (offline?.updated_at ?? 0)).toBeGreaterThanOrEqual(GRACE_MS);
     expect(await countKeys(primary, "acked", KEYS)).toBe(KEYS);
     await active.waitFor(
       "node-1 accepting writes",

@@ -1,6 +1,12 @@
 import { describe, expect, it } from "vitest";
 import type { FailoverConfigInput } from "../../src/core/config.ts";
-import { type Decision, decide, planSwitchover, sameDecision } from "../../src/core/decide.ts";
+import {
+  type Decision,
+  decide,
+  LAST_COPY_GRACE,
+  planSwitchover,
+  sameDecision,
+} from "../../src/core/decide.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aConfig, aHealthyShard, aShard, aShardWithStalePrimary, LINEAGE, NOW } from "../support/builders.ts";
 
@@ -35,6 +41,9 @@ function outcome(decision: Decision): Record<string, unknown> {
  * and reports it down (the dead process's `repl_id` and offset), with `prior` what the new process
  * holds (`master_replid2`, `second_repl_offset` - 1); its agent wrote `agentAgeMs` ago.
  */
+/** How long an offline shard waits before its last resort, at aConfig's 3 s failure timeout. */
+const LAST_RESORT_AFTER_MS = LAST_COPY_GRACE * 3000;
+
 function restartedFromRdb(options: {
   node_id: string;
   prior: { repl_id: string; last_txn_id: number } | undefined;
@@ -503,6 +512,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShardWithStalePrimary()
           .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
           .withNode({ node_id: "r1", ageMs: 9000 })
           .withNode({ node_id: "r2", ageMs: 100, repl_id: "fresh-start", last_txn_id: 0 })
@@ -510,10 +520,38 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "bring_online", target: "p1" },
     },
     {
+      name: "waits LAST_COPY_GRACE failure timeouts before the last resort, a restarted primary's RDB (a hung primary may return)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS + 1 })
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "never promotes a replica restarted from its RDB in an online failover (its snapshot may lack acknowledged writes)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({
+            node_id: "r1",
+            role: "primary",
+            repl_id: "after-rdb-load",
+            last_txn_id: 980,
+            prior_lineage: { repl_id: LINEAGE, last_txn_id: 980 },
+          })
+          .withNode({ node_id: "r2", ageMs: 9000 })
+          .build(),
+      expected: { kind: "mark_offline" },
+    },
+    {
       name: "keeps an offline shard offline when the restarted primary's RDB is further behind than maxLagOnFailover",
       snapshot: () =>
         aShardWithStalePrimary()
           .offline(5000)
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 1 } }))
           .withNode({ node_id: "r1", ageMs: 9000 })
           .withNode({ node_id: "r2", ageMs: 9000 })
@@ -525,6 +563,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShardWithStalePrimary()
           .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: "lineage-z", last_txn_id: 1000 } }))
           .withNode({ node_id: "r1", ageMs: 9000 })
           .withNode({ node_id: "r2", ageMs: 9000 })
@@ -536,6 +575,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShardWithStalePrimary()
           .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode(
             restartedFromRdb({
               node_id: "p1",
@@ -553,6 +593,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShardWithStalePrimary()
           .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode(restartedFromRdb({ node_id: "p1", prior: undefined }))
           .withNode({ node_id: "r1", ageMs: 9000 })
           .withNode({ node_id: "r2", ageMs: 9000 })
@@ -564,6 +605,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShardWithStalePrimary()
           .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 900 } }))
           .withNode({ node_id: "r1", ageMs: 100, last_txn_id: 950 })
           .withNode({ node_id: "r2", ageMs: 9000 })
@@ -575,6 +617,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShardWithStalePrimary()
           .offline()
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS })
           .withNode({
             node_id: "r1",
             ageMs: 100,
