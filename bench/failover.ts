@@ -5,10 +5,10 @@ import { Command, InvalidArgumentError } from "commander";
 import { Redis } from "ioredis";
 import { parseIntegerOption } from "../src/cli/options.ts";
 import { abortOnSignal } from "../src/cli/signals.ts";
+import { parseAddress } from "../src/core/address.ts";
 import { errorMessage } from "../src/core/errors.ts";
 import type { Ack } from "../src/workload/ack-log.ts";
 import {
-  splitAddress,
   type VerifyResult,
   type WriteFailure,
   WriteWorkload,
@@ -242,9 +242,8 @@ async function verifyOn(
   address: string,
   range: { fromSeq?: number; toSeq?: number } = {},
 ) {
-  const endpoint = splitAddress(address);
-  if (!endpoint) throw new Error(`cannot verify on ${address}: not host:port`);
-  const client = new Redis(endpoint[1], endpoint[0], { maxRetriesPerRequest: 1, commandTimeout: 10_000 });
+  const { host, port } = parseAddress(address);
+  const client = new Redis(port, host, { maxRetriesPerRequest: 1, commandTimeout: 10_000 });
   client.on("error", () => {});
   try {
     return await workload.verify(client, range);

@@ -1,12 +1,13 @@
 import { isIP } from "node:net";
 import { Redis } from "ioredis";
+import { parseAddress } from "../core/address.ts";
 import { CRASH_CONFIRM_MS } from "../core/crash.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { CrashState } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS, GUARD_MAX_LAG_S } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import { readReplicationInfo, redisConnectSettings, splitAddress } from "./database.ts";
+import { readReplicationInfo, redisConnectSettings } from "./database.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 
@@ -50,7 +51,7 @@ export async function observeDatabase(
   ctx: AgentContext,
   onAnswer?: (client: Redis, info: ReplicationInfo) => Promise<void>,
 ): Promise<Observation> {
-  const [host, port] = splitAddress(ctx.options.redis);
+  const { host, port } = parseAddress(ctx.options.redis);
   const loopback = isLoopback(host);
   const client = new Redis({
     host,
@@ -158,7 +159,7 @@ export class CrashWatch {
 
   /** Holds a connection until it closes (the process went away) or this node stops being primary. */
   async #watch(signal: AbortSignal): Promise<void> {
-    const [host, port] = splitAddress(this.#ctx.options.redis);
+    const { host, port } = parseAddress(this.#ctx.options.redis);
     const client = new Redis({
       host,
       port,

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import type { ConnectionOptions } from "node:tls";
 import { Redis, type RedisOptions } from "ioredis";
+import { parseAddress } from "../core/address.ts";
 import { ConfigurationError, errorMessage, ShardguardError } from "../core/errors.ts";
 import { Backoff } from "./backoff.ts";
 import type { AgentLogger } from "./log.ts";
@@ -146,7 +147,7 @@ export class RedisDatabase implements Database {
   private lastConnectionError: string | undefined;
 
   constructor(options: RedisDatabaseOptions) {
-    const [host, port] = splitAddress(options.address);
+    const { host, port } = parseAddress(options.address);
     const reconnect = new Backoff({ baseMs: 100, capMs: 2000, floorMs: 50 });
     this.logger = options.logger;
     this.connection = options.connection;
@@ -278,10 +279,4 @@ export async function readReplicationInfo(client: Redis): Promise<ReplicationInf
     texts.push(String(text));
   }
   return parseReplicationInfo(texts.join("\n"));
-}
-
-/** "host:port" -> [host, port]; the address was validated by the options schema. */
-export function splitAddress(address: string): [string, number] {
-  const colon = address.lastIndexOf(":");
-  return [address.slice(0, colon), Number(address.slice(colon + 1))];
 }

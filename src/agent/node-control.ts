@@ -1,9 +1,9 @@
+import { parseAddress } from "../core/address.ts";
 import { type PromotionWindow, promotionWindow } from "../core/crash.ts";
 import { errorMessage, ShardguardError } from "../core/errors.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import { splitAddress } from "./database.ts";
 import type { PrimaryRef } from "./fencing.ts";
 import { withStoreTimeout } from "./loop.ts";
 import { isParked } from "./primary-probe.ts";
@@ -48,7 +48,7 @@ async function verify(
 }
 
 export function followsPrimary(info: ReplicationInfo, address: string): boolean {
-  const [host, port] = splitAddress(address);
+  const { host, port } = parseAddress(address);
   return info.role === "replica" && info.primary?.host === host && info.primary.port === port;
 }
 
@@ -123,7 +123,7 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
   ctx.knownNodes.set(target.address, target.node_id);
   const current = await ctx.db.replicationInfo();
   if (!followsPrimary(current, target.address)) {
-    const [host, port] = splitAddress(target.address);
+    const { host, port } = parseAddress(target.address);
     await ctx.db.replicaOf(host, port);
     ctx.roleGeneration++;
   }

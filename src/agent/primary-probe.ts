@@ -1,9 +1,10 @@
 import { Redis } from "ioredis";
+import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
 import { holdsAllOf } from "../core/identity.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
-import { readReplicationInfo, redisConnectSettings, splitAddress } from "./database.ts";
+import { readReplicationInfo, redisConnectSettings } from "./database.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 
 /**
@@ -91,7 +92,7 @@ export class PrimaryProbe {
     this.#address = address;
     this.#runId = undefined;
     this.#linkedReplId = undefined;
-    const [host, port] = splitAddress(address);
+    const { host, port } = parseAddress(address);
     const client = new Redis({
       host,
       port,
@@ -220,7 +221,7 @@ export class PrimaryProbe {
     await ctx.roleLock.run(async () => {
       const mine = await ctx.db.replicationInfo();
       if (!isParked(mine)) return;
-      const [host, port] = splitAddress(address);
+      const { host, port } = parseAddress(address);
       await ctx.db.replicaOf(host, port);
       ctx.roleGeneration++;
       ctx.logger.info("replica unparked: its primary is back", {

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
+import { parseAddress } from "../core/address.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
-import { splitAddress } from "../core/sentinel.ts";
 import type { AgentDeps } from "./context.ts";
 import { redisConnectSettings } from "./database.ts";
 import type { AgentLogger } from "./log.ts";
@@ -50,7 +50,7 @@ export class SentinelEndpoint {
   constructor(init: { options: AgentOptions; nodeId: string; deps: AgentDeps; logger: AgentLogger }) {
     const { options, deps, logger } = init;
     this.#advertised = options.address ?? options.redis;
-    this.#bind = options.sentinelBind ?? splitAddress(this.#advertised).host;
+    this.#bind = options.sentinelBind ?? parseAddress(this.#advertised).host;
     this.#port = options.sentinelPort ?? 0;
     const monotonicNow = deps.monotonicNow ?? (() => performance.now());
     this.#feed = new SentinelFeed({

@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from "ioredis";
-import { splitAddress } from "../core/sentinel.ts";
+import { parseAddress } from "../core/address.ts";
 
 /** Shardguard's own connections (agent, probes, this one) are named with this prefix and kept. */
 const OWN_PREFIX = "shardguard";
@@ -38,7 +38,7 @@ export interface EvictionTarget {
  * demoted node would get READONLY until it reconnects. Returns how many were closed.
  */
 export async function evictApplicationClients(target: EvictionTarget): Promise<number> {
-  const { host, port } = splitAddress(target.address);
+  const { host, port } = parseAddress(target.address);
   const client = new Redis({
     host,
     port,

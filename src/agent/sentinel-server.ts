@@ -1,5 +1,6 @@
 import { createServer, type Server, type Socket } from "node:net";
 import { createServer as createTlsServer } from "node:tls";
+import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
 import {
   type EventMemory,
@@ -8,7 +9,6 @@ import {
   reply as replies,
   type SentinelEvent,
   sentinelEvents,
-  splitAddress,
 } from "../core/sentinel.ts";
 import type { AgentLogger } from "./log.ts";
 import type { SentinelFeed } from "./sentinel-feed.ts";
@@ -241,5 +241,5 @@ export class SentinelServer {
 /** host:port other agents and clients are told to reach this endpoint on. */
 export function announcedAddress(bindHost: string, port: number, advertisedAddress: string): string {
   const wildcard = bindHost === "0.0.0.0" || bindHost === "::" || bindHost === "";
-  return `${wildcard ? splitAddress(advertisedAddress).host : bindHost}:${port}`;
+  return `${wildcard ? parseAddress(advertisedAddress).host : bindHost}:${port}`;
 }

@@ -1,3 +1,4 @@
+import { parseAddress } from "./address.ts";
 import type { Heartbeat, Topology } from "./model.ts";
 
 /**
@@ -68,13 +69,8 @@ export type MasterState =
   /** failing over or offline: no master to give; `last` is the address the topology still names. */
   | { readonly kind: "down"; readonly last: Endpoint | undefined; readonly failingOver: boolean };
 
-export function splitAddress(address: string): { host: string; port: number } {
-  const colon = address.lastIndexOf(":");
-  return { host: address.slice(0, colon), port: Number(address.slice(colon + 1)) };
-}
-
 function endpoint(nodeId: string, address: string): Endpoint {
-  return { nodeId, ...splitAddress(address) };
+  return { nodeId, ...parseAddress(address) };
 }
 
 export function masterState(topology: Topology | undefined): MasterState {
@@ -139,13 +135,13 @@ function masterFields(view: SentinelView): SentinelReply | undefined {
 }
 
 function replicaFields(view: SentinelView, node: Heartbeat): SentinelReply {
-  const { host, port } = splitAddress(node.node_address);
+  const { host, port } = parseAddress(node.node_address);
   const up = fresh(node, view);
   const followed = node.primary_node_id
     ? (view.nodes.find((other) => other.node_id === node.primary_node_id)?.node_address ??
       (view.topology?.primary_node_id === node.primary_node_id ? view.topology.primary_address : undefined))
     : undefined;
-  const master = followed ? splitAddress(followed) : { host: "?", port: 0 };
+  const master = followed ? parseAddress(followed) : { host: "?", port: 0 };
   return reply.fields([
     ["name", node.node_address],
     ["ip", host],
@@ -162,7 +158,7 @@ function replicaFields(view: SentinelView, node: Heartbeat): SentinelReply {
 }
 
 function sentinelFields(view: SentinelView, node: Heartbeat): SentinelReply {
-  const { host, port } = splitAddress(node.sentinel_address ?? node.node_address);
+  const { host, port } = parseAddress(node.sentinel_address ?? node.node_address);
   return reply.fields([
     ["name", node.node_id],
     ["ip", host],

@@ -1,9 +1,10 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
+import { tryParseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Topology } from "../core/model.ts";
 import type { RedisNode } from "../local-stack/redis-nodes.ts";
-import { classifyWriteError, splitAddress } from "../workload/writer.ts";
+import { classifyWriteError } from "../workload/writer.ts";
 import type { FinalNodeRead, FinalRead } from "./checker.ts";
 import type { EpochValue, History, ProbeValue } from "./history.ts";
 
@@ -18,9 +19,9 @@ import type { EpochValue, History, ProbeValue } from "./history.ts";
  */
 
 function redisClient(address: string, timeoutMs: number): Redis | undefined {
-  const endpoint = splitAddress(address);
+  const endpoint = tryParseAddress(address);
   if (!endpoint) return undefined;
-  const client = new Redis(endpoint[1], endpoint[0], {
+  const client = new Redis(endpoint.port, endpoint.host, {
     lazyConnect: true,
     enableOfflineQueue: false,
     enableReadyCheck: false,

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
+import { tryParseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
 import { type Ack, AckLog, type VerifyResult, verifyAcks, waitForAck } from "./ack-log.ts";
 
@@ -235,12 +236,12 @@ export class WriteWorkload extends EventEmitter<WriteWorkloadEvents> {
       this.#fail("no-primary", undefined, "the system advertises no primary");
       return undefined;
     }
-    const endpoint = splitAddress(address);
+    const endpoint = tryParseAddress(address);
     if (!endpoint) {
       this.#fail("resolve", address, "the advertised primary is not host:port");
       return undefined;
     }
-    const [host, port] = endpoint;
+    const { host, port } = endpoint;
     const client = new Redis(port, host, {
       lazyConnect: true,
       enableOfflineQueue: false,
@@ -289,13 +290,6 @@ export function classifyWriteError(error: unknown): WriteFailureKind {
     return "connection";
   }
   return "error";
-}
-
-export function splitAddress(address: string): [string, number] | undefined {
-  const index = address.lastIndexOf(":");
-  const port = Number(address.slice(index + 1));
-  if (index <= 0 || !Number.isInteger(port) || port <= 0 || port > 65_535) return undefined;
-  return [address.slice(0, index), port];
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { AckLog } from "../../src/workload/ack-log.ts";
 import { parseReplicationState } from "../../src/workload/replication.ts";
-import { classifyWriteError, splitAddress } from "../../src/workload/writer.ts";
+import { classifyWriteError } from "../../src/workload/writer.ts";
 
 function aLogOf(...acks: [seq: number, at: number, address: string][]): AckLog {
   const log = new AckLog();
@@ -90,15 +90,6 @@ describe("write error classification", () => {
 
     // Assess
     expect(kinds).toEqual(["readonly", "timeout", "connection", "error"]);
-  });
-});
-
-describe("address parsing", () => {
-  it("splits host:port and refuses an address without a valid port", () => {
-    // Act and Assess
-    expect(splitAddress("127.0.0.1:6380")).toEqual(["127.0.0.1", 6380]);
-    expect(splitAddress("127.0.0.1")).toBeUndefined();
-    expect(splitAddress("127.0.0.1:99999")).toBeUndefined();
   });
 });
 
