@@ -14,7 +14,7 @@ import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
 import { endFailsafe, observeStoreWitnesses, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /** What one cycle achieved; the loop paces itself on it. */
-export interface CycleResult {
+export interface HeartbeatCycleResult {
   readonly dbUp: boolean;
   readonly storeUp: boolean;
   readonly heartbeatWritten: boolean;
@@ -395,7 +395,7 @@ async function guardNewProcess<T extends { info: ReplicationInfo } | undefined>(
   return read;
 }
 
-export async function runCycle(ctx: AgentContext): Promise<CycleResult> {
+export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult> {
   // Captured before INFO: a role change after this point makes this cycle's heartbeat stale.
   let generation = ctx.roleGeneration;
   const [read, snapshot] = await Promise.all([
