@@ -92,11 +92,15 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     synced: syncedReplicaAddresses(info).length,
   };
   ctx.identity = current;
-  persistIdentity(ctx, current);
   const verdict = judgeRestart(previous, current, {
     named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
     guardMembers: ctx.guardMembers,
   });
+  if (verdict.kind === "lost-data") ctx.dbRestarted = true;
+  // The new identity and the verdict on it are written together, in one atomic update: an agent
+  // killed between the two would leave its successor judging the empty process "the same" and
+  // opening it (data-safety's seed-3102 test caught it under load).
+  persistIdentity(ctx, current);
   if (verdict.kind === "same") return;
   // The guard's settings died with the old process.
   ctx.appliedGuard = undefined;
@@ -109,7 +113,6 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     });
     return;
   }
-  ctx.dbRestarted = true;
   ctx.logger.error("database restarted without its data: fenced until it follows the shard's primary", {
     ...ctx.epochContext,
     runId: info.runId,
@@ -137,7 +140,8 @@ function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
     stored.run_id !== current.runId ||
     stored.repl_id !== current.replId ||
     stored.role !== current.role;
-  if (changed || now - ctx.identityPersistedAt >= IDENTITY_PERSIST_MS) {
+  const flagChanged = (ctx.state.state.db_restarted === true) !== ctx.dbRestarted;
+  if (changed || flagChanged || now - ctx.identityPersistedAt >= IDENTITY_PERSIST_MS) {
     ctx.state.update({
       db_identity: {
         run_id: current.runId,
@@ -146,6 +150,7 @@ function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
         role: current.role,
         synced: current.synced,
       },
+      db_restarted: ctx.dbRestarted ? true : undefined,
     });
     ctx.identityPersistedAt = now;
   }
