@@ -111,7 +111,7 @@ try {
   await measure("send command", () => aws.bus.send(shard, "n2", command("PROMOTE", 2)));
   const [received] = await aws.bus.receive(shard, "n2", { waitSeconds: 1 });
   if (received) {
-    await measure("extend visibility", () => aws.bus.extendVisibility(shard, "n2", received, 30));
+    await measure("redeliver after", () => aws.bus.redeliverAfter(shard, "n2", received, 30));
     await measure("delete command", () => aws.bus.delete(shard, "n2", received));
   }
   await measure("delete node (heartbeat + replica set)", () => aws.store.heartbeats.deleteNode(shard, "n1"));

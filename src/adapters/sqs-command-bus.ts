@@ -26,7 +26,7 @@ export interface SqsCommandBusOptions {
   /**
    * Seconds a received command stays invisible to other receivers. Short, because a command handed
    * to a long poll whose client went away (an aborted receive, a crashed agent) waits this long.
-   * Extend it with `extendVisibility` while applying a slow command. @default 10
+   * `redeliverAfter` sets it anew for one received command. @default 10
    */
   readonly visibilityTimeoutSeconds?: number;
   /** Seconds a command is kept in the node's queue (stale commands are ignored by epoch anyway). @default 86400 */
@@ -151,7 +151,8 @@ export class SqsCommandBus implements CommandBus {
     );
   }
 
-  async extendVisibility(
+  /** When `message` becomes visible again: `seconds` from now (ChangeMessageVisibility); 0 = now. */
+  async redeliverAfter(
     shard: string,
     nodeId: string,
     message: ReceivedCommand,

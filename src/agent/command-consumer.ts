@@ -156,7 +156,7 @@ export async function runCommandConsumer(ctx: AgentContext, signal: AbortSignal)
 
 async function retryAfter(ctx: AgentContext, message: ReceivedCommand, delayMs: number): Promise<void> {
   try {
-    await ctx.deps.commands.extendVisibility(ctx.shard, ctx.nodeId, message, Math.ceil(delayMs / 1000));
+    await ctx.deps.commands.redeliverAfter(ctx.shard, ctx.nodeId, message, Math.ceil(delayMs / 1000));
   } catch (error) {
     ctx.logger.debug("could not shorten a failed command's visibility; it returns after its timeout", {
       error: errorMessage(error),
@@ -167,7 +167,7 @@ async function retryAfter(ctx: AgentContext, message: ReceivedCommand, delayMs: 
 async function releaseUnstarted(ctx: AgentContext, messages: readonly ReceivedCommand[]): Promise<void> {
   for (const message of messages) {
     try {
-      await ctx.deps.commands.extendVisibility(ctx.shard, ctx.nodeId, message, 0);
+      await ctx.deps.commands.redeliverAfter(ctx.shard, ctx.nodeId, message, 0);
     } catch (error) {
       ctx.logger.debug("could not release a message; it returns after its visibility timeout", {
         error: errorMessage(error),

@@ -164,8 +164,12 @@ export interface CommandBus {
     options?: { signal?: AbortSignal; waitSeconds?: number; maxMessages?: number },
   ): Promise<ReceivedCommand[]>;
   delete(shard: string, nodeId: string, message: ReceivedCommand): Promise<void>;
-  /** Keeps a command invisible to other receivers while it is being applied. */
-  extendVisibility(shard: string, nodeId: string, message: ReceivedCommand, seconds: number): Promise<void>;
+  /**
+   * Sets when a received command becomes visible (receivable) again: `seconds` from now, counted
+   * afresh, not added to what is left of its visibility timeout; 0 = now (releases it at once).
+   * Used to hold back a command retried after a delay, and to hand back one not started.
+   */
+  redeliverAfter(shard: string, nodeId: string, message: ReceivedCommand, seconds: number): Promise<void>;
 }
 
 /** Failover lifecycle events (EventBridge in AWS). */

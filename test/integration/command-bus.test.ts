@@ -170,7 +170,7 @@ describe("commands", () => {
     expect(warnings[0]).toMatchObject({ shard: "s1", node: "n3", maxReceiveCount: 2 });
   });
 
-  it("keeps a command invisible while its visibility is extended", async () => {
+  it("redelivers a command no sooner than redeliverAfter says, and at once after redeliverAfter 0", async () => {
     // Prepare
     const { bus } = adapters({ queuePrefix: prefix(), visibilityTimeoutSeconds: 1, logger: silent });
     await bus.ensureQueue("s1", "n4");
@@ -179,9 +179,9 @@ describe("commands", () => {
     if (!first) throw new Error("the command was not received");
 
     // Act
-    await bus.extendVisibility("s1", "n4", first, 5);
+    await bus.redeliverAfter("s1", "n4", first, 5);
     const duringExtension = await bus.receive("s1", "n4", { waitSeconds: 2 });
-    await bus.extendVisibility("s1", "n4", first, 0);
+    await bus.redeliverAfter("s1", "n4", first, 0);
     const afterRelease = await bus.receive("s1", "n4", { waitSeconds: 2 });
 
     // Assess

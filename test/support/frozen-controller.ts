@@ -92,8 +92,7 @@ export function recordingBus(bus: CommandBus, gate: Gate | undefined, sent: Comm
       },
       receive: (...args: Parameters<CommandBus["receive"]>) => bus.receive(...args),
       delete: (...args: Parameters<CommandBus["delete"]>) => bus.delete(...args),
-      extendVisibility: (...args: Parameters<CommandBus["extendVisibility"]>) =>
-        bus.extendVisibility(...args),
+      redeliverAfter: (...args: Parameters<CommandBus["redeliverAfter"]>) => bus.redeliverAfter(...args),
     },
     "bus",
     gate,

@@ -188,7 +188,7 @@ export class MemoryShard {
       },
       receive: unused,
       delete: unused,
-      extendVisibility: unused,
+      redeliverAfter: unused,
     };
   }
 
