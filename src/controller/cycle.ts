@@ -58,7 +58,7 @@ export async function runShardCycle(
     case "failover":
     case "bring_online":
     case "mark_offline":
-    case "resume":
+    case "continue_failover":
       return { ...base, ...(await underLock(deps, shard, decision, options)) };
   }
 }
@@ -90,7 +90,10 @@ async function initialize(
   };
 }
 
-type ActionDecision = Extract<Decision, { kind: "failover" | "bring_online" | "mark_offline" | "resume" }>;
+type ActionDecision = Extract<
+  Decision,
+  { kind: "failover" | "bring_online" | "mark_offline" | "continue_failover" }
+>;
 
 /** Lock, re-read and decide again, then act; ends every path with the lock released or lost. */
 async function underLock(
@@ -110,7 +113,7 @@ async function underLock(
     const again = decide(snapshot, deps.config, deps.clock.now(), { lockOwner: lock.owner });
     if (!sameDecision(decision, again)) {
       // Another controller acted in between (the epoch moved): we simply lost the race.
-      if (snapshot.topology?.epoch !== decision.epoch || decision.kind === "resume") {
+      if (snapshot.topology?.epoch !== decision.epoch || decision.kind === "continue_failover") {
         return {
           outcome: "lost_race",
           epoch: snapshot.topology?.epoch,
@@ -152,7 +155,7 @@ async function underLock(
           snapshot,
         );
         return (await execute(run, "promote")) as Outcome;
-      case "resume":
+      case "continue_failover":
         return continueChange(run, snapshot);
       default:
         return { outcome: "no_action", reason: again.reason };
@@ -161,14 +164,15 @@ async function underLock(
 }
 
 /**
- * Resumes a change some controller left in `failing_over`, as `decideContinuation` says: the
- * same plan from a phase, or a new plan (another target, offline, abandoned) under epoch + 1.
+ * Continues a change some controller left in `failing_over` (decision `continue_failover`), as
+ * `decideContinuation` says: the same plan from a phase, or a new plan (another target, offline,
+ * abandoned) under epoch + 1.
  */
 async function continueChange(run: Run, snapshot: ShardSnapshot): Promise<Outcome> {
   const next = decideContinuation(snapshot, run.deps.config, run.deps.clock.now(), {
     confirmTimeoutMs: run.timeouts.confirm,
   });
-  run.deps.log.info("resuming failover", {
+  run.deps.log.info("continuing failover", {
     shard: run.shard,
     epoch: run.topology.epoch,
     phase: run.topology.phase,

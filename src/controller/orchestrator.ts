@@ -6,7 +6,7 @@
  *        -> confirm (observe the heartbeat) -> repoint -> cleanup -> history, online, release
  *
  * Its parts, one job each:
- * - cycle.ts: one cycle over a shard (decide, lock, act, resume via core/continuation.ts);
+ * - cycle.ts: one cycle over a shard (decide, lock, act, continue_failover via core/continuation.ts);
  * - lock.ts: the lock: acquire, renew, release and every write fenced by it;
  * - phases.ts: the phases in their one order, with their bounds and the time budget;
  * - transitions.ts: the state transitions (start a plan, record a phase, complete, offline, abandon);

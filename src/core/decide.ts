@@ -83,8 +83,11 @@ export type Decision =
       readonly reason: string;
     }
   | {
-      /** A failover left in `failing_over` by a controller that stopped; resume from its phase. */
-      readonly kind: "resume";
+      /**
+       * A change (failover, switchover, bring-online) left in `failing_over` by a controller that
+       * stopped: continue it from its stored phase. Not the operator's `resume`, which lifts a pause.
+       */
+      readonly kind: "continue_failover";
       readonly epoch: number;
       readonly phase: FailoverPhase | undefined;
       readonly failover: FailoverState;
@@ -419,7 +422,7 @@ export function decide(
   if (topology.status === "paused") {
     return none("paused", `shard paused${topology.paused_reason ? `: ${topology.paused_reason}` : ""}`);
   }
-  if (topology.status === "failing_over") return decideResume(snapshot, topology, now, options);
+  if (topology.status === "failing_over") return decideContinueFailover(snapshot, topology, now, options);
   if (topology.cooldown_until !== undefined && now < topology.cooldown_until) {
     const stale = topology.status === "online" && primaryStale(snapshot, topology, config, now);
     return none(
@@ -485,7 +488,7 @@ function decideWithoutTopology(
   };
 }
 
-function decideResume(
+function decideContinueFailover(
   snapshot: ShardSnapshot,
   topology: Topology,
   now: number,
@@ -502,13 +505,13 @@ function decideResume(
     );
   }
   return {
-    kind: "resume",
+    kind: "continue_failover",
     epoch: topology.epoch,
     phase: topology.phase,
     failover: topology.failover,
     reason:
       `${topology.failover.kind} to ${topology.failover.new_primary_node_id} at epoch ${topology.epoch} stopped` +
-      ` in phase ${topology.phase ?? "unknown"} and its lock is free; resuming`,
+      ` in phase ${topology.phase ?? "unknown"} and its lock is free; continuing it`,
   };
 }
 
@@ -786,7 +789,7 @@ export function targetOf(decision: Decision): string | undefined {
       return decision.target.node_id;
     case "initialize":
       return decision.primary.node_id;
-    case "resume":
+    case "continue_failover":
       return decision.failover.new_primary_node_id;
     default:
       return undefined;

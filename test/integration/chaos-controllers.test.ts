@@ -65,7 +65,7 @@ describe("chaos: controllers", () => {
     expect(record).toMatchObject({ kind: "failover", old_primary_node_id: "node-1" });
     expect(await active.aws.store.history.list(active.shard, 100)).toHaveLength(1);
     const second = active.logLines("controller-2.log");
-    expect(linesWith(second, "resuming failover")).toHaveLength(1);
+    expect(linesWith(second, "continuing failover")).toHaveLength(1);
     expect(linesWith(second, "failover completed")).toHaveLength(1);
     const winner = after.primary_node_id as string;
     await waitForFollowers(active, winner, [winner === "node-2" ? "node-3" : "node-2"]);

@@ -88,7 +88,7 @@ describe("orchestrator: the invocation's time budget", () => {
     expect(left).toMatchObject({ status: "failing_over", epoch: 2, phase: "promote" });
     // Released, so the next invocation does not wait for the lease.
     expect(lock?.expires_at).toBe(0);
-    expect(results[0]?.decision).toMatchObject({ kind: "resume" });
+    expect(results[0]?.decision).toMatchObject({ kind: "continue_failover" });
     expect(await shard.aws.store.topology.read(shard.shard)).toMatchObject({
       status: "online",
       epoch: 2,

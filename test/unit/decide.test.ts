@@ -31,8 +31,12 @@ function outcome(decision: Decision): Record<string, unknown> {
       return { kind: "initialize", target: decision.primary.node_id, epoch: decision.epoch };
     case "mark_offline":
       return { kind: "mark_offline", epoch: decision.epoch };
-    case "resume":
-      return { kind: "resume", phase: decision.phase, target: decision.failover.new_primary_node_id };
+    case "continue_failover":
+      return {
+        kind: "continue_failover",
+        phase: decision.phase,
+        target: decision.failover.new_primary_node_id,
+      };
   }
 }
 
@@ -678,19 +682,19 @@ describe("decide: paused shards, cool-down and locks", () => {
 describe("decide: a shard already failing over", () => {
   runRows([
     {
-      name: "resumes from the stored phase once the lock is free",
+      name: "continues from the stored phase once the lock is free",
       snapshot: () => aShardWithStalePrimary().failingOver("confirm", "r2").build(),
-      expected: { kind: "resume", phase: "confirm", target: "r2" },
+      expected: { kind: "continue_failover", phase: "confirm", target: "r2" },
     },
     {
-      name: "resumes after the previous controller's lock expired",
+      name: "continues after the previous controller's lock expired",
       snapshot: () => aShardWithStalePrimary().failingOver("promote").lockedBy("dead-controller", -5).build(),
-      expected: { kind: "resume", phase: "promote", target: "r1" },
+      expected: { kind: "continue_failover", phase: "promote", target: "r1" },
     },
     {
-      name: "resumes even during cool-down (an interrupted failover must finish)",
+      name: "continues even during cool-down (an interrupted failover must finish)",
       snapshot: () => aShardWithStalePrimary().failingOver("repoint").coolingDown().build(),
-      expected: { kind: "resume", phase: "repoint" },
+      expected: { kind: "continue_failover", phase: "repoint" },
     },
     {
       name: "leaves a failover in progress to the controller holding the lock",

@@ -103,7 +103,7 @@ describe("a switchover within the invocation's time", () => {
     expect(lockAfterCut?.expires_at).toBe(0);
     expect(shard.leases[0]).toEqual({ op: "acquire", leaseMs: 20_000 });
     expect(next).toMatchObject({
-      decision: { kind: "resume" },
+      decision: { kind: "continue_failover" },
       outcome: "completed",
       epoch: 4,
       primary: "r1",
