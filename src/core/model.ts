@@ -128,7 +128,7 @@ export type Candidate = z.output<typeof candidateSchema>;
 /**
  * The replication lineage a failover must stay within: the old primary's `repl_id` and the
  * last offset it reported. Kept in the topology so it survives the deletion of the old
- * primary's heartbeat (offline shards, resumed failovers).
+ * primary's heartbeat (offline shards, continued failovers).
  */
 export const lineageSchema = z.object({
   node_id: idSchema.optional(),
@@ -137,7 +137,7 @@ export const lineageSchema = z.object({
 });
 export type Lineage = z.output<typeof lineageSchema>;
 
-/** The in-progress change stored in the topology, so that another controller can resume it. */
+/** The in-progress change stored in the topology, so that another controller can continue it (`continue_failover`). */
 export const failoverStateSchema = z.object({
   kind: z.enum(["failover", "switchover", "bring_online"]),
   old_primary_node_id: idSchema.optional(),
