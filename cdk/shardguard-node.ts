@@ -3,7 +3,6 @@ import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
 import * as iam from "aws-cdk-lib/aws-iam";
 import { Construct } from "constructs";
 import { type AgentIdentity, nodeQueueNames } from "./agent-policy.ts";
-import type { ShardguardController } from "./shardguard-controller.ts";
 
 export interface ShardguardNodeOptions extends AgentIdentity {
   /**
@@ -14,8 +13,17 @@ export interface ShardguardNodeOptions extends AgentIdentity {
   readonly role?: iam.IRole;
 }
 
+/**
+ * What a node needs of the controller construct it belongs to (`ShardguardController` is one):
+ * declared here so that the node does not import the controller that creates it.
+ */
+export interface NodeController {
+  readonly queuePrefix: string;
+  agentPolicyStatements(identity: AgentIdentity): iam.PolicyStatement[];
+}
+
 export interface ShardguardNodeProps extends ShardguardNodeOptions {
-  readonly controller: ShardguardController;
+  readonly controller: NodeController;
   readonly alarmActions: readonly cloudwatch.IAlarmAction[];
 }
 

@@ -2,11 +2,33 @@ import { Redis } from "ioredis";
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
 import { holdsAllOf } from "../core/identity.ts";
+import type { Topology } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
-import type { AgentContext } from "./context.ts";
-import { readReplicationInfo, redisConnectSettings } from "./database.ts";
+import { type Database, readReplicationInfo, redisConnectSettings } from "./database.ts";
+import type { AgentLogger } from "./log.ts";
+import type { Mutex } from "./loop.ts";
+import type { AgentOptions } from "./options.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 
+/**
+ * What the probe reads and changes of its agent (`AgentContext` is one): declared here so that the
+ * probe does not import the context that creates it.
+ */
+export interface ProbeContext {
+  readonly options: AgentOptions;
+  readonly nodeId: string;
+  readonly db: Database;
+  readonly logger: AgentLogger;
+  readonly roleLock: Mutex;
+  roleGeneration: number;
+  readonly lastInfo: ReplicationInfo | undefined;
+  readonly lastInfoGeneration: number;
+  readonly heartbeatsWritten: number;
+  readonly lastTopology: Topology | undefined;
+  readonly highestEpoch: number;
+  readonly epochContext: Record<string, unknown>;
+  readonly wakeHeartbeat: () => void;
+}
 /**
  * A replica's own look at its primary, as Sentinel does: a connection to the primary's address
  * that (1) answers whether the primary serves within a timeout, so a hung primary (SIGSTOP, a
@@ -68,10 +90,10 @@ export class PrimaryProbe {
    * again is a new decision (the controller promoted whatever runs there now): follow it.
    */
   parkedAtEpoch: number | undefined;
-  readonly #ctx: AgentContext;
+  readonly #ctx: ProbeContext;
   readonly #timeoutMs: number;
 
-  constructor(ctx: AgentContext, timeoutMs: number) {
+  constructor(ctx: ProbeContext, timeoutMs: number) {
     this.#ctx = ctx;
     this.#timeoutMs = timeoutMs;
   }
