@@ -72,25 +72,6 @@ export function logEventPublisher(log: ControllerLog): EventPublisher {
   };
 }
 
-/** Records events in memory (tests), optionally forwarding them. */
-export class MemoryEventPublisher implements EventPublisher {
-  readonly events: Array<{ detailType: EventDetailType; detail: Record<string, unknown> }> = [];
-  async publish(detailType: EventDetailType, detail: Record<string, unknown>): Promise<void> {
-    this.events.push({ detailType, detail });
-  }
-  ofType(detailType: EventDetailType) {
-    return this.events.filter((event) => event.detailType === detailType);
-  }
-}
-
-/** A log that drops everything; for tests that assert on results rather than lines. */
-export const silentLog: ControllerLog = {
-  debug() {},
-  info() {},
-  warn() {},
-  error() {},
-};
-
 /** Powertools Logger already matches ControllerLog; this keeps the entry points explicit. */
 export function powertoolsLog(logger: Logger): ControllerLog {
   return {

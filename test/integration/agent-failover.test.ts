@@ -1,9 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
+import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
 import { cycleUntil } from "../support/controller-cycles.ts";
+import { MemoryEventPublisher, silentLog } from "../support/controller-fakes.ts";
 
 /**
  * The agent against the real controller (decide + orchestrator), real redis-server processes

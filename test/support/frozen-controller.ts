@@ -1,9 +1,10 @@
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
-import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
+import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import type { FailoverConfig } from "../../src/core/config.ts";
 import type { Command } from "../../src/core/model.ts";
 import type { CommandBus, CoordinationStore } from "../../src/core/ports.ts";
+import { MemoryEventPublisher, silentLog } from "./controller-fakes.ts";
 
 /**
  * An in-process controller whose store and command bus pass every call through a gate: the test

@@ -1,5 +1,5 @@
 import type { ControllerDeps } from "../../src/controller/deps.ts";
-import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
+import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { FailoverConfig } from "../../src/core/config.ts";
 import {
   type Command,
@@ -17,6 +17,7 @@ import {
   type WriteFence,
 } from "../../src/core/ports.ts";
 import { aConfig, LINEAGE } from "./builders.ts";
+import { MemoryEventPublisher, silentLog } from "./controller-fakes.ts";
 
 /**
  * One shard in memory for controller unit tests: the coordination store (lock with owner and

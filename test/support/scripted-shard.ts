@@ -2,13 +2,14 @@ import { setTimeout as delay } from "node:timers/promises";
 import { afterEach } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { needsTopology, type Screening, screenCommand } from "../../src/agent/command-screen.ts";
-import { MemoryEventPublisher, MemoryMetrics, silentLog } from "../../src/controller/observability.ts";
+import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps, PhaseTimeouts } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { isFresh } from "../../src/core/decide.ts";
 import type { Command, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import type { ReceivedCommand } from "../../src/core/ports.ts";
 import { awsEnv, uniqueName } from "./aws.ts";
+import { MemoryEventPublisher, silentLog } from "./controller-fakes.ts";
 import { waitFor } from "./wait.ts";
 
 /**

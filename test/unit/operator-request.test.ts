@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { silentLog } from "../../src/controller/observability.ts";
 import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/operator.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { decide } from "../../src/core/decide.ts";
 import { LINEAGE } from "../support/builders.ts";
+import { silentLog } from "../support/controller-fakes.ts";
 import { MemoryShard } from "../support/memory-shard.ts";
 
 // Invalid requests are answered before any store is touched: deps without stores prove it.
