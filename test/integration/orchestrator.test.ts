@@ -1,3 +1,4 @@
+import { setTimeout as pause } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import { cycleUntil } from "../support/controller-cycles.ts";
@@ -98,7 +99,14 @@ describe("orchestrator on the local stack", () => {
     await shard.waitUntilStale("p1");
 
     // Act
-    void runShardCycle(doomed.deps, shard.shard);
+    // Cycles until one reaches PROMOTE and hangs there: on a loaded host the first may still see
+    // the replicas' heartbeats too old to vote and decide nothing.
+    void (async () => {
+      while (!killed) {
+        await runShardCycle(doomed.deps, shard.shard);
+        await pause(CONFIG.tickIntervalMs); // a controller's pace between passes
+      }
+    })();
     await waitFor(() => killed, "the doomed controller at phase promote");
     const stuck = await shard.aws.store.topology.read(shard.shard);
     const killedAt = Date.now();
