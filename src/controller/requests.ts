@@ -1,4 +1,4 @@
-import { describeHeartbeatAge, isAlive, planSwitchover } from "../core/decide.ts";
+import { dataLineageOf, describeHeartbeatAge, isAlive, planSwitchover } from "../core/decide.ts";
 import type { Topology } from "../core/model.ts";
 import { guarded } from "./cycle.ts";
 import {
@@ -200,12 +200,7 @@ export async function recoverShard(
         };
       }
       // A database restarted from its RDB, fenced by its agent, holds its earlier lineage only.
-      const held = node.db_status === "down" ? node.prior_lineage : undefined;
-      const lineage = {
-        node_id: node.node_id,
-        repl_id: held?.repl_id ?? node.repl_id,
-        last_txn_id: held?.last_txn_id ?? node.last_txn_id,
-      };
+      const lineage = dataLineageOf(node);
       return {
         next: { ...topology, epoch: topology.epoch + 1, lineage },
         result: `lineage set to ${node.node_id}'s (${lineage.repl_id} at ${lineage.last_txn_id}): ${request.reason}; the controller brings the shard online on it`,

@@ -230,9 +230,12 @@ export function rankCandidates(
       priority: node.priority,
     };
     const ineligible = (reason: string): Candidate => ({ ...base, eligible: false, reason });
-    if (!isAlive(node, config, now) || (isRestartedHolder(node) && !acceptPrior)) {
-      if (!isFresh(node, config, now) && !isRestartedHolder(node))
-        return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
+    if (isRestartedHolder(node)) {
+      // Its own database is down; only the last resort takes what it holds, while its agent is heard.
+      if (!acceptPrior || !isAgentHeard(node, config, now)) return ineligible("database reported down");
+    } else if (!isFresh(node, config, now)) {
+      return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
+    } else if (node.db_status === "down") {
       return ineligible("database reported down");
     }
     if (!knownLineage) return ineligible("the old primary's replication lineage is unknown");
@@ -276,6 +279,15 @@ function isRestartedHolder(node: Heartbeat): boolean {
 export function isAlive(node: Heartbeat, config: FailoverConfig, now: number): boolean {
   if (isRestartedHolder(node)) return isAgentHeard(node, config, now);
   return node.db_status === "up" && isFresh(node, config, now);
+}
+
+/**
+ * The lineage `node`'s data is: its own, or for a restarted holder the earlier one its new process
+ * holds (its `repl_id` and `last_txn_id` are the dead process's).
+ */
+export function dataLineageOf(node: Heartbeat): Lineage {
+  const prior = isRestartedHolder(node) ? node.prior_lineage : undefined;
+  return prior === undefined ? lineageOf(node) : { node_id: node.node_id, ...prior };
 }
 
 /**
