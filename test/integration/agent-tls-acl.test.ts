@@ -126,7 +126,12 @@ describe("agent over TLS with a least-privilege ACL user", () => {
     const other = winner === "node-2" ? "node-3" : "node-2";
     await waitForFollowers(active, winner, [other]);
     const survived = await countKeys(active.node(winner), "before-kill", 200);
-    await writeKeys(active.node(winner), "before-switch", 100, 1);
+    // The new primary takes writes once its promotion fence lifts: retried until it does.
+    await active.waitFor(
+      "the new primary taking the before-switch writes",
+      () => writeKeys(active.node(winner), "before-switch", 100, 1).then(() => true),
+      WAIT_MS,
+    );
 
     // Act: switchover to the other replica
     const { stdout } = await run(process.execPath, [CLI, "switchover", "--shard", active.shard, "--json"], {

@@ -156,7 +156,10 @@ export async function writeKeys(
     const pipeline = client.pipeline();
     for (let index = 0; index < count; index++)
       pipeline.set(`${prefix}:${index}`, `${prefix}-value-${index}`.padEnd(100, "."));
-    await pipeline.exec();
+    // A refused SET (NOREPLICAS while the write guard fences, READONLY) is an error in its slot,
+    // not a rejection: without this check WAIT would "acknowledge" writes that never happened.
+    const refused = (await pipeline.exec())?.find(([error]) => error !== null)?.[0];
+    if (refused) throw new Error(`${prefix} writes refused: ${refused.message}`);
     if (replicas > 0) {
       const acked = Number(await client.call("WAIT", String(replicas), "5000"));
       if (acked < replicas) throw new Error(`only ${acked} of ${replicas} replicas acknowledged ${prefix}`);
