@@ -44,7 +44,7 @@ export interface AgentStatus {
   readonly dbUp: boolean;
   readonly storeUp: boolean;
   /** ms since the last heartbeat write that succeeded. */
-  readonly msSinceHeartbeatWritten: number;
+  readonly msSinceStoreContact: number;
 }
 
 export interface StartAgentExtras {
@@ -142,7 +142,7 @@ export async function startAgent(
       fenced: state.state.fence !== undefined,
       dbUp: ctx.dbUp,
       storeUp: ctx.storeUp,
-      msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
+      msSinceStoreContact: ctx.monotonicNow() - ctx.lastStoreContactAt,
     }),
     heartbeatNow: async () => {
       await runCycle(ctx);
@@ -167,7 +167,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
     signal,
     ctx.logger,
     async () => {
-      const msSince = ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt;
+      const msSince = ctx.monotonicNow() - ctx.lastStoreContactAt;
       const info = ctx.lastInfo;
       if (info?.role !== "primary" || msSince < fenceTimeoutMs || !ctx.topologyRead) {
         lastReminder = Number.NEGATIVE_INFINITY;
@@ -178,7 +178,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
       if (plan.kind === "fence") {
         // Re-applied on every tick while cut off: the database may have restarted without it.
         await ctx.roleLock.run(async () => {
-          if (ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt < fenceTimeoutMs) return;
+          if (ctx.monotonicNow() - ctx.lastStoreContactAt < fenceTimeoutMs) return;
           try {
             await fence(ctx, plan.reason);
           } catch (error) {
@@ -202,7 +202,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
           {
             ...ctx.epochContext,
             policy: ctx.options.fencePolicy,
-            msSinceHeartbeatWritten: Math.round(msSince),
+            msSinceStoreContact: Math.round(msSince),
             topologyEpoch: ctx.lastTopology?.epoch,
             replicaSet: ctx.guardMembers,
           },

@@ -59,8 +59,11 @@ export class AgentContext {
   storeUp = true;
   /** The last heartbeat written, the template for `db_status: down` heartbeats. */
   lastHeartbeat: HeartbeatInput | undefined;
-  /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
-  lastHeartbeatWrittenAt: number;
+  /**
+   * Monotonic ms of the heartbeat write of the last cycle whose topology read succeeded too (start
+   * time before the first): what the write guard's fence timeout counts from.
+   */
+  lastStoreContactAt: number;
   /** Heartbeats written by this process: published on the probe connection as a witness. */
   heartbeatsWritten = 0;
   /**
@@ -132,7 +135,7 @@ export class AgentContext {
     this.logger = init.logger;
     this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
-    this.lastHeartbeatWrittenAt = this.monotonicNow();
+    this.lastStoreContactAt = this.monotonicNow();
     // What the previous agent process knew of the database: a database restarted while this agent
     // was down too is still judged, and a restart it fenced stays fenced.
     const stored = init.state.state.db_identity;

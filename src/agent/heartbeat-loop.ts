@@ -452,10 +452,14 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       await withStoreTimeout(ctx.deps.heartbeats.put(heartbeat), ctx.storeTimeoutMs, "heartbeat write");
       storeAnswered(ctx);
       ctx.lastHeartbeat = heartbeat;
-      ctx.lastHeartbeatWrittenAt = ctx.monotonicNow();
       ctx.heartbeatsWritten++;
-      endFailsafe(ctx);
       written = true;
+      if (snapshot !== undefined) {
+        // Contact needs both: a write alone says nothing of a topology changed while cut off (a
+        // fence lifted on it would open a primary that was replaced meanwhile).
+        ctx.lastStoreContactAt = ctx.monotonicNow();
+        endFailsafe(ctx);
+      }
       wakeController(ctx, heartbeat);
     } catch (error) {
       storeFailed(ctx, "heartbeat write", error);

@@ -90,7 +90,7 @@ export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuar
     unconfirmedReason: ctx.unconfirmedReason,
     members: ctx.guardMembers,
     attached: attachedReplicas(ctx, info),
-    msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
+    msSinceStoreContact: ctx.monotonicNow() - ctx.lastStoreContactAt,
     fenceTimeoutMs: ctx.options.fenceTimeoutMs,
     restarted: ctx.dbRestarted,
     promotionWindowOpen: ctx.monotonicNow() < ctx.promotionFenceUntil,

@@ -49,7 +49,11 @@ export interface WriteGuardInput {
   readonly members: readonly string[];
   /** Node ids of the replicas attached to the database with a completed sync. */
   readonly attached: readonly string[];
-  readonly msSinceHeartbeatWritten: number;
+  /**
+   * Ms since the last heartbeat cycle that both read the topology and wrote the heartbeat: a write
+   * alone proves the controller sees this node alive, not that the topology still names it.
+   */
+  readonly msSinceStoreContact: number;
   readonly fenceTimeoutMs: number;
   /** The database restarted without continuing its own lineage (an empty or old restart). */
   readonly restarted: boolean;
@@ -124,8 +128,8 @@ export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
   if (input.promotionWindowOpen) {
     return { kind: "fence", reason: "promoted: waiting out the fence window of the old primary" };
   }
-  const cutOff = input.msSinceHeartbeatWritten >= input.fenceTimeoutMs;
-  const cutOffReason = `no heartbeat written for ${Math.round(input.msSinceHeartbeatWritten)} ms`;
+  const cutOff = input.msSinceStoreContact >= input.fenceTimeoutMs;
+  const cutOffReason = `no topology read and heartbeat written for ${Math.round(input.msSinceStoreContact)} ms`;
   const members = new Set(input.members);
   const attached = new Set(input.attached);
   const join = [...attached].filter((id) => !members.has(id)).sort();

@@ -225,6 +225,42 @@ describe("self-fencing when the table is unreachable", () => {
     expect(cutOff.logger.find("write fence lifted")?.attributes.reason).toBe("replica of n2");
   });
 
+  it("policy fence: a heartbeat write without a topology read does not lift the fence of a replaced primary", async () => {
+    // Prepare: n1 is cut off and fenced; n2 is promoted meanwhile.
+    fixture = new AgentFixture();
+    const { primaryNode, replicaNode } = await twoNodeShard();
+    const aws = await adaptersBehindProxy();
+    const cutOff = await fixture.startAgent(primaryNode, { nodeId: "n1", fencePolicy: "fence" }, aws);
+    await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+    await proxy?.cut();
+    await waitFor(async () => (await tryWrite(primaryNode)).startsWith("NOREPLICAS"), "n1 fenced", 5000, 20);
+    await failOverTo("n2", replicaNode, 0);
+    const writtenBefore = cutOff.heartbeats.written.length;
+
+    // Act: the table answers n1's heartbeat writes again, but not its snapshot queries.
+    proxy?.resetRequestsContaining("DynamoDB_20120810.Query");
+    await proxy?.start();
+    await waitFor(
+      () => cutOff.heartbeats.written.length >= writtenBefore + 1 || undefined,
+      "n1 writes again",
+    );
+    // Three more cycles with writes and no reads: the old code lifted the fence in the first.
+    await holdsFor(
+      async () => (await tryWrite(primaryNode)).startsWith("NOREPLICAS"),
+      "n1 refuses writes while it cannot read the topology",
+      FAST_TIMINGS.heartbeatIntervalMs * 3,
+    );
+    const writtenUnread = cutOff.heartbeats.written.length - writtenBefore;
+    proxy?.resetRequestsContaining(undefined);
+    await fixture.waitForHeartbeat("n1", (hb) => hb.role === "replica" && hb.epoch === 1, "n1 replica of n2");
+
+    // Assess
+    expect(writtenUnread).toBeGreaterThanOrEqual(2);
+    expect(cutOff.logger.find("write fence lifted")?.attributes.reason).toBe("replica of n2");
+    expect(await redisRole(primaryNode)).toBe("slave");
+  });
+
   it("policy keep-serving: keeps its role and takes writes while the table is unreachable", async () => {
     // Prepare
     fixture = new AgentFixture();
@@ -248,7 +284,7 @@ describe("self-fencing when the table is unreachable", () => {
       5000,
     );
     await waitFor(
-      () => agent.handle.status().msSinceHeartbeatWritten > FAST_TIMINGS.fenceTimeoutMs,
+      () => agent.handle.status().msSinceStoreContact > FAST_TIMINGS.fenceTimeoutMs,
       "cut off past the fence timeout",
       5000,
     );
@@ -268,7 +304,7 @@ describe("self-fencing when the table is unreachable", () => {
     expect(warned.level).toBe("error");
     expect(whileCutOff).toBe("OK");
     expect(status).toMatchObject({ role: "primary", fenced: false, storeUp: false });
-    expect(status.msSinceHeartbeatWritten).toBeGreaterThan(FAST_TIMINGS.fenceTimeoutMs);
+    expect(status.msSinceStoreContact).toBeGreaterThan(FAST_TIMINGS.fenceTimeoutMs);
     expect(await redisRole(node)).toBe("master");
     expect(resumed.db_status).toBe("up");
     expect(agent.logger.find(/^writes fenced/)).toBeUndefined();

@@ -10,6 +10,8 @@ export class TcpProxy {
   readonly targetHost: string;
   readonly targetPort: number;
   port = 0;
+  /** Client bytes that make the proxy reset the connection before they reach the server. */
+  private resetOn: Buffer | undefined;
 
   constructor(targetHost: string, targetPort: number) {
     this.targetHost = targetHost;
@@ -28,7 +30,20 @@ export class TcpProxy {
           upstream.destroy();
         });
       }
-      client.pipe(upstream).pipe(client);
+      client.on("data", (chunk: Buffer) => {
+        // One request's headers arrive in one chunk on loopback: enough to single out a request type.
+        if (this.resetOn !== undefined && chunk.includes(this.resetOn)) {
+          client.destroy();
+          upstream.destroy();
+          return;
+        }
+        if (!upstream.write(chunk)) {
+          client.pause();
+          upstream.once("drain", () => client.resume());
+        }
+      });
+      client.on("end", () => upstream.end());
+      upstream.pipe(client);
     });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
@@ -41,6 +56,15 @@ export class TcpProxy {
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
+  }
+
+  /**
+   * Resets each connection on which the client sends `marker` (e.g. the `X-Amz-Target` of one
+   * DynamoDB operation), before the request reaches the server; `undefined` passes everything again.
+   * A partial outage: some calls fail while others get through.
+   */
+  resetRequestsContaining(marker: string | undefined): void {
+    this.resetOn = marker === undefined ? undefined : Buffer.from(marker);
   }
 
   /** Resets every open connection and refuses new ones until `start()`. */
