@@ -73,6 +73,23 @@ async function failOverTo(nodeId: string, node: RedisNode, fromEpoch: number) {
   );
 }
 
+/**
+ * n1 (policy fence) primary and n2 its replica; the table is cut off from n1 (behind the proxy),
+ * n1 fences, and n2 is promoted at epoch 1 meanwhile. The proxy stays cut.
+ */
+async function replacedWhileCutOff() {
+  fixture = new AgentFixture();
+  const { primaryNode, replicaNode } = await twoNodeShard();
+  const aws = await adaptersBehindProxy();
+  const cutOff = await fixture.startAgent(primaryNode, { nodeId: "n1", fencePolicy: "fence" }, aws);
+  await fixture.startAgent(replicaNode, { nodeId: "n2" });
+  await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+  await proxy?.cut();
+  await waitFor(async () => (await tryWrite(primaryNode)).startsWith("NOREPLICAS"), "n1 fenced", 5000, 20);
+  await failOverTo("n2", replicaNode, 0);
+  return { primaryNode, cutOff };
+}
+
 describe("fenced start", () => {
   it("brings a returning old primary back as a replica before any heartbeat claims primary", async () => {
     // Prepare: n1 was primary; while it was down, n2 was promoted at epoch 1 and took writes.
@@ -204,17 +221,9 @@ describe("self-fencing when the table is unreachable", () => {
 
   it("policy fence: a fenced primary that was replaced meanwhile returns as a replica", async () => {
     // Prepare
-    fixture = new AgentFixture();
-    const { primaryNode, replicaNode } = await twoNodeShard();
-    const aws = await adaptersBehindProxy();
-    const cutOff = await fixture.startAgent(primaryNode, { nodeId: "n1", fencePolicy: "fence" }, aws);
-    await fixture.startAgent(replicaNode, { nodeId: "n2" });
-    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+    const { primaryNode, cutOff } = await replacedWhileCutOff();
 
     // Act
-    await proxy?.cut();
-    await waitFor(async () => (await tryWrite(primaryNode)).startsWith("NOREPLICAS"), "n1 fenced", 5000, 20);
-    await failOverTo("n2", replicaNode, 0);
     await proxy?.start();
     await fixture.waitForHeartbeat("n1", (hb) => hb.role === "replica" && hb.epoch === 1, "n1 replica of n2");
 
@@ -226,16 +235,8 @@ describe("self-fencing when the table is unreachable", () => {
   });
 
   it("policy fence: a heartbeat write without a topology read does not lift the fence of a replaced primary", async () => {
-    // Prepare: n1 is cut off and fenced; n2 is promoted meanwhile.
-    fixture = new AgentFixture();
-    const { primaryNode, replicaNode } = await twoNodeShard();
-    const aws = await adaptersBehindProxy();
-    const cutOff = await fixture.startAgent(primaryNode, { nodeId: "n1", fencePolicy: "fence" }, aws);
-    await fixture.startAgent(replicaNode, { nodeId: "n2" });
-    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
-    await proxy?.cut();
-    await waitFor(async () => (await tryWrite(primaryNode)).startsWith("NOREPLICAS"), "n1 fenced", 5000, 20);
-    await failOverTo("n2", replicaNode, 0);
+    // Prepare
+    const { primaryNode, cutOff } = await replacedWhileCutOff();
     const writtenBefore = cutOff.heartbeats.written.length;
 
     // Act: the table answers n1's heartbeat writes again, but not its snapshot queries.
