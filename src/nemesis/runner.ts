@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
-import { decide, isFresh } from "../core/decide.ts";
+import { dataLineageOf, decide, isAlive } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Topology } from "../core/model.ts";
 import { LocalCluster } from "../demo/local-cluster.ts";
@@ -12,6 +12,7 @@ import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 import { type CheckResult, check } from "./checker.ts";
 import { CommandTap } from "./command-tap.ts";
+import { intactCopies } from "./copies.ts";
 import {
   describeFault,
   FAULT_KINDS,
@@ -22,7 +23,7 @@ import {
 } from "./faults.ts";
 import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
 import { TcpProxy } from "./tcp-proxy.ts";
-import { NemesisWriter, readFinal, TopologyObserver, WritableSampler } from "./workload.ts";
+import { NemesisWriter, readFinal, readRoles, TopologyObserver, WritableSampler } from "./workload.ts";
 
 /**
  * One nemesis run: the local stack (or the endpoints in the environment), N redis-server nodes with
@@ -55,11 +56,13 @@ async function recoverAsOperator(active: LocalCluster, config: FailoverConfig): 
   if (decision.kind !== "none" || decision.code !== "offline_no_candidate") {
     return `not recovered: the controller's decision is ${decision.kind}${decision.kind === "none" ? `/${decision.code}` : ""}`;
   }
+  // What an operator reads in `shardguard status`: a fenced node restarted from its RDB holds its
+  // earlier lineage (`prior_lineage`), and may hold more than any node that answers as itself.
+  const now = active.aws.clock.now();
   const alive = snapshot.nodes
-    .filter(
-      (node) => node.db_status === "up" && isFresh(node, config, active.aws.clock.now()) && node.priority > 0,
-    )
-    .sort((a, b) => b.last_txn_id - a.last_txn_id || a.node_id.localeCompare(b.node_id));
+    .filter((node) => isAlive(node, config, now) && node.priority > 0)
+    .map((node) => ({ node, data: dataLineageOf(node) }))
+    .sort((a, b) => b.data.last_txn_id - a.data.last_txn_id || a.node.node_id.localeCompare(b.node.node_id));
   const keep = alive[0];
   if (keep === undefined) return "not recovered: no live node";
   const result = await active.runCli([
@@ -67,12 +70,12 @@ async function recoverAsOperator(active: LocalCluster, config: FailoverConfig): 
     "--shard",
     active.shard,
     "--to",
-    keep.node_id,
+    keep.node.node_id,
     "--reason",
-    "nemesis: offline_no_candidate after heal-all; keeping the live node with the highest offset",
+    "nemesis: offline_no_candidate after heal-all; keeping the live node that holds the most data",
   ]);
   return result.code === 0
-    ? `operator recovery: shardguard recover --to ${keep.node_id} (last_txn_id ${keep.last_txn_id}, lineage ${keep.repl_id})`
+    ? `operator recovery: shardguard recover --to ${keep.node.node_id} (holds lineage ${keep.data.repl_id} up to ${keep.data.last_txn_id})`
     : `operator recovery refused: ${(result.stderr || result.stdout).trim().split("\n").pop()}`;
 }
 
@@ -400,7 +403,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           break;
       }
       candidates = candidates.filter((id) => !(kindNeedsRedis && dead.has(id)));
-      const free = candidates.filter((id) => resourcesOf(fault.kind, id).every((r) => !busy.has(r)));
+      let free = candidates.filter((id) => resourcesOf(fault.kind, id).every((r) => !busy.has(r)));
       if (free.length === 0) {
         return {
           targets: [],
@@ -409,6 +412,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               ? `no ${fault.target} (primary ${primary ?? "none"})`
               : `${fault.target} busy with another fault`,
         };
+      }
+      if (fault.kind === "kill-redis") {
+        // A kill destroys its node's copy: only while another node holds the data (src/nemesis/copies.ts).
+        const roles = await readRoles(active.redis.map((node) => ({ node, alive: !dead.has(node.id) })));
+        free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
+        if (free.length === 0) {
+          return {
+            targets: [],
+            why: "no other node holds the data intact now (a second destroyed copy is beyond guarantee 1)",
+          };
+        }
       }
       if (fault.target === "all-nodes" || fault.target === "all-controllers" || fault.target === "everyone")
         return { targets: free, primary };

@@ -6,6 +6,7 @@ import type { Topology } from "../core/model.ts";
 import type { RedisNode } from "../local-stack/redis-nodes.ts";
 import { classifyWriteError } from "../workload/writer.ts";
 import type { FinalNodeRead, FinalRead } from "./checker.ts";
+import type { RoleRead } from "./copies.ts";
 import type { EpochValue, History, ProbeValue } from "./history.ts";
 
 /**
@@ -367,6 +368,34 @@ export class TopologyObserver {
       await sleep(this.#intervalMs, undefined, { signal }).catch(() => {});
     }
   }
+}
+
+/** `ROLE` of each live node now, within `timeoutMs`; undefined for a node that did not answer. */
+export async function readRoles(
+  nodes: ReadonlyArray<{ node: RedisNode; alive: boolean }>,
+  timeoutMs = 1000,
+): Promise<Map<string, RoleRead | undefined>> {
+  const byPort = new Map(nodes.map(({ node }) => [node.port, node.id]));
+  const reads = await Promise.all(
+    nodes.map(async ({ node, alive }): Promise<[string, RoleRead | undefined]> => {
+      const client = alive ? redisClient(node.address, timeoutMs) : undefined;
+      if (!client) return [node.id, undefined];
+      try {
+        await client.connect();
+        const role = (await client.role()) as unknown[];
+        if (role[0] === "master") return [node.id, { role: "master" }];
+        return [
+          node.id,
+          { role: "slave", following: byPort.get(Number(role[2])), linkUp: role[3] === "connected" },
+        ];
+      } catch {
+        return [node.id, undefined];
+      } finally {
+        client.disconnect();
+      }
+    }),
+  );
+  return new Map(reads);
 }
 
 /**

@@ -1,0 +1,89 @@
+import { describe, expect, it } from "vitest";
+import { intactCopies, type RoleRead } from "../../src/nemesis/copies.ts";
+
+const master: RoleRead = { role: "master" };
+const linked = (following: string): RoleRead => ({ role: "slave", following, linkUp: true });
+const unlinked = (following: string): RoleRead => ({ role: "slave", following, linkUp: false });
+
+describe("intact copies: whom a kill -9 of redis leaves holding the data", () => {
+  it.each<[string, string, Array<[string, RoleRead | undefined]>, string | undefined, string[]]>([
+    [
+      "the primary killed, a replica linked to it",
+      "n1",
+      [
+        ["n1", master],
+        ["n2", linked("n1")],
+        ["n3", linked("n1")],
+      ],
+      "n1",
+      ["n2", "n3"],
+    ],
+    [
+      "a replica killed, the primary up",
+      "n2",
+      [
+        ["n1", master],
+        ["n2", linked("n1")],
+        ["n3", undefined],
+      ],
+      "n1",
+      ["n1"],
+    ],
+    [
+      "the primary killed, its only replica resyncing (link down)",
+      "n1",
+      [
+        ["n1", master],
+        ["n2", unlinked("n1")],
+        ["n3", undefined],
+      ],
+      "n1",
+      [],
+    ],
+    [
+      "the primary killed, the other node a master of its own (restarted, fenced)",
+      "n2",
+      [
+        ["n1", master],
+        ["n2", master],
+        ["n3", undefined],
+      ],
+      "n2",
+      [],
+    ],
+    [
+      "a replica linked to a node that is not the topology's primary",
+      "n1",
+      [
+        ["n1", master],
+        ["n2", linked("n3")],
+        ["n3", master],
+      ],
+      "n1",
+      [],
+    ],
+    [
+      "the primary paused (no answer): a replica killed leaves nobody",
+      "n2",
+      [
+        ["n1", undefined],
+        ["n2", linked("n1")],
+        ["n3", unlinked("n1")],
+      ],
+      "n1",
+      [],
+    ],
+    [
+      "no topology primary",
+      "n1",
+      [
+        ["n1", master],
+        ["n2", linked("n1")],
+      ],
+      undefined,
+      [],
+    ],
+  ])("%s", (_what, target, roles, primary, expected) => {
+    expect(intactCopies(target, new Map(roles), primary)).toEqual(expected);
+  });
+});
