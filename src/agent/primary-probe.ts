@@ -28,6 +28,7 @@ export interface ProbeContext {
   readonly highestEpoch: number;
   readonly epochContext: Record<string, unknown>;
   readonly wakeHeartbeat: () => void;
+  readonly monotonicNow: () => number;
 }
 /**
  * A replica's own look at its primary, as Sentinel does: a connection to the primary's address
@@ -79,6 +80,8 @@ export function probeCounts(names: readonly string[]): Map<string, number> {
 export class PrimaryProbe {
   #client: Redis | undefined;
   #address: string | undefined;
+  /** Monotonic ms when the connection to `#address` was opened. */
+  #trackedAt = 0;
   /** The client name last set on the connection (undefined after a reconnect). */
   #published: string | undefined;
   /** run_id of the primary while this replica was linked to it. */
@@ -112,6 +115,7 @@ export class PrimaryProbe {
     if (this.#address === address && this.#client) return;
     this.close();
     this.#address = address;
+    this.#trackedAt = this.#ctx.monotonicNow();
     this.#runId = undefined;
     this.#linkedReplId = undefined;
     const { host, port } = parseAddress(address);
@@ -141,7 +145,7 @@ export class PrimaryProbe {
    */
   async #info(): Promise<{ info: ReplicationInfo; fenced: boolean } | undefined> {
     const client = this.#client;
-    if (client?.status !== "ready") return undefined;
+    if (client === undefined || !(await this.#ready(client))) return undefined;
     try {
       const name = probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten);
       if (name !== this.#published) {
@@ -154,6 +158,27 @@ export class PrimaryProbe {
     } catch {
       return undefined;
     }
+  }
+
+  /**
+   * The connection is ready, or becomes so within what is left of the timeout since it was opened:
+   * a probe opened a moment ago (the replica was just pointed at this primary) has had no time to
+   * get an answer, and "unreachable" from it would be a vote against a primary nobody asked.
+   */
+  async #ready(client: Redis): Promise<boolean> {
+    if (client.status === "ready") return true;
+    const left = this.#timeoutMs - (this.#ctx.monotonicNow() - this.#trackedAt);
+    if (left <= 0) return false;
+    return await new Promise<boolean>((resolve) => {
+      const done = (ready: boolean) => {
+        clearTimeout(timer);
+        client.off("ready", onReady);
+        resolve(ready);
+      };
+      const onReady = () => done(true);
+      const timer = setTimeout(() => done(false), left);
+      client.once("ready", onReady);
+    });
   }
 
   /**
