@@ -64,6 +64,10 @@ export class AgentContext {
    * time before the first): what the write guard's fence timeout counts from.
    */
   lastStoreContactAt: number;
+  /** AWS-aligned ms of the first failed store call of the current outage; undefined while it answers. */
+  storeFailingSince: number | undefined;
+  /** µs of the last heartbeat that ended an outage of at least the failure timeout (`store_resumed_at`). */
+  storeResumedAt: number | undefined;
   /** Heartbeats written by this process: published on the probe connection as a witness. */
   heartbeatsWritten = 0;
   /**

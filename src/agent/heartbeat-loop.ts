@@ -203,6 +203,7 @@ async function probePrimary(ctx: AgentContext, info: ReplicationInfo): Promise<P
 }
 
 function storeFailed(ctx: AgentContext, what: string, error: unknown): void {
+  ctx.storeFailingSince ??= ctx.deps.clock.now();
   if (ctx.storeUp) {
     ctx.logger.warn("coordination store unreachable", { operation: what, error: errorMessage(error) });
   }
@@ -350,6 +351,17 @@ function priorLineageOf(info: ReplicationInfo): HeartbeatInput["prior_lineage"] 
 }
 
 /**
+ * `store_resumed_at` for the heartbeat written at `nowMs`: this write's own time when it ends an
+ * outage of at least the failure timeout, else this process's last such return (the controller
+ * looks only at recent ones).
+ */
+function storeResumedAt(ctx: AgentContext, nowMs: number): number | undefined {
+  const since = ctx.storeFailingSince;
+  if (since !== undefined && nowMs - since >= ctx.options.failureTimeoutMs) return Math.floor(nowMs * 1000);
+  return ctx.storeResumedAt;
+}
+
+/**
  * The heartbeat of a database that does not answer, or answers as a process that restarted
  * without its data (fenced): the agent is alive, the database it served is not. `last_updated`
  * keeps its old value so the controller sees the database's age, never the agent's; `repl_id` and
@@ -364,7 +376,7 @@ function downHeartbeat(
 ): HeartbeatInput | undefined {
   const previous = ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
   if (previous === undefined) return undefined;
-  const { prior_lineage: _carried, ...kept } = previous;
+  const { prior_lineage: _carried, store_resumed_at: _resumed, ...kept } = previous;
   const heartbeat: HeartbeatInput = {
     ...kept,
     node_address: ctx.address,
@@ -439,6 +451,8 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       ? heartbeatFromInfo(ctx, info, now, probed, read?.answeredFrom)
       : downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
   trackDoubt(ctx, info, probed);
+  const resumedAt = storeResumedAt(ctx, now);
+  if (heartbeat !== undefined && resumedAt !== undefined) heartbeat.store_resumed_at = resumedAt;
   let written = false;
   if (heartbeat === undefined) {
     ctx.logger.debug("no heartbeat written: the database never answered and none is stored");
@@ -454,6 +468,8 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       ctx.lastHeartbeat = heartbeat;
       ctx.heartbeatsWritten++;
       written = true;
+      ctx.storeFailingSince = undefined;
+      ctx.storeResumedAt = resumedAt;
       if (snapshot !== undefined) {
         // Contact needs both: a write alone says nothing of a topology changed while cut off (a
         // fence lifted on it would open a primary that was replaced meanwhile).

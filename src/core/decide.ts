@@ -36,6 +36,7 @@ export type NoActionCode =
   | "no_agent_heard"
   | "crash_no_candidate"
   | "waiting_for_replica"
+  | "store_recovering"
   | "offline_no_candidate"
   | "inconsistent_topology";
 
@@ -330,6 +331,36 @@ function inferLineage(nodes: readonly Heartbeat[], primaryId: string | undefined
   };
 }
 
+/**
+ * Agents back from a coordination-store outage within the failure timeout (`store_resumed_at`)
+ * while others are not heard yet: the same outage may be what holds those back, and an agent heard
+ * first says nothing of the ones behind it (a primary that served through the outage under its
+ * replica-set guard, a replica further ahead). Their silence is no evidence for a failure timeout
+ * after the last agent came back: the reason to wait, or undefined. (Nemesis seed 3108: right after
+ * a store-wide outage the shard went offline and came back on the first replica heard, behind the
+ * primary that had served throughout.)
+ */
+function storeReturning(snapshot: ShardSnapshot, config: FailoverConfig, now: number): string | undefined {
+  const back = snapshot.nodes.filter(
+    (node) =>
+      node.store_resumed_at !== undefined &&
+      isAgentHeard(node, config, now) &&
+      isRecent(node.store_resumed_at, config, now),
+  );
+  if (back.length === 0) return undefined;
+  const unheard = snapshot.nodes.filter((node) => !isAgentHeard(node, config, now));
+  if (unheard.length === 0) return undefined;
+  const ids = (nodes: readonly Heartbeat[]) =>
+    nodes
+      .map((node) => node.node_id)
+      .sort()
+      .join(", ");
+  return (
+    `the agents of ${ids(back)} came back from a coordination-store outage less than ${config.failureTimeoutMs} ms ago` +
+    ` and ${ids(unheard)} not yet (the same outage may hold them back); waiting for them`
+  );
+}
+
 function pointOf(node: Heartbeat): ReplicationPoint {
   const prior = node.prior_lineage;
   return {
@@ -540,6 +571,8 @@ function decideOffline(
   // A node that holds the lineage only as its earlier one (restarted from its RDB: a snapshot up
   // to seconds old) is the last resort: it is promoted only after LAST_COPY_GRACE failure timeouts
   // offline, time for a node with more of it (a hung primary, a replica cut off) to come back.
+  const returning = storeReturning(snapshot, config, now);
+  if (returning !== undefined) return none("store_recovering", `shard offline; ${returning}`);
   const offlineMs = now - topology.updated_at;
   const lastResort = offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs;
   const candidates = rankCandidates(snapshot.nodes, lineage, config, now, undefined, undefined, lastResort);
@@ -669,6 +702,8 @@ function decideOnline(
       true,
     );
   }
+  const returning = storeReturning(snapshot, config, now);
+  if (returning !== undefined) return none("store_recovering", `${staleness}; ${returning}`, true);
   // With no fresh replica to ask, a replica whose agent was just heard reporting its database up
   // is one whose heartbeat is stale only by its own cycle's latency (the database's answer is dated
   // at the start of the cycle, the write at its end: hundreds of ms on a loaded host). Its next

@@ -55,6 +55,13 @@ export const heartbeatSchema = z.object({
   last_updated: z.number().int().nonnegative(),
   /** µs of this write, whatever the database's state: tells "agent alive" from "database alive". */
   agent_updated: z.number().int().nonnegative().optional(),
+  /**
+   * µs of this agent's last heartbeat that ended a time of at least the failure timeout without
+   * reaching the coordination store (a store outage, or this agent cut off). While it is recent, other
+   * agents not heard yet may be held back by the same outage: `decide()` waits for them
+   * (`store_recovering`) rather than take their silence for failure.
+   */
+  store_resumed_at: z.number().int().nonnegative().optional(),
   db_status: z.enum(["up", "down"]).default("up"),
   /** With `db_status: down`: the agent's evidence that the process died (not merely stalled). */
   db_crash: crashReportSchema.optional(),

@@ -120,6 +120,12 @@ describe("failsafe fencing (issue 20)", () => {
     cut.proxy.heal();
     const healedAt = active.aws.clock.now();
     await waitForFreshHeartbeats(active, healedAt);
+    // Each agent says it came back from the outage: the controller waits for the others meanwhile.
+    const resumedAt = await Promise.all(
+      active.redis.map(
+        async (node) => Number((await rawHeartbeat(active.shard, node.id))?.store_resumed_at) / 1000,
+      ),
+    );
     await active.waitFor(
       "the shard online with node-1 primary after the heal",
       async () => {
@@ -155,6 +161,9 @@ describe("failsafe fencing (issue 20)", () => {
     expect.soft(after, "no failover").toMatchObject({ epoch: before?.epoch, primary_node_id: "node-1" });
     expect.soft(await active.aws.store.history.list(active.shard, 100), "history records").toEqual([]);
     expect.soft(split, "probe rounds with two writable primaries").toEqual([]);
+    for (const at of resumedAt) {
+      expect.soft(at, "store_resumed_at of each agent, ms").toBeGreaterThanOrEqual(healedAt - 1000);
+    }
     expect(writable(await probeAll(active, "after-heal")), "writable primaries after the heal").toEqual([
       primaryId,
     ]);

@@ -642,6 +642,62 @@ describe("decide: no eligible candidate and offline shards", () => {
   ]);
 });
 
+describe("decide: agents coming back from a coordination-store outage", () => {
+  /** µs of a `store_resumed_at` `agoMs` before NOW. */
+  const resumed = (agoMs: number) => (NOW - agoMs) * 1000;
+  runRows([
+    {
+      name: "waits while the first agent back reports the primary down and the primary's agent is not heard yet (seed 3108)",
+      snapshot: () =>
+        aShardWithStalePrimary(45_000)
+          .withNode({ node_id: "r1", ageMs: 100, store_resumed_at: resumed(300) })
+          .withNode({ node_id: "r2", ageMs: 45_000 })
+          .build(),
+      expected: { kind: "none", code: "store_recovering", primaryStale: true },
+    },
+    {
+      name: "fails over once the failure timeout since the last agent came back has passed without the others",
+      snapshot: () =>
+        aShardWithStalePrimary(45_000)
+          .withNode({ node_id: "r1", ageMs: 100, store_resumed_at: resumed(3001) })
+          .withNode({ node_id: "r2", ageMs: 45_000 })
+          .build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "does not wait when every agent is heard (the primary's reports its database down)",
+      snapshot: () =>
+        aShardWithStalePrimary(45_000)
+          .withNode({ node_id: "p1", db_status: "down", agent_updated: (NOW - 100) * 1000 })
+          .withNode({ node_id: "r1", ageMs: 100, store_resumed_at: resumed(300) })
+          .withNode({ node_id: "r2", ageMs: 100 })
+          .build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "keeps an offline shard offline while an agent back from the outage is the only one heard",
+      snapshot: () =>
+        aShardWithStalePrimary(45_000)
+          .offline()
+          .withNode({ node_id: "r1", ageMs: 100, store_resumed_at: resumed(300) })
+          .withNode({ node_id: "r2", ageMs: 45_000 })
+          .build(),
+      expected: { kind: "none", code: "store_recovering" },
+    },
+    {
+      name: "brings an offline shard online on the best node once the others are heard",
+      snapshot: () =>
+        aShardWithStalePrimary(45_000)
+          .offline()
+          .withNode({ node_id: "p1", db_status: "down", agent_updated: (NOW - 100) * 1000 })
+          .withNode({ node_id: "r1", ageMs: 100, store_resumed_at: resumed(300) })
+          .withNode({ node_id: "r2", ageMs: 100, last_txn_id: 995 })
+          .build(),
+      expected: { kind: "bring_online", target: "r2" },
+    },
+  ]);
+});
+
 describe("decide: paused shards, cool-down and locks", () => {
   runRows([
     {
