@@ -12,10 +12,16 @@ import { createControllerRuntime } from "../../src/controller/runtime.ts";
 import { partitionFromEvent } from "../../src/core/partition.ts";
 
 /**
- * The controller Lambda. Scheduled every minute, it loops at tickInterval until shortly before
- * its timeout; an operator request event (`{ action, shard, to?, reason? }`) runs that request
- * instead and returns its JSON result. Clients and configuration live at module scope: a bad
- * SHARDGUARD_* variable fails the cold start with the variable's name.
+ * The controller Lambda. Scheduled every minute, it makes a pass over its shards and returns once
+ * every shard is quiet (healthy, paused or cooling down); while one is not (a stale primary, a
+ * failover, an offline shard) it goes on at tickInterval until shortly before its timeout. An
+ * agent's wake-up (the wake queue's SQS event: a crash, a replica's link down or its probe failing)
+ * runs the woken shards at once and watches them for WAKE_WATCH_TIMEOUTS failure timeouts (a
+ * primary in doubt is stale within one) and until they are quiet. So the function runs for seconds
+ * a minute while nothing is wrong (docs/cost.md), and a failure no agent reports is seen at the
+ * next scheduled pass. An operator request event (`{ action, shard, to?, reason? }`) runs that
+ * request instead and returns its JSON result. Clients and configuration live at module scope: a
+ * bad SHARDGUARD_* variable fails the cold start with the variable's name.
  */
 
 const SERVICE = "shardguard-controller";
@@ -28,6 +34,9 @@ const runtime = createControllerRuntime(process.env, {
 });
 // Module scope: a warm container keeps the per-shard "last logged state" across invocations.
 const loop = new ControllerLoop(runtime.deps);
+
+/** Failure timeouts a woken run watches its shards for, at least, before it may end quiet. */
+export const WAKE_WATCH_TIMEOUTS = 3;
 
 /** The part of the Lambda context the handler uses. */
 export interface ControllerContext {
@@ -53,11 +62,26 @@ async function dispatch(event: unknown, context: ControllerContext): Promise<Loo
   // Both within the invocation's time: leases cut to it, phases started only when they fit in it.
   const remainingMs = () => context.getRemainingTimeInMillis();
   if (isOperatorRequest(event)) return handleOperatorRequest(runtime.deps, event, { remainingMs });
-  // The wake-up queue's event source mapping: one cycle now for each shard named (the crash fast path).
-  if (isSqsEvent(event))
-    return loop.wake(parseWakes(event.Records.map((record) => record.body ?? "")), { remainingMs });
+  // The wake-up queue's event source mapping: one cycle now for each shard named (the crash fast
+  // path), then those shards watched until they are quiet.
+  if (isSqsEvent(event)) {
+    const wakes = parseWakes(event.Records.map((record) => record.body ?? ""));
+    const woken = await loop.wake(wakes, { remainingMs });
+    if (wakes.length === 0) return woken;
+    const watched = await loop.run({
+      remainingMs,
+      shards: [...new Set(wakes.map((wake) => wake.shard))],
+      untilQuiet: { minMs: WAKE_WATCH_TIMEOUTS * runtime.deps.config.failureTimeoutMs },
+    });
+    return {
+      passes: woken.passes + watched.passes,
+      cycles: woken.cycles + watched.cycles,
+      actions: woken.actions + watched.actions,
+      errors: woken.errors + watched.errors,
+    };
+  }
   // A partitioned fleet: each schedule's input names its slice, `{ partition: { index, count } }`.
-  return loop.run({ remainingMs, partition: partitionFromEvent(event) });
+  return loop.run({ remainingMs, partition: partitionFromEvent(event), untilQuiet: { minMs: 0 } });
 }
 
 function isSqsEvent(event: unknown): event is { Records: { body?: string }[] } {

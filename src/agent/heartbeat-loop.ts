@@ -498,9 +498,10 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
 }
 
 /**
- * After writing a heartbeat the crash fast path may act on (a confirmed crash report, a replica's
- * link down), tells the controller to look now: once per crash and per episode of doubt. The
- * heartbeat is written first, so the controller's read finds it.
+ * After writing a heartbeat the controller should act on soon (a confirmed crash report, a
+ * replica's link down or its probe failing), tells the controller to look now: once per crash and
+ * per episode of doubt. The heartbeat is written first, so the controller's read finds it. In
+ * Lambda these wake-ups start the runs that watch a shard in doubt (functions/controller/handler.ts).
  */
 function wakeController(ctx: AgentContext, heartbeat: HeartbeatInput): void {
   const wake = ctx.deps.wake;
@@ -518,6 +519,15 @@ function wakeController(ctx: AgentContext, heartbeat: HeartbeatInput): void {
   ) {
     reason = "link_down";
     key = `link_down:${ctx.doubtSince}`;
+  } else if (
+    heartbeat.role === "replica" &&
+    heartbeat.primary_probe !== undefined &&
+    heartbeat.primary_probe !== "ok" &&
+    ctx.doubtSince !== undefined
+  ) {
+    // A hung or fenced primary keeps the replication link up: only the probe tells.
+    reason = "probe";
+    key = `probe:${ctx.doubtSince}`;
   } else {
     if (ctx.crash === undefined && ctx.doubtSince === undefined) ctx.wokeFor = undefined;
     return;

@@ -49,6 +49,13 @@ export interface LoopOptions {
    * cycle at once. The periodic pass stays the safety net. @default none
    */
   readonly wake?: WakeReceiver;
+  /**
+   * Return after the first pass, `minMs` or more into the run, in which every shard was quiet
+   * (`isQuiet`: healthy, paused or cooling down, nothing in flight), instead of running until the
+   * time is up: the Lambda's mode, where the schedule and the agents' wake-ups start the next run.
+   * @default run until the time is up
+   */
+  readonly untilQuiet?: { readonly minMs: number };
 }
 
 /** Longest SQS long poll. */
@@ -78,6 +85,8 @@ export class ControllerLoop {
   readonly #inFlight = new Map<string, Promise<void>>();
   /** Shards woken while a cycle of theirs ran: one more cycle once it ends. */
   readonly #rewake = new Set<string>();
+  /** Shards whose last cycle in this run was not quiet (`isQuiet`), or failed. */
+  readonly #unquiet = new Set<string>();
 
   constructor(deps: ControllerDeps) {
     this.#deps = deps;
@@ -94,6 +103,8 @@ export class ControllerLoop {
     this.#deps.log.debug("controller loop started", {
       remaining_ms: Number.isFinite(left) ? left : undefined,
     });
+    const runStarted = Date.now();
+    this.#unquiet.clear();
     const stopWakes = new AbortController();
     const wakes =
       options.wake && !options.once
@@ -113,6 +124,16 @@ export class ControllerLoop {
         this.#deps.metrics.count("shardOffline", this.#offline.size);
         this.#deps.metrics.flush();
         if (options.once) break;
+        const quiet = options.untilQuiet;
+        if (
+          quiet !== undefined &&
+          Date.now() - runStarted >= quiet.minMs &&
+          this.#unquiet.size === 0 &&
+          this.#inFlight.size === 0
+        ) {
+          this.#deps.log.debug("every shard quiet: controller run ends", { passes: totals.passes });
+          break;
+        }
         const wait = config.tickIntervalMs - (Date.now() - started);
         if (wait > 0) await delay(wait, undefined, { signal: options.signal }).catch(() => {});
       }
@@ -249,9 +270,12 @@ export class ControllerLoop {
       const result = await runShardCycle(this.#deps, shard, { act, remainingMs });
       totals.cycles += 1;
       if (ACTED.has(result.outcome)) totals.actions += 1;
+      if (isQuiet(result)) this.#unquiet.delete(shard);
+      else this.#unquiet.add(shard);
       this.#observe(result);
     } catch (error) {
       totals.errors += 1;
+      this.#unquiet.add(shard);
       this.#deps.log.error("shard cycle failed", {
         shard,
         error: errorMessage(error),
@@ -289,6 +313,21 @@ export class ControllerLoop {
     this.#lastState.set(result.shard, state);
     this.#deps.log.info(result.reason, attributes);
   }
+}
+
+/**
+ * Nothing for the controller to watch: the primary fresh (`healthy`), or the shard paused or cooling
+ * down, and nothing done. Anything else (a stale primary waiting for its quorum, an offline shard,
+ * a failover, a lock held by another run) keeps a run going until it is settled or the time is up.
+ */
+export function isQuiet(result: CycleResult): boolean {
+  const { decision } = result;
+  return (
+    result.outcome === "no_action" &&
+    decision?.kind === "none" &&
+    !decision.primaryStale &&
+    (decision.code === "healthy" || decision.code === "paused" || decision.code === "cooldown")
+  );
 }
 
 /** A cycle that found the primary's heartbeat stale, whether or not it could act on it. */

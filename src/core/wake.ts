@@ -8,12 +8,15 @@ import { idSchema } from "./model.ts";
  * snapshot, and a lost wake-up costs at most one tick (the periodic scan stays).
  */
 
-export const WAKE_REASONS = ["crash", "link_down"] as const;
+export const WAKE_REASONS = ["crash", "link_down", "probe"] as const;
 
 export const wakeSchema = z.object({
   shard: idSchema,
   node: idSchema,
-  /** `crash`: the primary's agent wrote a confirmed crash report; `link_down`: a replica lost its primary. */
+  /**
+   * `crash`: the primary's agent wrote a confirmed crash report; `link_down`: a replica lost its
+   * primary; `probe`: a replica's probe of its primary got no good answer (hung, fenced, restarted).
+   */
   reason: z.enum(WAKE_REASONS),
   /** ms (AWS-aligned) when the agent sent it: the receiver measures the delivery latency. */
   sent_at: z.number().int(),

@@ -43,6 +43,47 @@ afterAll(() => {
   process.env = saved;
 });
 
+/**
+ * Registers a shard in the handler's table with one primary whose heartbeat is `ageMs` old: fresh
+ * (healthy) at 0, stale with no agent heard at a minute.
+ */
+async function registerShard(prefix: string, ageMs: number): Promise<string> {
+  const aws = createAwsAdapters({ env: { ...awsEnv(), SHARDGUARD_TABLE: table } });
+  try {
+    const shard = uniqueName(prefix).slice(0, 24);
+    const now = aws.clock.now();
+    await aws.store.heartbeats.put({
+      shard,
+      node_id: "p1",
+      node_address: "p1.local:6379",
+      role: "primary",
+      last_updated: (now - ageMs) * 1000,
+      agent_updated: (now - ageMs) * 1000,
+      last_txn_id: 10,
+      repl_id: "a",
+    });
+    await aws.store.topology.compareAndSet(shard, undefined, {
+      shard,
+      epoch: 1,
+      primary_node_id: "p1",
+      primary_address: "p1.local:6379",
+      status: "online",
+      updated_at: now - ageMs,
+    });
+    await aws.store.shards.register(shard);
+    return shard;
+  } finally {
+    aws.destroy();
+  }
+}
+
+/** Agent-test timings (failure timeout 1 s), valid together. */
+const FAST_CONTROLLER = {
+  SHARDGUARD_FAILURE_TIMEOUT_MS: "1000",
+  SHARDGUARD_FENCE_TIMEOUT_MS: "600",
+  SHARDGUARD_HEARTBEAT_INTERVAL_MS: "200",
+};
+
 const BASE = {
   SHARDGUARD_TABLE: table,
   SHARDGUARD_EVENT_BUS: "shardguard-test",
@@ -64,61 +105,107 @@ describe("controller Lambda handler", () => {
     await expect(loadHandler()).rejects.toThrowError(/SHARDGUARD_EVENT_BUS must name the EventBridge bus/);
   });
 
-  it("loops over the shards on a scheduled event and returns shortly before the invocation ends", async () => {
-    // Prepare: one healthy shard in the handler's own table.
+  it("returns after one pass on a scheduled event when every shard is healthy", async () => {
+    // Prepare: one healthy shard in the handler's own table (fresh for the 3 s failure timeout).
     setEnv(BASE);
-    const aws = createAwsAdapters({ env: { ...awsEnv(), SHARDGUARD_TABLE: table } });
-    const shard = uniqueName("h").slice(0, 24);
-    const now = aws.clock.now();
-    await aws.store.heartbeats.put({
-      shard,
-      node_id: "p1",
-      node_address: "p1.local:6379",
-      role: "primary",
-      last_updated: now * 1000,
-      last_txn_id: 10,
-      repl_id: "a",
-    });
-    await aws.store.topology.compareAndSet(shard, undefined, {
-      shard,
-      epoch: 1,
-      primary_node_id: "p1",
-      primary_address: "p1.local:6379",
-      status: "online",
-      updated_at: now,
-    });
-    await aws.store.shards.register(shard);
-    aws.destroy();
+    await registerShard("h", 0);
     const handler = await loadHandler();
-    const context = contextWith(4500);
+    const context = contextWith(20_000);
+
+    // Act
+    const started = Date.now();
+    const summary = await handler({ source: "aws.events", "detail-type": "Scheduled Event" }, context);
+
+    // Assess: billed for one pass, not for the 20 s the invocation had.
+    expect(summary).toMatchObject({ passes: 1, errors: 0, actions: 0 });
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it("goes on while a shard is not quiet and returns shortly before the invocation ends", async () => {
+    // Prepare: beside the healthy shard, one whose primary and agents went silent a minute ago.
+    setEnv(BASE);
+    await registerShard("s", 60_000);
+    const handler = await loadHandler();
+    const context = contextWith(6000);
 
     // Act
     const summary = await handler({ source: "aws.events", "detail-type": "Scheduled Event" }, context);
 
-    // Assess
+    // Assess: passes at tickInterval (1 s) until 2 s + a tick before the end.
     expect(summary).toMatchObject({ errors: 0, actions: 0 });
-    expect((summary as { passes: number }).passes).toBeGreaterThanOrEqual(1);
+    expect((summary as { passes: number }).passes).toBeGreaterThanOrEqual(2);
     expect(Date.now()).toBeLessThan(context.end);
+    expect(Date.now()).toBeGreaterThan(context.end - 4500);
   });
 
-  it("runs one cycle per shard named by the wake queue's SQS event and drops a malformed message", async () => {
-    // Prepare
-    setEnv(BASE);
+  it("runs the shards named by the wake queue's SQS event at once, watches them, and drops a malformed message", async () => {
+    // Prepare: a 1 s failure timeout, so the woken shards are watched for 3 s.
+    setEnv({ ...BASE, ...FAST_CONTROLLER });
     const handler = await loadHandler();
     const record = (body: string) => ({ eventSource: "aws:sqs", body, messageId: "m1" });
     const wake = (shard: string) =>
       JSON.stringify({ shard, node: "n1", reason: "crash", sent_at: Date.now() });
+    const context = contextWith(8000);
 
     // Act
     const summary = await handler(
       {
         Records: [record(wake("woken-a")), record(wake("woken-a")), record(wake("woken-b")), record("{nope")],
       },
-      contextWith(10_000),
+      context,
     );
 
-    // Assess
-    expect(summary).toMatchObject({ cycles: 2, errors: 0, actions: 0 });
+    // Assess: shards without a topology are not quiet: watched until shortly before the end.
+    expect(summary).toMatchObject({ errors: 0, actions: 0 });
+    expect((summary as { cycles: number }).cycles).toBeGreaterThanOrEqual(4);
+    expect(Date.now()).toBeLessThan(context.end);
+  });
+
+  it("ends a woken run once its shard stayed quiet for the watch of 3 failure timeouts", async () => {
+    // Prepare: a healthy shard whose primary's agent keeps writing heartbeats.
+    setEnv({ ...BASE, ...FAST_CONTROLLER });
+    const shard = await registerShard("w", 0);
+    const aws = createAwsAdapters({ env: { ...awsEnv(), SHARDGUARD_TABLE: table } });
+    const beat = setInterval(() => {
+      const now = aws.clock.now() * 1000;
+      void aws.store.heartbeats
+        .put({
+          shard,
+          node_id: "p1",
+          node_address: "p1.local:6379",
+          role: "primary",
+          last_updated: now,
+          agent_updated: now,
+          last_txn_id: 10,
+          repl_id: "a",
+        })
+        .catch(() => {});
+    }, 200);
+    try {
+      const handler = await loadHandler();
+      const event = {
+        Records: [
+          {
+            eventSource: "aws:sqs",
+            messageId: "m1",
+            body: JSON.stringify({ shard, node: "r1", reason: "probe", sent_at: Date.now() }),
+          },
+        ],
+      };
+
+      // Act
+      const started = Date.now();
+      const summary = await handler(event, contextWith(20_000));
+      const tookMs = Date.now() - started;
+
+      // Assess: at least the watch (3 x 1 s), then ended quiet, long before the 20 s.
+      expect(summary).toMatchObject({ errors: 0, actions: 0 });
+      expect(tookMs).toBeGreaterThanOrEqual(3000);
+      expect(tookMs).toBeLessThan(8000);
+    } finally {
+      clearInterval(beat);
+      aws.destroy();
+    }
   });
 
   it("answers an operator request with a JSON result", async () => {

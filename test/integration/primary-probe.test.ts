@@ -1,12 +1,15 @@
 import { afterEach, describe, expect, it } from "vitest";
+import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import type { Database } from "../../src/agent/database.ts";
 import { readReplicationInfo } from "../../src/agent/database.ts";
 import { Mutex } from "../../src/agent/loop.ts";
 import { parseAgentOptions } from "../../src/agent/options.ts";
 import { PrimaryProbe, type ProbeContext } from "../../src/agent/primary-probe.ts";
 import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
+import type { Wake } from "../../src/core/wake.ts";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
-import { RecordingLogger } from "../support/agent-harness.ts";
+import { AgentFixture, RecordingLogger } from "../support/agent-harness.ts";
+import { awsEnv } from "../support/aws.ts";
 import { waitFor } from "../support/wait.ts";
 
 /**
@@ -18,10 +21,19 @@ import { waitFor } from "../support/wait.ts";
 const PROBE_TIMEOUT_MS = 500;
 let nodes: RedisNode[] = [];
 let probe: PrimaryProbe | undefined;
+let fixture: AgentFixture | undefined;
+let controllerAws: AwsAdapters | undefined;
+let agentAws: AwsAdapters | undefined;
 
 afterEach(async () => {
   probe?.close();
   probe = undefined;
+  for (const node of fixture?.nodes ?? []) node.signal("SIGCONT");
+  await fixture?.close();
+  fixture = undefined;
+  for (const built of [controllerAws, agentAws]) built?.destroy();
+  controllerAws = undefined;
+  agentAws = undefined;
   for (const node of nodes) {
     node.signal("SIGCONT");
     await node.stop();
@@ -47,6 +59,15 @@ function probeContext(): ProbeContext {
     wakeHeartbeat: () => {},
     monotonicNow: () => performance.now(),
   };
+}
+
+async function withReplicaOf(replica: RedisNode, primary: RedisNode): Promise<void> {
+  const client = replica.client();
+  try {
+    await client.replicaof("127.0.0.1", primary.port);
+  } finally {
+    client.disconnect();
+  }
 }
 
 /** A primary and a replica linked to it; the replica's INFO as its agent reads it. */
@@ -99,5 +120,49 @@ describe("a replica's probe of its primary", () => {
     expect(tookMs).toBeGreaterThanOrEqual(PROBE_TIMEOUT_MS - 50);
     expect(tookMs).toBeLessThan(PROBE_TIMEOUT_MS * 3);
     expect(second).toBe("unreachable");
+  });
+
+  it("wakes the controller when the replica's probe finds its primary hung (the replication link stays up)", {
+    timeout: 30_000,
+  }, async () => {
+    // Prepare: a real wake queue, and a shard of two agents.
+    const prefix = `pw${Math.random().toString(36).slice(2, 8)}`;
+    controllerAws = createAwsAdapters({ env: { ...awsEnv() }, queuePrefix: prefix, createWakeQueue: true });
+    await controllerAws.wake.receive(0);
+    fixture = new AgentFixture();
+    agentAws = createAwsAdapters({ env: { ...awsEnv() }, queuePrefix: prefix });
+    fixture.wake = agentAws.wake;
+    const [primary, replica] = await fixture.startRedis(2);
+    if (!primary || !replica) throw new Error("redis nodes missing");
+    await withReplicaOf(replica, primary);
+    await fixture.setTopology(undefined, {
+      epoch: 0,
+      primary_node_id: "n1",
+      primary_address: primary.address,
+      status: "online",
+    });
+    await fixture.startAgent(primary, { nodeId: "n1" });
+    await fixture.startAgent(replica, { nodeId: "n2" });
+    await fixture.waitForHeartbeat(
+      "n2",
+      (hb) => hb.primary_link === "up" && hb.primary_probe === "ok",
+      "n2 linked",
+    );
+
+    // Act
+    primary.signal("SIGSTOP");
+    const wakes: Wake[] = [];
+    await waitFor(
+      async () => {
+        wakes.push(...((await controllerAws?.wake.receive(1)) ?? []));
+        return wakes.some((wake) => wake.node === "n2") || undefined;
+      },
+      "a wake-up from n2",
+      15_000,
+      0,
+    );
+
+    // Assess
+    expect(wakes.find((wake) => wake.node === "n2")).toMatchObject({ shard: fixture.shard, reason: "probe" });
   });
 });

@@ -12,6 +12,7 @@ import type { AgentLogger } from "../../src/agent/log.ts";
 import type { AgentOptionsInput } from "../../src/agent/options.ts";
 import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
+import type { WakeSender } from "../../src/core/wake.ts";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
 import { awsEnv, tableName, uniqueName } from "./aws.ts";
 import { waitFor } from "./wait.ts";
@@ -90,6 +91,8 @@ export class AgentFixture {
   private readonly dirs: string[] = [];
   private readonly extraAdapters: AwsAdapters[] = [];
   private commandCounter = 0;
+  /** Where the agents started from now on send their controller wake-ups (none by default). */
+  wake: WakeSender | undefined;
 
   constructor() {
     this.aws = this.adapters();
@@ -129,6 +132,7 @@ export class AgentFixture {
       commands: aws.bus,
       clock: aws.clock,
       logger,
+      ...(this.wake ? { wake: this.wake } : {}),
     };
   }
 
