@@ -44,7 +44,7 @@ export interface AgentStatus {
   readonly dbUp: boolean;
   readonly storeUp: boolean;
   /** ms since the last heartbeat write that succeeded. */
-  readonly msSinceStoreContact: number;
+  readonly msSinceHeartbeatWritten: number;
 }
 
 export interface StartAgentExtras {
@@ -142,7 +142,7 @@ export async function startAgent(
       fenced: state.state.fence !== undefined,
       dbUp: ctx.dbUp,
       storeUp: ctx.storeUp,
-      msSinceStoreContact: ctx.monotonicNow() - ctx.lastStoreContactAt,
+      msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
     }),
     heartbeatNow: async () => {
       await runCycle(ctx);
@@ -167,7 +167,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
     signal,
     ctx.logger,
     async () => {
-      const msSince = ctx.monotonicNow() - ctx.lastStoreContactAt;
+      const msSince = ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt;
       const info = ctx.lastInfo;
       if (info?.role !== "primary" || msSince < fenceTimeoutMs || !ctx.topologyRead) {
         lastReminder = Number.NEGATIVE_INFINITY;
@@ -178,7 +178,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
       if (plan.kind === "fence") {
         // Re-applied on every tick while cut off: the database may have restarted without it.
         await ctx.roleLock.run(async () => {
-          if (ctx.monotonicNow() - ctx.lastStoreContactAt < fenceTimeoutMs) return;
+          if (ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt < fenceTimeoutMs) return;
           try {
             await fence(ctx, plan.reason);
           } catch (error) {
@@ -202,7 +202,7 @@ function runFenceWatchdog(ctx: AgentContext, signal: AbortSignal): Promise<void>
           {
             ...ctx.epochContext,
             policy: ctx.options.fencePolicy,
-            msSinceStoreContact: Math.round(msSince),
+            msSinceHeartbeatWritten: Math.round(msSince),
             topologyEpoch: ctx.lastTopology?.epoch,
             replicaSet: ctx.guardMembers,
           },

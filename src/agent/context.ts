@@ -59,11 +59,10 @@ export class AgentContext {
   storeUp = true;
   /** The last heartbeat written, the template for `db_status: down` heartbeats. */
   lastHeartbeat: HeartbeatInput | undefined;
-  /**
-   * Monotonic ms of the heartbeat write of the last cycle whose topology read succeeded too (start
-   * time before the first): what the write guard's fence timeout counts from.
-   */
-  lastStoreContactAt: number;
+  /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
+  lastHeartbeatWrittenAt: number;
+  /** The latest heartbeat cycle read the topology (a fence is lifted only then). */
+  topologyFresh = false;
   /** AWS-aligned ms of the first failed store call of the current outage; undefined while it answers. */
   storeFailingSince: number | undefined;
   /** µs of the last heartbeat that ended an outage of at least the failure timeout (`store_resumed_at`). */
@@ -139,7 +138,7 @@ export class AgentContext {
     this.logger = init.logger;
     this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
-    this.lastStoreContactAt = this.monotonicNow();
+    this.lastHeartbeatWrittenAt = this.monotonicNow();
     // What the previous agent process knew of the database: a database restarted while this agent
     // was down too is still judged, and a restart it fenced stays fenced.
     const stored = init.state.state.db_identity;

@@ -419,6 +419,7 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
     readInfo(ctx).then((read) => guardNewProcess(ctx, read)),
     readSnapshot(ctx),
   ]);
+  ctx.topologyFresh = snapshot !== undefined;
   const firstInfo = read?.info;
   let info = firstInfo;
   const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
@@ -470,12 +471,8 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       written = true;
       ctx.storeFailingSince = undefined;
       ctx.storeResumedAt = resumedAt;
-      if (snapshot !== undefined) {
-        // Contact needs both: a write alone says nothing of a topology changed while cut off (a
-        // fence lifted on it would open a primary that was replaced meanwhile).
-        ctx.lastStoreContactAt = ctx.monotonicNow();
-        endFailsafe(ctx);
-      }
+      ctx.lastHeartbeatWrittenAt = ctx.monotonicNow();
+      endFailsafe(ctx);
       wakeController(ctx, heartbeat);
     } catch (error) {
       storeFailed(ctx, "heartbeat write", error);

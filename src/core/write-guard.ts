@@ -49,11 +49,15 @@ export interface WriteGuardInput {
   readonly members: readonly string[];
   /** Node ids of the replicas attached to the database with a completed sync. */
   readonly attached: readonly string[];
+  readonly msSinceHeartbeatWritten: number;
+  /** The write fence is on now. @default false */
+  readonly fenced?: boolean;
   /**
-   * Ms since the last heartbeat cycle that both read the topology and wrote the heartbeat: a write
-   * alone proves the controller sees this node alive, not that the topology still names it.
+   * This cycle read the topology; false when the read failed and `confirmed` is the last one read.
+   * A fence is lifted only on a fresh read: a heartbeat write alone says nothing of a failover
+   * decided while this agent was cut off. @default true
    */
-  readonly msSinceStoreContact: number;
+  readonly topologyFresh?: boolean;
   readonly fenceTimeoutMs: number;
   /** The database restarted without continuing its own lineage (an empty or old restart). */
   readonly restarted: boolean;
@@ -128,8 +132,11 @@ export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
   if (input.promotionWindowOpen) {
     return { kind: "fence", reason: "promoted: waiting out the fence window of the old primary" };
   }
-  const cutOff = input.msSinceStoreContact >= input.fenceTimeoutMs;
-  const cutOffReason = `no topology read and heartbeat written for ${Math.round(input.msSinceStoreContact)} ms`;
+  if (input.fenced === true && input.topologyFresh === false) {
+    return { kind: "fence", reason: "fenced until a topology read confirms this primary again" };
+  }
+  const cutOff = input.msSinceHeartbeatWritten >= input.fenceTimeoutMs;
+  const cutOffReason = `no heartbeat written for ${Math.round(input.msSinceHeartbeatWritten)} ms`;
   const members = new Set(input.members);
   const attached = new Set(input.attached);
   const join = [...attached].filter((id) => !members.has(id)).sort();

@@ -14,7 +14,7 @@ const base: WriteGuardInput = {
   confirmed: true,
   members: ["r1", "r2"],
   attached: ["r1", "r2"],
-  msSinceStoreContact: 100,
+  msSinceHeartbeatWritten: 100,
   fenceTimeoutMs: 2000,
   restarted: false,
   promotionWindowOpen: false,
@@ -26,10 +26,25 @@ describe("the write guard", () => {
     ["a restarted primary is fenced", { restarted: true }, { kind: "fence" }],
     ["a primary the topology does not confirm is fenced", { confirmed: false }, { kind: "fence" }],
     ["a freshly promoted node is fenced during the window", { promotionWindowOpen: true }, { kind: "fence" }],
+    [
+      "a fenced primary stays fenced while this cycle's topology read failed, whatever its writes",
+      { fenced: true, topologyFresh: false, policy: "fence" },
+      { kind: "fence", reason: "fenced until a topology read confirms this primary again" },
+    ],
+    [
+      "a fenced primary whose topology read confirms it is opened",
+      { fenced: true, topologyFresh: true, policy: "fence" },
+      { kind: "open", reason: "confirmed" },
+    ],
+    [
+      "an open primary keeps serving through a failed read while its heartbeats are written",
+      { fenced: false, topologyFresh: false, policy: "fence" },
+      { kind: "open" },
+    ],
     ["failsafe demands every member", {}, { kind: "guard", minReplicas: 2, join: [], leave: [] }],
     [
       "failsafe keeps demanding every member while cut off from the store",
-      { confirmed: undefined, msSinceStoreContact: 60_000 },
+      { confirmed: undefined, msSinceHeartbeatWritten: 60_000 },
       { kind: "guard", minReplicas: 2 },
     ],
     [
@@ -49,43 +64,43 @@ describe("the write guard", () => {
     ],
     [
       "failsafe without a replica fences when cut off (no witness)",
-      { members: [], attached: [], msSinceStoreContact: 2000 },
+      { members: [], attached: [], msSinceHeartbeatWritten: 2000 },
       { kind: "fence" },
     ],
     [
       "failsafe fences when cut off while a majority of the replica set reaches the store",
-      { msSinceStoreContact: 2000, storeWitnesses: ["r1", "r2"] },
+      { msSinceHeartbeatWritten: 2000, storeWitnesses: ["r1", "r2"] },
       { kind: "fence" },
     ],
     [
       "failsafe keeps serving when only half the replica set reaches the store (a partial outage)",
-      { msSinceStoreContact: 2000, storeWitnesses: ["r1"] },
+      { msSinceHeartbeatWritten: 2000, storeWitnesses: ["r1"] },
       { kind: "guard", minReplicas: 2 },
     ],
     [
       "failsafe waits out the fence timeout even with witnesses",
-      { msSinceStoreContact: 1999, storeWitnesses: ["r1", "r2"] },
+      { msSinceHeartbeatWritten: 1999, storeWitnesses: ["r1", "r2"] },
       { kind: "guard", minReplicas: 2 },
     ],
     [
       "failsafe does not count a witness outside the replica set",
-      { msSinceStoreContact: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r9"] },
+      { msSinceHeartbeatWritten: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r9"] },
       { kind: "guard", minReplicas: 1 },
     ],
     [
       "failsafe with one replica fences when that replica reaches the store",
-      { msSinceStoreContact: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r1"] },
+      { msSinceHeartbeatWritten: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r1"] },
       { kind: "fence" },
     ],
     ["policy fence serves while heartbeats are written", { policy: "fence" }, { kind: "open" }],
     [
       "policy fence fences after the fence timeout",
-      { policy: "fence", msSinceStoreContact: 2000 },
+      { policy: "fence", msSinceHeartbeatWritten: 2000 },
       { kind: "fence" },
     ],
     [
       "policy keep-serving serves when cut off",
-      { policy: "keep-serving", msSinceStoreContact: 60_000 },
+      { policy: "keep-serving", msSinceHeartbeatWritten: 60_000 },
       { kind: "open" },
     ],
   ] as const)("%s", (_name, overrides, expected) => {
@@ -101,7 +116,7 @@ describe("the write guard", () => {
           members: ids,
           attached: ids,
           confirmed: fc.constantFrom(true, false, undefined),
-          msSinceStoreContact: fc.nat(100_000),
+          msSinceHeartbeatWritten: fc.nat(100_000),
           restarted: fc.boolean(),
           promotionWindowOpen: fc.boolean(),
         }),
@@ -155,7 +170,7 @@ describe("the write guard", () => {
           ...base,
           members,
           attached: members,
-          msSinceStoreContact: 10_000,
+          msSinceHeartbeatWritten: 10_000,
           storeWitnesses: witnesses,
         });
         const counted = witnesses.filter((id) => members.includes(id)).length;
