@@ -226,7 +226,7 @@ export async function guarded(lock: ShardLock, work: () => Promise<Outcome>): Pr
       return { outcome: "lost_race", reason: errorMessage(error) };
     }
     if (error instanceof PhaseTimeout) {
-      deps.log.warn("phase timed out; the shard stays failing_over and the next cycle resumes it", {
+      deps.log.warn("phase timed out; the shard stays failing_over and the next cycle continues it", {
         shard,
         phase: error.phase,
         error: errorMessage(error),

@@ -11,7 +11,7 @@ import { complete, type Run, recordPhase, stateOf } from "./transitions.ts";
  *   [catch_up] -> promote -> confirm -> repoint -> cleanup -> complete
  *
  * Each is recorded in the topology (a fenced write) before its work, has a bound, and is
- * idempotent: command ids are deterministic per epoch and node, so a resumed phase re-sends the
+ * idempotent: command ids are deterministic per epoch and node, so a continued phase re-sends the
  * same command, which the agent runs at most once. `promote` is the point of no return.
  * A phase starts only when the invocation's remaining time covers its bound plus a margin;
  * otherwise the cycle stops (OutOfTime) with the phase recorded for the next invocation.
@@ -81,7 +81,7 @@ function command(run: Run, type: CommandType, node: string, extra: Partial<Comma
     type,
     shard: run.shard,
     epoch,
-    // Deterministic: a resumed phase re-sends the same id, which the agent runs at most once.
+    // Deterministic: a continued phase re-sends the same id, which the agent runs at most once.
     command_id: `${run.shard}:${epoch}:${type}:${node}`,
     issued_at: run.deps.clock.now(),
     ...extra,

@@ -40,7 +40,7 @@ export interface SwitchoverRequest {
  * the old primary's offset, then the failover phases. Refused (with the reason) when not safe.
  *
  * Within the invocation's time: it starts (bumps the epoch) only when the remaining time covers
- * catch_up and promote, since a switchover stopped before PROMOTE is abandoned, never resumed;
+ * catch_up and promote, since a switchover stopped before PROMOTE is abandoned, never continued;
  * with less, it is refused and nothing changes. Cut short before PROMOTE all the same, it is
  * abandoned at once (epoch + 1, the old primary stays). Cut short after PROMOTE, it ends
  * `deferred` with its phase recorded and the lock released, and the next controller cycle

@@ -51,7 +51,7 @@ async function write(run: Run, expectedEpoch: number, next: Topology, guard?: Sh
 
 /**
  * Starts a plan under epoch + 1 (status failing_over, the plan stored so another controller can
- * resume it). `decidedOn` is the snapshot the plan was chosen from: the write is conditioned on
+ * continue it: `continue_failover`). `decidedOn` is the snapshot the plan was chosen from: the write is conditioned on
  * the old primary's replica set still being at the version read there, so a set that shrank
  * after the decision aborts the plan (PlanStale) instead of promoting a node outside it.
  */

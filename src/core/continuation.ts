@@ -128,7 +128,7 @@ export function decideContinuation(
   const phase: FailoverPhase | undefined = topology.phase;
   if (!isPastPointOfNoReturn(phase)) return reconsider(snapshot, topology, state, config, now);
   if (phase === "repoint" || phase === "cleanup") {
-    return { kind: "continue", from: phase, reason: `resuming phase ${phase}` };
+    return { kind: "continue", from: phase, reason: `continuing phase ${phase}` };
   }
   const target = state.new_primary_node_id;
   if (targetConfirmed(snapshot, target, topology.epoch, config, now)) {
