@@ -68,8 +68,12 @@ export interface ReplicationPoint {
  * the lineage it continues (a promoted node, a primary restarted from its RDB: Redis keeps the old
  * id as `master_replid2`). `data`'s own earlier lineage counts only while it took nothing since
  * (its offset is still where the old lineage ended). A full sync from such a holder loses nothing.
+ * An empty database (a known lineage at offset 0, no earlier one) holds no write: every holder
+ * holds all of it (nemesis seed 3110: an empty replica's "restarted" report against the primary
+ * with the data made its own empty lineage the shard's, and it was brought online).
  */
 export function holdsAllOf(holder: ReplicationPoint, data: ReplicationPoint): boolean {
+  if (data.replId !== "" && data.offset === 0 && data.prior === undefined) return true;
   const holds = (replId: string, offset: number): boolean =>
     replId !== "" &&
     ((holder.replId === replId && holder.offset >= offset) ||

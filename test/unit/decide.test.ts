@@ -207,6 +207,22 @@ describe("decide: quorum", () => {
       expected: { kind: "none", code: "healthy" },
     },
     {
+      name: "keeps a fresh primary that an empty replica finds restarted: an empty database has nothing to lose (seed 3110)",
+      snapshot: () =>
+        aHealthyShard()
+          .withNode({ node_id: "p1", role: "primary", repl_id: "lineage-b", last_txn_id: 5_581_119 })
+          .withNode({
+            node_id: "r1",
+            repl_id: "fresh-empty",
+            last_txn_id: 0,
+            primary_link: "down",
+            primary_probe: "restarted",
+          })
+          .without("r2")
+          .build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+    {
       name: "keeps a fresh primary whose replicas report it restarted but share its lineage (it continues theirs)",
       snapshot: () =>
         aHealthyShard()

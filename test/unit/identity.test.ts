@@ -163,6 +163,18 @@ describe("replication points: does one database hold every write of another", ()
       holds: false,
     },
     {
+      name: "an empty database (offset 0, no earlier lineage) is held by any other",
+      holder: { replId: "z", offset: 900 },
+      data: { replId: "fresh", offset: 0 },
+      holds: true,
+    },
+    {
+      name: "an empty database holds nothing of one with data",
+      holder: { replId: "fresh", offset: 0 },
+      data: onA(100),
+      holds: false,
+    },
+    {
       name: "an unknown lineage holds nothing",
       holder: { replId: "", offset: 5 },
       data: { replId: "", offset: 0 },
