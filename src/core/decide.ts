@@ -593,6 +593,32 @@ function decideOffline(
           : `; ${waiting.node_id} holds the lineage up to ${waiting.last_txn_id} as its earlier one (restarted from its RDB): the last resort, promoted if no node with more returns within ${grace} s`),
     );
   }
+  // The last resort is a snapshot that may be seconds old. A node of the lineage with more, whose
+  // agent is heard reporting its database down without a confirmed crash, is hung, not gone: it
+  // may come back with writes acknowledged nowhere else (nemesis seed 3109: a primary hung 71 s,
+  // past the grace, was replaced by its replica's RDB and lost 63 writes when it woke). Wait for it
+  // or for an operator; a crash it confirms, or its agent's silence, lets the last resort go on.
+  if (lastResort && !rankCandidates(snapshot.nodes, lineage, config, now).some((c) => c.eligible)) {
+    const hung = snapshot.nodes.filter(
+      (node) =>
+        node.node_id !== best.node_id &&
+        node.db_status === "down" &&
+        node.db_crash === undefined &&
+        isAgentHeard(node, config, now) &&
+        node.repl_id === lineage.repl_id &&
+        node.last_txn_id > best.last_txn_id,
+    );
+    if (hung.length > 0) {
+      return none(
+        "offline_no_candidate",
+        `shard offline; the last resort ${best.node_id} (its RDB, up to ${best.last_txn_id}) waits while ${hung
+          .map((node) => `${node.node_id} (up to ${node.last_txn_id})`)
+          .sort()
+          .join(", ")} does not answer but did not die (hung, its agent reports): it may return with more; ` +
+          "or an operator runs shardguard recover",
+      );
+    }
+  }
   if (lockBlocks(snapshot, now, options)) {
     return none(
       "locked",

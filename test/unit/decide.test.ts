@@ -552,6 +552,62 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "none", code: "offline_no_candidate" },
     },
     {
+      name: "does not take the last resort while the old primary's agent reports its database hung, not dead, with more (seed 3109)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline(1200)
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
+          .withNode({
+            node_id: "p1",
+            role: "primary",
+            ageMs: 100_000,
+            last_txn_id: 1200,
+            db_status: "down",
+            agent_updated: (NOW - 100) * 1000,
+          })
+          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r2", ageMs: 900_000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "takes the last resort once the old primary's agent confirms its database died (refused)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline(1200)
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
+          .withNode({
+            node_id: "p1",
+            role: "primary",
+            ageMs: 100_000,
+            last_txn_id: 1200,
+            db_status: "down",
+            agent_updated: (NOW - 100) * 1000,
+            db_crash: {
+              state: "refused",
+              run_id: "dead",
+              first_seen: (NOW - 99_000) * 1000,
+              last_seen: (NOW - 100) * 1000,
+            },
+          })
+          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r2", ageMs: 900_000 })
+          .build(),
+      expected: { kind: "bring_online", target: "r1" },
+    },
+    {
+      name: "takes the last resort when the hung node's agent is not heard either (gone for all it can tell)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline(1200)
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
+          .withNode({ node_id: "p1", role: "primary", ageMs: 100_000, last_txn_id: 1200, db_status: "down" })
+          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r2", ageMs: 900_000 })
+          .build(),
+      expected: { kind: "bring_online", target: "r1" },
+    },
+    {
       name: "never promotes a replica restarted from its RDB in an online failover (its snapshot may lack acknowledged writes)",
       snapshot: () =>
         aShardWithStalePrimary()
