@@ -803,8 +803,8 @@ function decideOnline(
   // candidate lacks: promoting now would lose them. Wait for it for up to AHEAD_GRACE failure
   // timeouts; a replica that stays silent longer is taken as gone and its writes with it. A tie
   // counts: a stale heartbeat's offset is a lower bound, its replica may have received more since
-  // (chaos-primary under CI load: the replica that acknowledged a burst was stale with its
-  // pre-burst offset, tied with the lagging one, which won on its node id).
+  // (a replica that acknowledged a burst, stale with its pre-burst offset, would lose a tie with a
+  // lagging one on its node id).
   const ahead = snapshot.nodes.filter(
     (node) =>
       node.node_id !== primaryId &&
