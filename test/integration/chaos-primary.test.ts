@@ -161,9 +161,9 @@ describe("chaos: the primary fails", () => {
       old.signal("SIGKILL");
       const after = await waitForNewPrimary(active, before?.epoch ?? 0);
 
-      // Assess
-      expect(after.primary_node_id).toBe("node-3");
+      // Assess (the candidates, with each one's reason, are the message if the winner is wrong)
       const record = await historyAt(active, after.epoch);
+      expect(after.primary_node_id, JSON.stringify(record.candidates)).toBe("node-3");
       const byNode = Object.fromEntries(record.candidates.map((c) => [c.node_id, c]));
       // node-2 competed at its lagging offset; on a loaded machine it may instead have left
       // node-1's replica set (the burst outlasted the write guard's 2 s lag) or its agent's
