@@ -593,6 +593,31 @@ function decideOffline(
           : `; ${waiting.node_id} holds the lineage up to ${waiting.last_txn_id} as its earlier one (restarted from its RDB): the last resort, promoted if no node with more returns within ${grace} s`),
     );
   }
+  // Promoting a node fences the old primary only through its write guard (a member detached). An
+  // old primary whose agent is not heard and that reported no crash may still be serving, unfenced
+  // (its agent paused or dead: nobody read it the offline topology): a node outside its replica set
+  // would make two writable primaries (nemesis seed 3113: the shard went offline with no fresh
+  // replica while the primary's agent was paused, then came back on a replica that had left the set
+  // while hung; both took writes until the agent woke). Wait for its agent, a confirmed crash, a
+  // member, or an operator.
+  const oldId = lineage.node_id;
+  const old = oldId === undefined ? undefined : snapshot.nodes.find((node) => node.node_id === oldId);
+  const oldMembers = oldId === undefined ? undefined : guardMembers(snapshot, oldId);
+  if (
+    old !== undefined &&
+    best.node_id !== old.node_id &&
+    !isAgentHeard(old, config, now) &&
+    old.db_crash === undefined &&
+    oldMembers !== undefined &&
+    !oldMembers.includes(best.node_id)
+  ) {
+    return none(
+      "offline_no_candidate",
+      `shard offline; ${best.node_id} is eligible but not in ${old.node_id}'s replica set, and ${old.node_id}'s agent ` +
+        `is not heard (${describeHeartbeatAge(old, now, "ago")}) nor reported a crash: its database may still take ` +
+        "writes unfenced; waiting for its agent, a confirmed crash, a member of its set, or shardguard recover",
+    );
+  }
   // The last resort is a snapshot that may be seconds old. A node of the lineage with more, whose
   // agent is heard reporting its database down without a confirmed crash, is hung, not gone: it
   // may come back with writes acknowledged nowhere else (nemesis seed 3109: a primary hung 71 s,

@@ -561,6 +561,49 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "none", code: "offline_no_candidate" },
     },
     {
+      name: "does not bring an offline shard online on a node outside the old primary's replica set while that primary's agent is unheard (seed 3113)",
+      snapshot: () =>
+        aShardWithStalePrimary().offline().guardedBy(["r1"]).withNode({ node_id: "r1", ageMs: 9000 }).build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "brings an offline shard online on a member of the old primary's replica set, its agent unheard",
+      snapshot: () =>
+        aShardWithStalePrimary().offline().guardedBy(["r2"]).withNode({ node_id: "r1", ageMs: 9000 }).build(),
+      expected: { kind: "bring_online", target: "r2" },
+    },
+    {
+      name: "brings an offline shard online on a non-member once the old primary's agent is heard (it read the offline topology)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .guardedBy(["r1"])
+          .withNode({ node_id: "p1", db_status: "down", agent_updated: (NOW - 100) * 1000 })
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .build(),
+      expected: { kind: "bring_online", target: "r2" },
+    },
+    {
+      name: "brings an offline shard online on a non-member when the old primary's last report is a confirmed crash",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .guardedBy(["r1"])
+          .withNode({
+            node_id: "p1",
+            db_status: "down",
+            db_crash: {
+              state: "refused",
+              run_id: "dead",
+              first_seen: (NOW - 10_500) * 1000,
+              last_seen: (NOW - 10_000) * 1000,
+            },
+          })
+          .withNode({ node_id: "r1", ageMs: 9000 })
+          .build(),
+      expected: { kind: "bring_online", target: "r2" },
+    },
+    {
       name: "does not take the last resort while the old primary's agent reports its database hung, not dead, with more (seed 3109)",
       snapshot: () =>
         aShardWithStalePrimary()
