@@ -619,17 +619,18 @@ function decideOffline(
     );
   }
   // The last resort is a snapshot that may be seconds old. A node of the lineage with more, whose
-  // agent is heard reporting its database down without a confirmed crash, is hung, not gone: it
-  // may come back with writes acknowledged nowhere else (nemesis seed 3109: a primary hung 71 s,
-  // past the grace, was replaced by its replica's RDB and lost 63 writes when it woke). Wait for it
-  // or for an operator; a crash it confirms, or its agent's silence, lets the last resort go on.
+  // agent last reported its database down without a confirmed crash, is hung, not gone: it may
+  // come back with writes acknowledged nowhere else (nemesis seed 3109: a primary hung 71 s, past
+  // the grace, was replaced by its replica's RDB and lost 63 writes when it woke; in its rerun the
+  // agent was paused too, for 8 s). Wait for it or for an operator; a crash it confirms, or its
+  // agent silent for LAST_COPY_GRACE failure timeouts as well, lets the last resort go on.
   if (lastResort && !rankCandidates(snapshot.nodes, lineage, config, now).some((c) => c.eligible)) {
     const hung = snapshot.nodes.filter(
       (node) =>
         node.node_id !== best.node_id &&
         node.db_status === "down" &&
         node.db_crash === undefined &&
-        isAgentHeard(node, config, now) &&
+        now - (node.agent_updated ?? node.last_updated) / 1000 <= LAST_COPY_GRACE * config.failureTimeoutMs &&
         node.repl_id === lineage.repl_id &&
         node.last_txn_id > best.last_txn_id,
     );
@@ -639,7 +640,9 @@ function decideOffline(
         `shard offline; the last resort ${best.node_id} (its RDB, up to ${best.last_txn_id}) waits while ${hung
           .map((node) => `${node.node_id} (up to ${node.last_txn_id})`)
           .sort()
-          .join(", ")} does not answer but did not die (hung, its agent reports): it may return with more; ` +
+          .join(
+            ", ",
+          )} does not answer but did not die (hung, its agent last reported): it may return with more; ` +
           "or an operator runs shardguard recover",
       );
     }

@@ -648,7 +648,26 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "bring_online", target: "r1" },
     },
     {
-      name: "takes the last resort when the hung node's agent is not heard either (gone for all it can tell)",
+      name: "does not take the last resort while the hung node's agent was silent for less than the grace (paused too: seed 3109's rerun)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline(1200)
+          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
+          .withNode({
+            node_id: "p1",
+            role: "primary",
+            ageMs: 100_000,
+            last_txn_id: 1200,
+            db_status: "down",
+            agent_updated: (NOW - 8000) * 1000,
+          })
+          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r2", ageMs: 900_000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "takes the last resort when the hung node's agent was silent for the grace too (gone for all it can tell)",
       snapshot: () =>
         aShardWithStalePrimary()
           .offline(1200)
