@@ -829,10 +829,7 @@ function decideOnline(
   // A replica of the lineage that is further ahead than the best candidate but stale only just
   // now (a slow agent, a late heartbeat) may hold writes it acknowledged (WAIT) that the best
   // candidate lacks: promoting now would lose them. Wait for it for up to AHEAD_GRACE failure
-  // timeouts; a replica that stays silent longer is taken as gone and its writes with it. A tie
-  // counts: a stale heartbeat's offset is a lower bound, its replica may have received more since
-  // (a replica that acknowledged a burst, stale with its pre-burst offset, would lose a tie with a
-  // lagging one on its node id).
+  // timeouts; a replica that stays silent longer is taken as gone and its writes with it.
   const ahead = snapshot.nodes.filter(
     (node) =>
       node.node_id !== primaryId &&
@@ -840,7 +837,7 @@ function decideOnline(
       node.db_status === "up" &&
       lineage !== undefined &&
       node.repl_id === lineage.repl_id &&
-      node.last_txn_id >= best.last_txn_id &&
+      node.last_txn_id > best.last_txn_id &&
       !isFresh(node, config, now) &&
       heartbeatAgeMs(node, now) <= AHEAD_GRACE * config.failureTimeoutMs &&
       // A heartbeat dated beyond the clock bound is no evidence of a live replica.

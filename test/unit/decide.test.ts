@@ -241,15 +241,6 @@ describe("decide: quorum", () => {
       expected: { kind: "none", code: "waiting_for_replica", primaryStale: true },
     },
     {
-      name: "waits for a replica stale just now at the same offset as the best candidate (its offset is a lower bound)",
-      snapshot: () =>
-        aShardWithStalePrimary()
-          .withNode({ node_id: "r1", primary_link: "down", last_txn_id: 1000 })
-          .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 1000, ageMs: 4000 })
-          .build(),
-      expected: { kind: "none", code: "waiting_for_replica", primaryStale: true },
-    },
-    {
       name: "fails over without a replica further ahead that stayed silent past the grace",
       snapshot: () =>
         aShardWithStalePrimary()
