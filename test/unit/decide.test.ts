@@ -7,6 +7,7 @@ import {
   planSwitchover,
   sameDecision,
 } from "../../src/core/decide.ts";
+import type { HeartbeatInput } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aConfig, aHealthyShard, aShard, aShardWithStalePrimary, LINEAGE, NOW } from "../support/builders.ts";
 
@@ -71,6 +72,20 @@ function restartedFromRdb(options: {
     primary_link: undefined,
     prior_lineage: options.prior,
   };
+}
+
+/**
+ * An offline shard past the last resort's grace: r1 restarted from its RDB (up to 990), r2 long
+ * gone, and p1, the old primary, last reported with 1200 and its database down; `p1` adds to it.
+ */
+function lastResortBehindHungPrimary(p1: Partial<HeartbeatInput>): ShardSnapshot {
+  return aShardWithStalePrimary()
+    .offline(1200)
+    .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
+    .withNode({ node_id: "p1", role: "primary", ageMs: 100_000, last_txn_id: 1200, db_status: "down", ...p1 })
+    .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+    .withNode({ node_id: "r2", ageMs: 900_000 })
+    .build();
 }
 
 function runRows(rows: readonly Row[]) {
@@ -596,77 +611,31 @@ describe("decide: no eligible candidate and offline shards", () => {
     },
     {
       name: "does not take the last resort while the old primary's agent reports its database hung, not dead, with more (seed 3109)",
-      snapshot: () =>
-        aShardWithStalePrimary()
-          .offline(1200)
-          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
-          .withNode({
-            node_id: "p1",
-            role: "primary",
-            ageMs: 100_000,
-            last_txn_id: 1200,
-            db_status: "down",
-            agent_updated: (NOW - 100) * 1000,
-          })
-          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
-          .withNode({ node_id: "r2", ageMs: 900_000 })
-          .build(),
+      snapshot: () => lastResortBehindHungPrimary({ agent_updated: (NOW - 100) * 1000 }),
       expected: { kind: "none", code: "offline_no_candidate" },
     },
     {
       name: "takes the last resort once the old primary's agent confirms its database died (refused)",
       snapshot: () =>
-        aShardWithStalePrimary()
-          .offline(1200)
-          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
-          .withNode({
-            node_id: "p1",
-            role: "primary",
-            ageMs: 100_000,
-            last_txn_id: 1200,
-            db_status: "down",
-            agent_updated: (NOW - 100) * 1000,
-            db_crash: {
-              state: "refused",
-              run_id: "dead",
-              first_seen: (NOW - 99_000) * 1000,
-              last_seen: (NOW - 100) * 1000,
-            },
-          })
-          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
-          .withNode({ node_id: "r2", ageMs: 900_000 })
-          .build(),
+        lastResortBehindHungPrimary({
+          agent_updated: (NOW - 100) * 1000,
+          db_crash: {
+            state: "refused",
+            run_id: "dead",
+            first_seen: (NOW - 99_000) * 1000,
+            last_seen: (NOW - 100) * 1000,
+          },
+        }),
       expected: { kind: "bring_online", target: "r1" },
     },
     {
       name: "does not take the last resort while the hung node's agent was silent for less than the grace (paused too: seed 3109's rerun)",
-      snapshot: () =>
-        aShardWithStalePrimary()
-          .offline(1200)
-          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
-          .withNode({
-            node_id: "p1",
-            role: "primary",
-            ageMs: 100_000,
-            last_txn_id: 1200,
-            db_status: "down",
-            agent_updated: (NOW - 8000) * 1000,
-          })
-          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
-          .withNode({ node_id: "r2", ageMs: 900_000 })
-          .build(),
+      snapshot: () => lastResortBehindHungPrimary({ agent_updated: (NOW - 8000) * 1000 }),
       expected: { kind: "none", code: "offline_no_candidate" },
     },
     {
       name: "takes the last resort when the hung node's agent was silent for the grace too (gone for all it can tell)",
-      snapshot: () =>
-        aShardWithStalePrimary()
-          .offline(1200)
-          .withTopology({ updated_at: NOW - LAST_RESORT_AFTER_MS - 60_000 })
-          .withNode({ node_id: "p1", role: "primary", ageMs: 100_000, last_txn_id: 1200, db_status: "down" })
-          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
-          .withNode({ node_id: "r2", ageMs: 900_000 })
-          .build(),
+      snapshot: () => lastResortBehindHungPrimary({}),
       expected: { kind: "bring_online", target: "r1" },
     },
     {
