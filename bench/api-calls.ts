@@ -6,6 +6,7 @@
 import { parseArgs } from "node:util";
 import { diffCounts } from "../src/adapters/api-call-counter.ts";
 import { createAwsAdapters } from "../src/adapters/aws-adapters.ts";
+import { silentLogger } from "../src/adapters/observability.ts";
 import type { Command } from "../src/core/model.ts";
 import { startLocalStack } from "../src/local-stack/stack.ts";
 
@@ -27,7 +28,7 @@ const aws = createAwsAdapters({
   env: { ...process.env, ...stack.env },
   tableName: stack.env.SHARDGUARD_TABLE,
   queuePrefix,
-  logger: { warn: () => {} },
+  logger: silentLogger,
 });
 const shard = `bench-${Date.now().toString(36)}`;
 const nodes = Array.from({ length: nodeCount }, (_, index) => `n${index + 1}`);

@@ -9,9 +9,10 @@
  */
 import { diffCounts } from "../../src/adapters/api-call-counter.ts";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { discardMetrics, logEventPublisher } from "../../src/adapters/observability.ts";
 import { failoverConfigFromEnv } from "../../src/config/env.ts";
 import { ControllerLoop } from "../../src/controller/loop.ts";
-import { type ControllerLog, logEventPublisher, MemoryMetrics } from "../../src/controller/observability.ts";
+import type { Logger } from "../../src/core/observability.ts";
 import type { Partition } from "../../src/core/partition.ts";
 
 export interface PassRequest {
@@ -39,7 +40,7 @@ const record = (attributes?: Record<string, unknown>) => {
   const code = String(attributes.code ?? attributes.decision ?? attributes.outcome);
   codes[code] = (codes[code] ?? 0) + 1;
 };
-const log: ControllerLog = {
+const log: Logger = {
   debug: (_message, attributes) => record(attributes),
   info: (_message, attributes) => record(attributes),
   warn: (message, attributes) => process.stderr.write(`${JSON.stringify({ message, ...attributes })}\n`),
@@ -53,7 +54,7 @@ const loop = new ControllerLoop({
   events: logEventPublisher(log),
   config: failoverConfigFromEnv(process.env),
   log,
-  metrics: new MemoryMetrics(),
+  metrics: discardMetrics,
 });
 const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
 

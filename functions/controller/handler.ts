@@ -1,14 +1,15 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics } from "@aws-lambda-powertools/metrics";
+import { powertoolsLogger, powertoolsMetrics } from "../../src/adapters/observability.ts";
 import { parseWakes } from "../../src/adapters/sqs-wake-queue.ts";
 import { ControllerLoop, type LoopSummary } from "../../src/controller/loop.ts";
-import { METRICS_NAMESPACE, powertoolsLog, powertoolsMetrics } from "../../src/controller/observability.ts";
 import {
   handleOperatorRequest,
   isOperatorRequest,
   type OperatorResponse,
 } from "../../src/controller/operator.ts";
 import { createControllerRuntime } from "../../src/controller/runtime.ts";
+import { METRICS_NAMESPACE } from "../../src/core/observability.ts";
 import { partitionFromEvent } from "../../src/core/partition.ts";
 
 /**
@@ -28,7 +29,7 @@ const SERVICE = "shardguard-controller";
 const logger = new Logger({ serviceName: SERVICE, persistentKeys: { component: "controller" } });
 const metrics = new Metrics({ namespace: METRICS_NAMESPACE, serviceName: SERVICE });
 const runtime = createControllerRuntime(process.env, {
-  log: powertoolsLog(logger),
+  log: powertoolsLogger(logger),
   metrics: powertoolsMetrics(metrics),
   requireEventBus: true,
 });

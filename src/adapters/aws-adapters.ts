@@ -1,6 +1,6 @@
 import { queuePrefixFromEnv, tableNameFromEnv } from "../config/env.ts";
+import type { Logger } from "../core/observability.ts";
 import type { CommandBus, CoordinationStore } from "../core/ports.ts";
-import type { AdapterLogger } from "./adapter-logger.ts";
 import { ApiCallCounter } from "./api-call-counter.ts";
 import { type AwsClientOptions, type AwsClients, createAwsClients } from "./aws-clients.ts";
 import { AwsClock } from "./clock.ts";
@@ -22,7 +22,7 @@ export interface AwsAdaptersOptions extends AwsClientOptions {
   /** SQS-managed server-side encryption on the queues. @default true */
   readonly managedSse?: boolean;
   /** Where malformed items and commands are reported. @default one JSON line on stderr */
-  readonly logger?: AdapterLogger;
+  readonly logger?: Logger;
   /** Create the wake-up queue when missing (the local controller). @default false */
   readonly createWakeQueue?: boolean;
 }

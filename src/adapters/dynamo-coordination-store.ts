@@ -24,6 +24,7 @@ import {
   type Topology,
   topologySchema,
 } from "../core/model.ts";
+import type { Logger } from "../core/observability.ts";
 import {
   type Clock,
   type CoordinationStore,
@@ -40,8 +41,8 @@ import {
   type WriteFence,
 } from "../core/ports.ts";
 import { keys, TTL_ATTRIBUTE } from "../core/table.ts";
-import { type AdapterLogger, jsonLineLogger } from "./adapter-logger.ts";
 import { classifyAwsError, toCoordinationError } from "./aws-errors.ts";
+import { stderrLogger } from "./observability.ts";
 
 /** What every DynamoDB adapter shares. */
 export interface DynamoTableContext {
@@ -49,7 +50,7 @@ export interface DynamoTableContext {
   readonly tableName: string;
   /** AWS-aligned clock: lock expiry and TTLs are computed on it. */
   readonly clock: Clock;
-  readonly logger?: AdapterLogger;
+  readonly logger?: Logger;
   /** Heartbeats and replica sets of nodes that stopped writing are garbage-collected after this. @default 7 days */
   readonly heartbeatTtlSeconds?: number;
   /** History records are garbage-collected after this. @default 365 days */
@@ -75,7 +76,7 @@ class DynamoTable {
   protected readonly documents: DynamoDBDocumentClient;
   protected readonly tableName: string;
   protected readonly clock: Clock;
-  protected readonly logger: AdapterLogger;
+  protected readonly logger: Logger;
   protected readonly heartbeatTtlSeconds: number;
   protected readonly historyTtlSeconds: number;
 
@@ -83,7 +84,7 @@ class DynamoTable {
     this.documents = context.documents;
     this.tableName = context.tableName;
     this.clock = context.clock;
-    this.logger = context.logger ?? jsonLineLogger;
+    this.logger = context.logger ?? stderrLogger;
     this.heartbeatTtlSeconds = context.heartbeatTtlSeconds ?? 7 * DAY_SECONDS;
     this.historyTtlSeconds = context.historyTtlSeconds ?? 365 * DAY_SECONDS;
   }

@@ -1,9 +1,8 @@
 import { type EventBridgeClient, PutEventsCommand } from "@aws-sdk/client-eventbridge";
 import { CoordinationUnavailable, errorMessage } from "../core/errors.ts";
-import type { EventPublisher } from "../core/ports.ts";
+import { EVENT_SOURCE, type EventPublisher, type EventType } from "../core/observability.ts";
 
-/** `source` of every Shardguard event; rules match on it and on the detail-type. */
-export const EVENT_SOURCE = "shardguard";
+export { EVENT_SOURCE };
 
 /**
  * Failover lifecycle events on an EventBridge bus: detail-types FailoverStarted,
@@ -19,7 +18,7 @@ export class EventBridgePublisher implements EventPublisher {
     this.#eventBusName = options.eventBusName;
   }
 
-  async publish(detailType: Parameters<EventPublisher["publish"]>[0], detail: Record<string, unknown>) {
+  async publish(detailType: EventType, detail: Record<string, unknown>) {
     let failed: { code?: string; message?: string } | undefined;
     try {
       const out = await this.#client.send(

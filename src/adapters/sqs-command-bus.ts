@@ -12,9 +12,10 @@ import {
 import { describeIssues } from "../core/config.ts";
 import { ConfigurationError, CoordinationUnavailable } from "../core/errors.ts";
 import { type Command, commandSchema } from "../core/model.ts";
+import type { Logger } from "../core/observability.ts";
 import type { CommandBus, ReceivedCommand } from "../core/ports.ts";
-import { type AdapterLogger, jsonLineLogger } from "./adapter-logger.ts";
 import { classifyAwsError, toCoordinationError } from "./aws-errors.ts";
+import { stderrLogger } from "./observability.ts";
 import { queueNames, validateQueuePrefix } from "./queue-names.ts";
 
 export interface SqsCommandBusOptions {
@@ -33,7 +34,7 @@ export interface SqsCommandBusOptions {
   readonly messageRetentionSeconds?: number;
   /** SQS-managed server-side encryption. @default true */
   readonly managedSse?: boolean;
-  readonly logger?: AdapterLogger;
+  readonly logger?: Logger;
 }
 
 const MAX_WAIT_SECONDS = 20;
@@ -55,7 +56,7 @@ export class SqsCommandBus implements CommandBus {
   readonly #visibilityTimeoutSeconds: number;
   readonly #retentionSeconds: number;
   readonly #managedSse: boolean;
-  readonly #logger: AdapterLogger;
+  readonly #logger: Logger;
   /** `<shard>/<node>` -> queue URL (a promise, so concurrent first calls create once). */
   readonly #urls = new Map<string, Promise<string>>();
 
@@ -79,7 +80,7 @@ export class SqsCommandBus implements CommandBus {
     this.#visibilityTimeoutSeconds = visibility;
     this.#retentionSeconds = options.messageRetentionSeconds ?? 86_400;
     this.#managedSse = options.managedSse ?? true;
-    this.#logger = options.logger ?? jsonLineLogger;
+    this.#logger = options.logger ?? stderrLogger;
   }
 
   /** Idempotent: an existing queue costs one GetQueueUrl, then the URL is cached. */

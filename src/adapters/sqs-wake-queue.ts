@@ -7,8 +7,8 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { errorMessage } from "../core/errors.ts";
+import type { Logger } from "../core/observability.ts";
 import { type Wake, type WakeReceiver, type WakeSender, wakeSchema } from "../core/wake.ts";
-import type { AdapterLogger } from "./adapter-logger.ts";
 import { toCoordinationError } from "./aws-errors.ts";
 import { QUEUE_NAME_SEPARATOR, validateQueuePrefix } from "./queue-names.ts";
 
@@ -30,7 +30,7 @@ export interface SqsWakeQueueOptions {
   readonly queuePrefix: string;
   /** Create the queue when missing (the local controller); agents and the Lambda only look it up. @default false */
   readonly create?: boolean;
-  readonly logger?: AdapterLogger;
+  readonly logger?: Logger;
 }
 
 /**
@@ -42,7 +42,7 @@ export class SqsWakeQueue implements WakeSender, WakeReceiver {
   readonly #sqs: SQSClient;
   readonly #name: string;
   readonly #create: boolean;
-  readonly #logger: AdapterLogger | undefined;
+  readonly #logger: Logger | undefined;
   #url: Promise<string> | undefined;
   #missingUntil = 0;
 
@@ -128,7 +128,7 @@ export class SqsWakeQueue implements WakeSender, WakeReceiver {
 }
 
 /** Message bodies to wake-ups; a malformed one is reported and dropped (a hint, never retried). */
-export function parseWakes(bodies: readonly string[], logger?: AdapterLogger): Wake[] {
+export function parseWakes(bodies: readonly string[], logger?: Logger): Wake[] {
   const wakes: Wake[] = [];
   for (const body of bodies) {
     try {

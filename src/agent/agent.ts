@@ -1,11 +1,12 @@
+import { jsonLineLogger } from "../adapters/observability.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Role } from "../core/model.ts";
+import type { Logger, LogLevel } from "../core/observability.ts";
 import { runCommandConsumer } from "./command-consumer.ts";
 import { AgentContext, type AgentDeps } from "./context.ts";
 import { CrashWatch } from "./crash-watch.ts";
 import { type Database, RedisDatabase, redisConnectSettings } from "./database.ts";
 import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
-import { type AgentLogger, jsonLineLogger, type LogLevel } from "./log.ts";
 import { runLoop } from "./loop.ts";
 import { type AgentOptionsInput, parseAgentOptions } from "./options.ts";
 import { SentinelEndpoint } from "./sentinel-endpoint.ts";
@@ -73,7 +74,7 @@ export async function startAgent(
     now: deps.clock.now(),
   });
   const nodeId = state.nodeId;
-  const logger: AgentLogger =
+  const logger: Logger =
     deps.logger ?? jsonLineLogger({ service: "shardguard-agent", shard: options.shard, node: nodeId });
   const redisTimeoutMs = options.redisTimeoutMs ?? Math.max(options.heartbeatIntervalMs, 1000);
   const db =

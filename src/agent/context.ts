@@ -1,5 +1,6 @@
 import type { DatabaseIdentity } from "../core/identity.ts";
 import type { CrashReport, HeartbeatInput, Topology } from "../core/model.ts";
+import type { Logger } from "../core/observability.ts";
 import type {
   Clock,
   CommandBus,
@@ -10,7 +11,6 @@ import type {
 } from "../core/ports.ts";
 import type { WakeSender } from "../core/wake.ts";
 import type { Database } from "./database.ts";
-import type { AgentLogger } from "./log.ts";
 import { Mutex } from "./loop.ts";
 import type { AgentOptions } from "./options.ts";
 import { PrimaryProbe } from "./primary-probe.ts";
@@ -27,7 +27,7 @@ export interface AgentDeps {
   /** AWS-aligned clock for heartbeat timestamps. */
   readonly clock: Clock;
   /** @default JSON lines on stdout at level info */
-  readonly logger?: AgentLogger;
+  readonly logger?: Logger;
   /** Monotonic ms for durations (fence timeout, loop pacing). @default performance.now */
   readonly monotonicNow?: () => number;
   /** Tells the controller to look at the shard now (the crash fast path). @default none: it waits a tick */
@@ -43,7 +43,7 @@ export class AgentContext {
   readonly deps: AgentDeps;
   readonly db: Database;
   readonly state: StateDir;
-  readonly logger: AgentLogger;
+  readonly logger: Logger;
   readonly monotonicNow: () => number;
   readonly storeTimeoutMs: number;
   /** Held while the database's role or write fence changes, so that no two changes interleave. */
@@ -127,7 +127,7 @@ export class AgentContext {
     deps: AgentDeps;
     db: Database;
     state: StateDir;
-    logger: AgentLogger;
+    logger: Logger;
   }) {
     this.options = init.options;
     this.nodeId = init.nodeId;

@@ -3,8 +3,8 @@ import type { ConnectionOptions } from "node:tls";
 import { Redis, type RedisOptions } from "ioredis";
 import { parseAddress } from "../core/address.ts";
 import { ConfigurationError, errorMessage, ShardguardError } from "../core/errors.ts";
+import type { Logger } from "../core/observability.ts";
 import { Backoff } from "./backoff.ts";
-import type { AgentLogger } from "./log.ts";
 import { type AgentOptions, settingLabel } from "./options.ts";
 import { parseClientNames, parseReplicationInfo, type ReplicationInfo } from "./redis-info.ts";
 
@@ -129,7 +129,7 @@ export interface RedisDatabaseOptions {
   readonly connection?: RedisConnectSettings | undefined;
   /** Longest one command may take before it counts as failed. */
   readonly commandTimeoutMs: number;
-  readonly logger: AgentLogger;
+  readonly logger: Logger;
 }
 
 /**
@@ -140,7 +140,7 @@ export interface RedisDatabaseOptions {
  */
 export class RedisDatabase implements Database {
   private readonly client: Redis;
-  private readonly logger: AgentLogger;
+  private readonly logger: Logger;
   private readonly connection: RedisConnectSettings | undefined;
   private lastErrorLogged = 0;
   /** The last connection error, explained: a command refused while disconnected says why. */

@@ -1,6 +1,6 @@
 import { CoordinationUnavailable, errorMessage } from "../core/errors.ts";
+import type { Logger } from "../core/observability.ts";
 import { sleep } from "./backoff.ts";
-import type { AgentLogger } from "./log.ts";
 
 /**
  * A self-rescheduling loop that a throwing body cannot kill: the body returns how long to wait
@@ -9,7 +9,7 @@ import type { AgentLogger } from "./log.ts";
 export async function runLoop(
   name: string,
   signal: AbortSignal,
-  logger: AgentLogger,
+  logger: Logger,
   body: () => Promise<number>,
   onErrorDelayMs: () => number,
 ): Promise<void> {

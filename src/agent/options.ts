@@ -7,9 +7,9 @@ import { ENV } from "../config/env.ts";
 import { describeIssues, parseFailoverConfig } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { addressSchema, idSchema } from "../core/model.ts";
+import { LOG_LEVELS } from "../core/observability.ts";
 import { DEFAULT_QUEUE_PREFIX, DEFAULT_TABLE_NAME } from "../core/table.ts";
 import { FENCE_POLICIES } from "../core/write-guard.ts";
-import { LOG_LEVELS } from "./log.ts";
 
 export { FENCE_POLICIES, type FencePolicy } from "../core/write-guard.ts";
 

@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
 import { parseAddress } from "../core/address.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
+import type { Logger } from "../core/observability.ts";
 import type { AgentDeps } from "./context.ts";
 import { redisConnectSettings } from "./database.ts";
-import type { AgentLogger } from "./log.ts";
 import type { AgentOptions } from "./options.ts";
 import { evictApplicationClients } from "./sentinel-eviction.ts";
 import { SentinelFeed } from "./sentinel-feed.ts";
@@ -47,7 +47,7 @@ export class SentinelEndpoint {
   readonly #port: number;
   #announced: string | undefined;
 
-  constructor(init: { options: AgentOptions; nodeId: string; deps: AgentDeps; logger: AgentLogger }) {
+  constructor(init: { options: AgentOptions; nodeId: string; deps: AgentDeps; logger: Logger }) {
     const { options, deps, logger } = init;
     this.#advertised = options.address ?? options.redis;
     this.#bind = options.sentinelBind ?? parseAddress(this.#advertised).host;
@@ -105,7 +105,7 @@ export class SentinelEndpoint {
   }
 
   /** This node was the primary clients were given and no longer is: drop its application clients. */
-  #evict(options: AgentOptions, logger: AgentLogger): void {
+  #evict(options: AgentOptions, logger: Logger): void {
     evictApplicationClients({
       address: options.redis,
       connection: redisConnectSettings(options).redisOptions,

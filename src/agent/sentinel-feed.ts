@@ -1,8 +1,8 @@
 import { errorMessage } from "../core/errors.ts";
 import type { HeartbeatInput } from "../core/model.ts";
+import type { Logger } from "../core/observability.ts";
 import type { Clock, HeartbeatStore, ShardSnapshot, WriteFence } from "../core/ports.ts";
 import { type MasterState, masterState, type SentinelView } from "../core/sentinel.ts";
-import type { AgentLogger } from "./log.ts";
 import { withStoreTimeout } from "./loop.ts";
 
 export interface SentinelFeedOptions {
@@ -16,7 +16,7 @@ export interface SentinelFeedOptions {
   readonly read: () => Promise<ShardSnapshot>;
   readonly clock: Clock;
   readonly monotonicNow: () => number;
-  readonly logger: AgentLogger;
+  readonly logger: Logger;
 }
 
 interface Held {

@@ -2,6 +2,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { createServer as createTlsServer } from "node:tls";
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
+import type { Logger } from "../core/observability.ts";
 import {
   type EventMemory,
   INITIAL_EVENT_MEMORY,
@@ -10,7 +11,6 @@ import {
   type SentinelEvent,
   sentinelEvents,
 } from "../core/sentinel.ts";
-import type { AgentLogger } from "./log.ts";
 import type { SentinelFeed } from "./sentinel-feed.ts";
 import { encodeFrame, type Frame, RequestReader } from "./sentinel-resp.ts";
 import { SentinelSession } from "./sentinel-session.ts";
@@ -45,7 +45,7 @@ export interface SentinelServerOptions {
   /** Serve TLS with this certificate and key (PEM) instead of plain TCP. */
   readonly tls?: { readonly cert: string; readonly key: string } | undefined;
   readonly feed: SentinelFeed;
-  readonly logger: AgentLogger;
+  readonly logger: Logger;
   readonly limits?: Partial<SentinelLimits>;
   /** Called with the events of each topology move, after they were published. */
   readonly onEvents?: (events: readonly SentinelEvent[]) => void;

@@ -1,4 +1,5 @@
 import { type AwsAdapters, createAwsAdapters } from "../adapters/aws-adapters.ts";
+import { silentLogger } from "../adapters/observability.ts";
 import { failoverConfigFromEnv } from "../config/env.ts";
 import type { FailoverConfig } from "../core/config.ts";
 import { ShardguardError } from "../core/errors.ts";
@@ -25,7 +26,7 @@ export async function withOperatorSession<T>(action: (session: OperatorSession) 
     env: process.env,
     maxAttempts: 2,
     // Malformed items are shown in the status output; keep stderr for real errors.
-    logger: { warn: () => {} },
+    logger: silentLogger,
   });
   try {
     return await action({ aws, config });

@@ -4,8 +4,8 @@ import type { FailoverConfig } from "../core/config.ts";
 import type { Decision } from "../core/decide.ts";
 import { errorMessage, ShardguardError } from "../core/errors.ts";
 import type { FailoverPhase } from "../core/model.ts";
-import type { Clock, CommandBus, CoordinationStore, EventPublisher } from "../core/ports.ts";
-import type { ControllerLog, ControllerMetrics, EventDetailType } from "./observability.ts";
+import type { EventPublisher, EventType, Logger, Metrics } from "../core/observability.ts";
+import type { Clock, CommandBus, CoordinationStore } from "../core/ports.ts";
 
 /** What the orchestrator's parts share: ports, config, timeouts, outcomes. */
 
@@ -46,8 +46,8 @@ export interface ControllerDeps {
   readonly events: EventPublisher;
   readonly clock: Clock;
   readonly config: FailoverConfig;
-  readonly log: ControllerLog;
-  readonly metrics: ControllerMetrics;
+  readonly log: Logger;
+  readonly metrics: Metrics;
   /** @default defaultPhaseTimeouts(config) */
   readonly timeouts?: Partial<PhaseTimeouts>;
   /** @default node:timers/promises setTimeout */
@@ -128,7 +128,7 @@ export const newOwnerOf = (deps: ControllerDeps) => (deps.newOwner ?? (() => `co
 
 export async function publish(
   deps: ControllerDeps,
-  type: EventDetailType,
+  type: EventType,
   detail: Record<string, unknown>,
 ): Promise<void> {
   try {

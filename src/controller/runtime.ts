@@ -1,11 +1,11 @@
 import { EventBridgeClient } from "@aws-sdk/client-eventbridge";
 import { createAwsAdapters } from "../adapters/aws-adapters.ts";
 import { EventBridgePublisher } from "../adapters/eventbridge-publisher.ts";
+import { logEventPublisher } from "../adapters/observability.ts";
 import { ENV, failoverConfigFromEnv } from "../config/env.ts";
 import { ConfigurationError } from "../core/errors.ts";
-import type { EventPublisher } from "../core/ports.ts";
+import type { EventPublisher, Logger, Metrics } from "../core/observability.ts";
 import type { WakeReceiver } from "../core/wake.ts";
-import { type ControllerLog, type ControllerMetrics, logEventPublisher } from "./observability.ts";
 import type { ControllerDeps } from "./orchestrator.ts";
 
 export interface ControllerRuntime {
@@ -22,8 +22,8 @@ export interface ControllerRuntime {
 export function createControllerRuntime(
   env: NodeJS.ProcessEnv,
   options: {
-    readonly log: ControllerLog;
-    readonly metrics: ControllerMetrics;
+    readonly log: Logger;
+    readonly metrics: Metrics;
     /** Lambda: the event bus must be configured. Local: events become log lines without one. */
     readonly requireEventBus?: boolean;
     /** Local: create the wake-up queue when missing (CDK creates it for the Lambda). @default false */

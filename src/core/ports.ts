@@ -171,11 +171,3 @@ export interface CommandBus {
    */
   redeliverAfter(shard: string, nodeId: string, message: ReceivedCommand, seconds: number): Promise<void>;
 }
-
-/** Failover lifecycle events (EventBridge in AWS). */
-export interface EventPublisher {
-  publish(
-    detailType: "FailoverStarted" | "FailoverCompleted" | "FailoverAborted" | "ShardOffline" | "ShardOnline",
-    detail: Record<string, unknown>,
-  ): Promise<void>;
-}

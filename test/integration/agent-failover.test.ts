@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { MemoryMetrics } from "../../src/controller/observability.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
 import { cycleUntil } from "../support/controller-cycles.ts";
-import { MemoryEventPublisher, silentLog } from "../support/controller-fakes.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "../support/controller-fakes.ts";
 
 /**
  * The agent against the real controller (decide + orchestrator), real redis-server processes
@@ -34,7 +34,7 @@ function controllerDeps(): ControllerDeps {
     bus: fixture.aws.bus,
     clock: fixture.aws.clock,
     config: CONFIG,
-    log: silentLog,
+    log: silentLogger,
     events: new MemoryEventPublisher(),
     metrics: new MemoryMetrics(),
   };

@@ -5,11 +5,12 @@ import {
   SendMessageCommand,
 } from "@aws-sdk/client-sqs";
 import { afterAll, describe, expect, it } from "vitest";
-import type { AdapterLogger } from "../../src/adapters/adapter-logger.ts";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { queueNames } from "../../src/adapters/queue-names.ts";
 import { ConfigurationError, CoordinationUnavailable } from "../../src/core/errors.ts";
 import type { Command } from "../../src/core/model.ts";
+import type { Logger } from "../../src/core/observability.ts";
 import type { ReceivedCommand } from "../../src/core/ports.ts";
 import { freePort } from "../../src/local-stack/processes.ts";
 import { awsEnv, uniqueName } from "../support/aws.ts";
@@ -44,7 +45,7 @@ function aCommand(epoch: number, overrides: Partial<Command> = {}): Command {
   };
 }
 
-const silent: AdapterLogger = { warn: () => {} };
+const silent: Logger = silentLogger;
 
 describe("queues", () => {
   it("creates a node's queue with its dead-letter queue once and returns the same URL after", async () => {
@@ -129,7 +130,7 @@ describe("commands", () => {
     const { bus, clients } = adapters({
       queuePrefix,
       maxReceiveCount: 2,
-      logger: { warn: (message, attributes) => warnings.push({ message, ...attributes }) },
+      logger: { ...silentLogger, warn: (message, attributes) => warnings.push({ message, ...attributes }) },
     });
     const url = await bus.ensureQueue("s1", "n3");
     await bus.send("s1", "n3", aCommand(1));

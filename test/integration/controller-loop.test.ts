@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { ControllerLoop } from "../../src/controller/loop.ts";
-import type { ControllerLog } from "../../src/controller/observability.ts";
+import type { Logger } from "../../src/core/observability.ts";
 import { aScriptedShard, controller, type ScriptedShard } from "../support/scripted-shard.ts";
 import { waitFor } from "../support/wait.ts";
 
 /** The controller loop on the local stack: pacing, deadline, overlap, logs on change, metrics. */
 
-class RecordingLog implements ControllerLog {
+class RecordingLog implements Logger {
   readonly lines: Array<{ level: string; message: string; attributes: Record<string, unknown> }> = [];
   debug = (message: string, attributes: Record<string, unknown> = {}) =>
     this.#add("debug", message, attributes);

@@ -1,11 +1,12 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, describe, expect, it } from "vitest";
-import type { AdapterLogger } from "../../src/adapters/adapter-logger.ts";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { AwsClock } from "../../src/adapters/clock.ts";
 import { createDynamoCoordinationStore } from "../../src/adapters/dynamo-coordination-store.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
 import type { HeartbeatInput, HistoryRecord, Topology } from "../../src/core/model.ts";
+import type { Logger } from "../../src/core/observability.ts";
 import { type Clock, type CoordinationStore, LockLost } from "../../src/core/ports.ts";
 import { keys } from "../../src/core/table.ts";
 import { freePort } from "../../src/local-stack/processes.ts";
@@ -35,7 +36,7 @@ class ManualClock implements Clock {
   }
 }
 
-function storeWithClock(clock: Clock, logger?: AdapterLogger): CoordinationStore {
+function storeWithClock(clock: Clock, logger?: Logger): CoordinationStore {
   return createDynamoCoordinationStore({
     documents: adapters().clients.documents,
     tableName: tableName(),
@@ -423,7 +424,8 @@ describe("heartbeats and the shard snapshot", () => {
   it("leaves a malformed heartbeat out of the snapshot with its field and reason, and logs it", async () => {
     // Prepare
     const warnings: Array<Record<string, unknown>> = [];
-    const logger: AdapterLogger = {
+    const logger: Logger = {
+      ...silentLogger,
       warn: (message, attributes) => warnings.push({ message, ...attributes }),
     };
     const built = adapters();

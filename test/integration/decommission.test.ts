@@ -3,6 +3,7 @@ import { promisify } from "node:util";
 import { ListQueuesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, describe, expect, it } from "vitest";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { SqsCommandBus } from "../../src/adapters/sqs-command-bus.ts";
 import { awsEnv } from "../support/aws.ts";
 
@@ -21,7 +22,7 @@ const aws = createAwsAdapters({ env: awsEnv() });
 afterAll(() => aws.destroy());
 
 async function createQueues(prefix: string, nodes: [string, string][]) {
-  const bus = new SqsCommandBus({ sqs: aws.clients.sqs, queuePrefix: prefix, logger: { warn: () => {} } });
+  const bus = new SqsCommandBus({ sqs: aws.clients.sqs, queuePrefix: prefix, logger: silentLogger });
   for (const [shard, node] of nodes) await bus.ensureQueue(shard, node);
 }
 

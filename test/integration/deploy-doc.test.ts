@@ -8,6 +8,7 @@ import { promisify } from "node:util";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { SqsCommandBus } from "../../src/adapters/sqs-command-bus.ts";
 import { ensureTable } from "../../src/local-stack/table.ts";
 import { awsEnv, uniqueName } from "../support/aws.ts";
@@ -353,7 +354,7 @@ describe("docs/deploy.md", () => {
     // Prepare
     const prefix = `doc${Math.random().toString(36).slice(2, 8)}`;
     const aws = createAwsAdapters({ env: awsEnv() });
-    const bus = new SqsCommandBus({ sqs: aws.clients.sqs, queuePrefix: prefix, logger: { warn: () => {} } });
+    const bus = new SqsCommandBus({ sqs: aws.clients.sqs, queuePrefix: prefix, logger: silentLogger });
     await bus.ensureQueue("orders", "n3");
     await bus.ensureQueue("orders", "n4");
     aws.destroy();

@@ -2,15 +2,16 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import {
   type AgentDeps,
   type AgentHandle,
   type StartAgentExtras,
   startAgent,
 } from "../../src/agent/agent.ts";
-import type { AgentLogger } from "../../src/agent/log.ts";
 import type { AgentOptionsInput } from "../../src/agent/options.ts";
 import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
+import type { Logger } from "../../src/core/observability.ts";
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
 import type { WakeSender } from "../../src/core/wake.ts";
 import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
@@ -32,7 +33,7 @@ export interface LogLine {
 }
 
 /** Records an agent's log lines so that tests can assert what it said. */
-export class RecordingLogger implements AgentLogger {
+export class RecordingLogger implements Logger {
   readonly lines: LogLine[] = [];
   debug(message: string, attributes: Record<string, unknown> = {}) {
     this.lines.push({ level: "debug", message, attributes });
@@ -103,7 +104,7 @@ export class AgentFixture {
     const built = createAwsAdapters({
       env: { ...awsEnv(), ...env },
       tableName: tableName(),
-      logger: { warn() {} },
+      logger: silentLogger,
       // A cut-off store should fail fast in tests, as it would with a dead network.
       maxAttempts: 1,
     });
@@ -123,7 +124,7 @@ export class AgentFixture {
     return dir;
   }
 
-  depsFrom(aws: AwsAdapters, heartbeats: HeartbeatStore, logger: AgentLogger): AgentDeps {
+  depsFrom(aws: AwsAdapters, heartbeats: HeartbeatStore, logger: Logger): AgentDeps {
     return {
       heartbeats,
       replicaSets: aws.store.replicaSets,

@@ -1,10 +1,10 @@
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
-import { MemoryMetrics } from "../../src/controller/observability.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import type { FailoverConfig } from "../../src/core/config.ts";
 import type { Command } from "../../src/core/model.ts";
 import type { CommandBus, CoordinationStore } from "../../src/core/ports.ts";
-import { MemoryEventPublisher, silentLog } from "./controller-fakes.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "./controller-fakes.ts";
 
 /**
  * An in-process controller whose store and command bus pass every call through a gate: the test
@@ -114,7 +114,7 @@ export function testController(
   gate?: Gate,
   overrides: Partial<ControllerDeps> = {},
 ): TestController {
-  const aws = createAwsAdapters({ env, maxAttempts: 2, logger: { warn() {} } });
+  const aws = createAwsAdapters({ env, maxAttempts: 2, logger: silentLogger });
   const sent: Command[] = [];
   const deps: ControllerDeps = {
     store: gatedStore(aws.store, gate),
@@ -122,7 +122,7 @@ export function testController(
     events: new MemoryEventPublisher(),
     clock: aws.clock,
     config,
-    log: silentLog,
+    log: silentLogger,
     metrics: new MemoryMetrics(),
     ...overrides,
   };

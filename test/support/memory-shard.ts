@@ -1,5 +1,5 @@
+import { silentLogger } from "../../src/adapters/observability.ts";
 import type { ControllerDeps } from "../../src/controller/deps.ts";
-import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { FailoverConfig } from "../../src/core/config.ts";
 import {
   type Command,
@@ -17,7 +17,7 @@ import {
   type WriteFence,
 } from "../../src/core/ports.ts";
 import { aConfig, LINEAGE } from "./builders.ts";
-import { MemoryEventPublisher, silentLog } from "./controller-fakes.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "./controller-fakes.ts";
 
 /**
  * One shard in memory for controller unit tests: the coordination store (lock with owner and
@@ -79,7 +79,7 @@ export class MemoryShard {
       events: new MemoryEventPublisher(),
       clock: { now: () => this.now() },
       config: this.config,
-      log: silentLog,
+      log: silentLogger,
       metrics: new MemoryMetrics(),
       sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
       ...overrides,

@@ -1,15 +1,15 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { afterEach } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { needsTopology, type Screening, screenCommand } from "../../src/agent/command-screen.ts";
-import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps, PhaseTimeouts } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { isFresh } from "../../src/core/decide.ts";
 import type { Command, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import type { ReceivedCommand } from "../../src/core/ports.ts";
 import { awsEnv, uniqueName } from "./aws.ts";
-import { MemoryEventPublisher, silentLog } from "./controller-fakes.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "./controller-fakes.ts";
 import { waitFor } from "./wait.ts";
 
 /**
@@ -70,7 +70,7 @@ export class ScriptedShard {
     this.aws = createAwsAdapters({
       env: { ...awsEnv() },
       queuePrefix: `t${Math.random().toString(36).slice(2, 8)}`,
-      logger: { warn: () => {} },
+      logger: silentLogger,
     });
   }
 
@@ -266,7 +266,7 @@ export function controller(shard: ScriptedShard, overrides: Partial<ControllerDe
     clock: shard.aws.clock,
     config: CONFIG,
     timeouts: TIMEOUTS,
-    log: silentLog,
+    log: silentLogger,
     events,
     metrics,
     ...overrides,

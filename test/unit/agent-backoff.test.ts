@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { Backoff, sleep } from "../../src/agent/backoff.ts";
-import type { AgentLogger } from "../../src/agent/log.ts";
 import { Mutex, runLoop, withStoreTimeout } from "../../src/agent/loop.ts";
+import type { Logger } from "../../src/core/observability.ts";
 
-const quiet: AgentLogger = { debug() {}, info() {}, warn() {}, error() {} };
+const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
 afterEach(() => {
   vi.useRealTimers();

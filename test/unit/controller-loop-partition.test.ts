@@ -1,11 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { ControllerLoop } from "../../src/controller/loop.ts";
-import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { partitionOf } from "../../src/core/partition.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aConfig } from "../support/builders.ts";
-import { MemoryEventPublisher } from "../support/controller-fakes.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "../support/controller-fakes.ts";
 
 // A shard index of `count` shards in pages, and snapshots with no topology and no node (decide:
 // nothing to do), recording which shards were read and how many reads overlapped.

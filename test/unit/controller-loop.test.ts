@@ -1,10 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControllerLoop } from "../../src/controller/loop.ts";
-import { MemoryMetrics } from "../../src/controller/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
 import { aConfig } from "../support/builders.ts";
-import { MemoryEventPublisher } from "../support/controller-fakes.ts";
+import { MemoryEventPublisher, MemoryMetrics } from "../support/controller-fakes.ts";
 
 // An unreachable table is what no emulator shows on demand: the shard index here always throws.
 function depsWithUnreachableIndex() {

@@ -1,13 +1,13 @@
 import { describe, expect, it } from "vitest";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/operator.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { decide } from "../../src/core/decide.ts";
 import { LINEAGE } from "../support/builders.ts";
-import { silentLog } from "../support/controller-fakes.ts";
 import { MemoryShard } from "../support/memory-shard.ts";
 
 // Invalid requests are answered before any store is touched: deps without stores prove it.
-const noStores = { log: silentLog } as unknown as ControllerDeps;
+const noStores = { log: silentLogger } as unknown as ControllerDeps;
 
 describe("operator requests", () => {
   it("tells an operator request from a scheduled event by its action", () => {

@@ -1,7 +1,6 @@
 import { connect, type Socket } from "node:net";
 import { Redis, type RedisOptions } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
-import type { AgentLogger } from "../../src/agent/log.ts";
 import { resolveAgentOptions } from "../../src/agent/options.ts";
 import { maxSentinelConnections } from "../../src/agent/sentinel-endpoint.ts";
 import { applicationClientIds } from "../../src/agent/sentinel-eviction.ts";
@@ -10,6 +9,7 @@ import { encodeFrame, RequestReader } from "../../src/agent/sentinel-resp.ts";
 import { announcedAddress, SentinelServer } from "../../src/agent/sentinel-server.ts";
 import { globToRegExp } from "../../src/agent/sentinel-session.ts";
 import type { Topology } from "../../src/core/model.ts";
+import type { Logger } from "../../src/core/observability.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aHeartbeat, NOW } from "../support/builders.ts";
 import { aTopology } from "../support/sentinel-builders.ts";
@@ -20,7 +20,7 @@ import { aTopology } from "../support/sentinel-builders.ts";
  * connection, never the server).
  */
 
-const silent: AgentLogger = { debug() {}, info() {}, warn() {}, error() {} };
+const silent: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
 const ONLINE = aTopology();
 

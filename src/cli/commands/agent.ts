@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { createAwsAdapters } from "../../adapters/aws-adapters.ts";
+import { jsonLineLogger } from "../../adapters/observability.ts";
 import { startAgent } from "../../agent/agent.ts";
-import { jsonLineLogger } from "../../agent/log.ts";
 import { CONFIG_ENV, resolveAdvertisedAddress, resolveAgentOptions } from "../../agent/options.ts";
 import { untilSignal } from "../signals.ts";
 

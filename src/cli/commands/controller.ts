@@ -1,9 +1,11 @@
 import { Logger } from "@aws-lambda-powertools/logger";
+import { Metrics } from "@aws-lambda-powertools/metrics";
 import { type Command, InvalidArgumentError } from "commander";
+import { powertoolsLogger, powertoolsMetrics } from "../../adapters/observability.ts";
 import { ControllerLoop } from "../../controller/loop.ts";
-import { METRIC_NAMES, MemoryMetrics, powertoolsLog } from "../../controller/observability.ts";
 import { createControllerRuntime } from "../../controller/runtime.ts";
 import { errorMessage } from "../../core/errors.ts";
+import { METRICS_NAMESPACE } from "../../core/observability.ts";
 import { type Partition, parsePartitionText } from "../../core/partition.ts";
 import { abortOnSignal } from "../signals.ts";
 
@@ -40,10 +42,11 @@ export function registerController(program: Command): void {
           logLevel: options.logLevel.toUpperCase() as "INFO",
           persistentKeys: { component: "controller" },
         });
-        const metrics = new MemoryMetrics();
+        // EMF lines on stdout, as in Lambda: a CloudWatch agent that ships the log makes them metrics.
+        const metrics = new Metrics({ namespace: METRICS_NAMESPACE, serviceName: "shardguard-controller" });
         const runtime = createControllerRuntime(process.env, {
-          log: powertoolsLog(logger),
-          metrics,
+          log: powertoolsLogger(logger),
+          metrics: powertoolsMetrics(metrics),
           createWakeQueue: true,
         });
         const abort = options.once ? undefined : abortOnSignal();
@@ -55,8 +58,7 @@ export function registerController(program: Command): void {
             signal: abort?.signal,
             wake: runtime.wake,
           });
-          const counts = Object.fromEntries(METRIC_NAMES.map((name) => [name, metrics.get(name)]));
-          logger.info("controller stopped", { ...summary, metrics: counts });
+          logger.info("controller stopped", { ...summary });
         } finally {
           runtime.destroy();
         }

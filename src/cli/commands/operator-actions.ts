@@ -1,8 +1,8 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
 import type { Command } from "commander";
+import { discardMetrics, powertoolsLogger } from "../../adapters/observability.ts";
 import { ENV } from "../../config/env.ts";
-import { MemoryMetrics, powertoolsLog } from "../../controller/observability.ts";
 import {
   handleOperatorRequest,
   type OperatorRequest,
@@ -94,8 +94,8 @@ async function runInProcess(request: OperatorRequest): Promise<OperatorResponse>
     logLevel: (process.env.SHARDGUARD_LOG_LEVEL ?? "WARN") as "WARN",
   });
   const runtime = createControllerRuntime(process.env, {
-    log: powertoolsLog(logger),
-    metrics: new MemoryMetrics(),
+    log: powertoolsLogger(logger),
+    metrics: discardMetrics,
   });
   try {
     return await handleOperatorRequest(runtime.deps, request);
