@@ -1,10 +1,15 @@
-import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { queuePrefixSchema } from "../adapters/queue-names.ts";
 import { ENV } from "../config/env.ts";
-import { describeIssues, parseFailoverConfig } from "../core/config.ts";
+import {
+  settingLabel as labelOf,
+  loadSettings,
+  readJsonConfigFile,
+  type Setting,
+} from "../config/settings.ts";
+import { checkTimings, describeIssues } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { addressSchema, idSchema } from "../core/model.ts";
 import { LOG_LEVELS } from "../core/observability.ts";
@@ -22,175 +27,368 @@ export const DEFAULT_STATE_DIR = join(homedir(), ".local", "state", "shardguard"
 /** `host:port`, or `rediss://host:port` (TLS) and `redis://host:port` as client libraries spell them. */
 const REDIS_URL = /^(rediss?:\/\/)?([^\s:/@]+:\d{1,5})$/;
 
-/** The agent's own fields, before the cross-field checks (the loader lists its keys). */
+/**
+ * Every agent setting, declared once: the loader, the `agent` command's flags (src/cli/commands/
+ * agent.ts) and the table in docs/agent.md (`npm run docs:settings`) are made from this list.
+ * Passwords have no flag so that they never show in `ps`.
+ */
+export const AGENT_SETTINGS = [
+  {
+    key: "shard",
+    kind: "string",
+    flag: "--shard",
+    placeholder: "<id>",
+    env: ENV.shard,
+    default: "required",
+    description: "Shard id (1–24 letters, digits, `-`, `_`).",
+  },
+  {
+    key: "nodeId",
+    kind: "string",
+    flag: "--node-id",
+    placeholder: "<id>",
+    env: ENV.nodeId,
+    default: "stored, else generated",
+    description:
+      "This node's id; it must match the one stored in the state dir ([node id](#state-dir-and-node-id)).",
+  },
+  {
+    key: "redis",
+    kind: "string",
+    flag: "--redis",
+    placeholder: "<host:port>",
+    env: ENV.redis,
+    default: "required",
+    description:
+      "`host:port` the agent uses to reach its own database; `rediss://host:port` also turns on `--redis-tls`.",
+  },
+  {
+    key: "address",
+    kind: "string",
+    flag: "--address",
+    placeholder: "<host:port>",
+    env: ENV.address,
+    default:
+      "`--redis`; for a loopback `--redis`, the task's (ECS `awsvpc`) or instance's (IMDSv2) IPv4 with its port, kept loopback only when every AWS endpoint is local, else the agent refuses to start",
+    description:
+      "`host:port` *other nodes* reach this database on (written as `node_address`, used in `REPLICAOF`).",
+  },
+  {
+    key: "priority",
+    kind: "integer",
+    flag: "--priority",
+    placeholder: "<n>",
+    env: ENV.priority,
+    default: "`100`",
+    description: "`0` = never promote; otherwise lower is preferred.",
+  },
+  {
+    key: "stateDir",
+    kind: "string",
+    flag: "--state-dir",
+    placeholder: "<dir>",
+    env: ENV.stateDir,
+    default: "`$STATE_DIRECTORY`, else `~/.local/state/shardguard` (absolute: never the working directory)",
+    description: "Durable agent state: node id, applied epoch, command ids.",
+  },
+  {
+    key: "fencePolicy",
+    kind: "string",
+    flag: "--fence-policy",
+    placeholder: "<policy>",
+    env: ENV.fencePolicy,
+    default: "`failsafe`",
+    description: "`failsafe`, `fence` or `keep-serving`, see [fence policies](#fence-policies).",
+  },
+  {
+    key: "heartbeatIntervalMs",
+    kind: "integer",
+    flag: "--heartbeat-interval-ms",
+    placeholder: "<ms>",
+    env: ENV.heartbeatIntervalMs,
+    default: "`1000`",
+    description: "Heartbeat cadence.",
+  },
+  {
+    key: "fenceTimeoutMs",
+    kind: "integer",
+    flag: "--fence-timeout-ms",
+    placeholder: "<ms>",
+    env: ENV.fenceTimeoutMs,
+    default: "`2000`",
+    description:
+      "A primary that wrote no heartbeat for this long applies its fence policy. A fence is lifted only in a cycle that read the topology too (it may have named another primary meanwhile). Must be < `failureTimeoutMs`.",
+  },
+  {
+    key: "failureTimeoutMs",
+    kind: "integer",
+    env: ENV.failureTimeoutMs,
+    default: "`3000`",
+    description: "The controller's failure timeout; only checked against the fence timeout.",
+  },
+  {
+    key: "storeTimeoutMs",
+    kind: "integer",
+    env: ENV.storeTimeoutMs,
+    default: "`max(heartbeat, 1000)`",
+    description: "A table call slower than this counts as failed.",
+  },
+  {
+    key: "redisTimeoutMs",
+    kind: "integer",
+    env: ENV.redisTimeoutMs,
+    default: "`max(heartbeat, 1000)`",
+    description: "A database command slower than this counts as failed.",
+  },
+  {
+    key: "commandWaitSeconds",
+    kind: "integer",
+    env: ENV.commandWaitSeconds,
+    default: "`20`",
+    description: "SQS long-poll wait (0–20).",
+  },
+  {
+    key: "redisUsername",
+    kind: "string",
+    flag: "--redis-username",
+    placeholder: "<name>",
+    env: ENV.redisUsername,
+    default: "`default`",
+    description: "ACL user of every database connection ([TLS and ACL users](#tls-and-acl-users)).",
+  },
+  {
+    key: "redisPassword",
+    kind: "string",
+    env: ENV.redisPassword,
+    default: "none",
+    description: "Its password; deliberately no flag, so it never shows in `ps`.",
+  },
+  {
+    key: "redisPasswordFile",
+    kind: "string",
+    flag: "--redis-password-file",
+    placeholder: "<file>",
+    env: ENV.redisPasswordFile,
+    default: "none",
+    description:
+      "A file holding the password (one trailing newline ignored), read at start: out of `ps` *and* the environment. Exclusive with `redisPassword`.",
+  },
+  {
+    key: "redisTls",
+    kind: "boolean",
+    flag: "--redis-tls",
+    env: ENV.redisTls,
+    default: "`false`",
+    description:
+      "TLS on every database connection: its own, the probe of its primary, the crash watch, the Sentinel endpoint's eviction.",
+  },
+  {
+    key: "redisCa",
+    kind: "string",
+    flag: "--redis-ca",
+    placeholder: "<file>",
+    env: ENV.redisCa,
+    default: "Node's trusted roots",
+    description: "PEM CA bundle the databases' certificates are checked against.",
+  },
+  {
+    key: "redisCert",
+    kind: "string",
+    flag: "--redis-cert",
+    placeholder: "<file>",
+    env: ENV.redisCert,
+    default: "none",
+    description:
+      "PEM client certificate, for `tls-auth-clients yes` (the Redis default); with `--redis-key`.",
+  },
+  {
+    key: "redisKey",
+    kind: "string",
+    flag: "--redis-key",
+    placeholder: "<file>",
+    env: ENV.redisKey,
+    default: "none",
+    description: "PEM private key of `--redis-cert`. Both or neither.",
+  },
+  {
+    key: "redisServername",
+    kind: "string",
+    flag: "--redis-servername",
+    placeholder: "<name>",
+    env: ENV.redisServername,
+    default: "the host dialled",
+    description:
+      "Name the databases' certificates must carry (SNI and hostname check), when they are dialled by an address they do not name.",
+  },
+  {
+    key: "redisTlsInsecure",
+    kind: "boolean",
+    flag: "--redis-tls-insecure",
+    env: ENV.redisTlsInsecure,
+    default: "`false`",
+    description:
+      "Skips certificate verification. Never in production: anyone on the path can pose as the database and receive `REPLICAOF`; the agent warns at every start.",
+  },
+  {
+    key: "table",
+    kind: "string",
+    env: ENV.table,
+    default: "`shardguard`",
+    description: "Coordination table.",
+  },
+  {
+    key: "queuePrefix",
+    kind: "string",
+    env: ENV.queuePrefix,
+    default: "`shardguard`",
+    description: "Queue names are `<prefix>_<shard>_<node>` (+ `_dlq`).",
+  },
+  {
+    key: "logLevel",
+    kind: "string",
+    flag: "--log-level",
+    placeholder: "<level>",
+    env: ENV.logLevel,
+    default: "`info`",
+    description: "`debug`, `info`, `warn`, `error`, `silent`.",
+  },
+  {
+    key: "sentinelPort",
+    kind: "integer",
+    flag: "--sentinel-port",
+    placeholder: "<port>",
+    env: ENV.sentinelPort,
+    default: "off",
+    description:
+      "Serve the Sentinel protocol so Sentinel clients follow failovers ([docs/sentinel.md](sentinel.md)); `0` = a free port.",
+  },
+  {
+    key: "sentinelBind",
+    kind: "string",
+    flag: "--sentinel-bind",
+    placeholder: "<host>",
+    env: ENV.sentinelBind,
+    default: "host of `--address`",
+    description: "Address the Sentinel endpoint listens on.",
+  },
+  {
+    key: "sentinelPassword",
+    kind: "string",
+    env: ENV.sentinelPassword,
+    default: "none",
+    description: "Password Sentinel clients must give; deliberately no flag.",
+  },
+  {
+    key: "sentinelTls",
+    kind: "boolean",
+    flag: "--sentinel-tls",
+    env: ENV.sentinelTls,
+    default: "`false`",
+    description:
+      "Serve the Sentinel endpoint over TLS with the agent's `--redis-cert` / `--redis-key` (which then must name the endpoint's address).",
+  },
+] as const satisfies readonly Setting[];
+
+export type AgentSettingKey = (typeof AGENT_SETTINGS)[number]["key"];
+
+/** The agent's own fields, before the cross-field checks. */
 const agentOptionFields = z.object({
   shard: idSchema,
   /** Must match the stored id; when absent the stored id is used, or a new one is generated. */
   nodeId: idSchema.optional(),
-  /** host:port the agent uses to reach its own database; `rediss://host:port` also turns on `redisTls`. */
   redis: z.string().regex(REDIS_URL, "must be host:port or rediss://host:port"),
-  /** host:port other nodes use to reach this database. @default redis */
   address: addressSchema.optional(),
-  /** 0 = never promote; otherwise lower is preferred. @default 100 */
   priority: z.number().int().min(0).max(1_000_000).default(100),
-  /** @default ~/.local/state/shardguard */
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
-  /** How a primary guards its writes (docs/agent.md#fence-policies). @default "failsafe" */
   fencePolicy: z.enum(FENCE_POLICIES).default("failsafe"),
-  /** @default 1000 */
   heartbeatIntervalMs: z.number().int().min(100).default(1000),
-  /** @default 2000 */
   fenceTimeoutMs: z.number().int().min(100).default(2000),
-  /** The controller's failure timeout; the fence timeout must be below it. @default 3000 */
   failureTimeoutMs: z.number().int().min(200).default(3000),
-  /** Longest a coordination-store call may take before the cycle counts it failed. @default max(heartbeatIntervalMs, 1000) */
+  /** @default max(heartbeatIntervalMs, 1000) */
   storeTimeoutMs: z.number().int().min(50).optional(),
-  /** Longest a database command may take. @default max(heartbeatIntervalMs, 1000) */
+  /** @default max(heartbeatIntervalMs, 1000) */
   redisTimeoutMs: z.number().int().min(50).optional(),
-  /** SQS long-poll wait. @default 20 */
   commandWaitSeconds: z.number().int().min(0).max(20).default(20),
   redisUsername: z.string().min(1).optional(),
   redisPassword: z.string().min(1).optional(),
-  /** A file holding the password (a trailing newline is ignored): kept out of `ps` and of the environment. */
   redisPasswordFile: z.string().min(1).optional(),
-  /** TLS on every connection to a database: its own, the probe of its primary, the crash watch. @default false */
   redisTls: z.boolean().default(false),
-  /** PEM file of the CA(s) that signed the databases' certificates. @default Node's trusted roots */
   redisCa: z.string().min(1).optional(),
-  /** PEM client certificate, for servers with `tls-auth-clients yes` (with `redisKey`). */
   redisCert: z.string().min(1).optional(),
-  /** PEM private key of `redisCert`. */
   redisKey: z.string().min(1).optional(),
-  /** Name the databases' certificates must carry (SNI and hostname check). @default the host dialled */
   redisServername: z.string().min(1).optional(),
-  /** Skips certificate verification (never in production; the agent warns at every start). @default false */
   redisTlsInsecure: z.boolean().default(false),
-  /** Serve the Sentinel protocol on this port (docs/sentinel.md); 0 = a free port. @default off */
   sentinelPort: z.number().int().min(0).max(65535).optional(),
-  /** Address the Sentinel endpoint listens on. @default the host of `address` */
   sentinelBind: z.string().min(1).optional(),
-  /** Password Sentinel clients must give (AUTH / HELLO AUTH). @default none */
   sentinelPassword: z.string().min(1).optional(),
-  /** Serve the Sentinel protocol over TLS with `redisCert`/`redisKey`. @default false */
   sentinelTls: z.boolean().default(false),
 });
+
+type AgentFields = z.output<typeof agentOptionFields>;
+
+/**
+ * The checks across settings. Each issue sits on the setting to change and names the others as
+ * `{key}`, which the loader spells as the operator did (a flag, a variable, a config key).
+ */
+function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
+  const tls = options.redisTls || options.redis.startsWith("rediss://");
+  const problem = (key: keyof AgentFields, message: string) =>
+    ctx.addIssue({ code: "custom", path: [key], message });
+  if (options.redisPassword !== undefined && options.redisPasswordFile !== undefined)
+    problem("redisPasswordFile", "names a second password beside {redisPassword}: give only one");
+  if (!tls) {
+    for (const key of ["redisCa", "redisCert", "redisKey", "redisServername", "redisTlsInsecure"] as const) {
+      if (options[key] !== undefined && options[key] !== false)
+        problem(key, "needs {redisTls} true (or a rediss:// address in {redis})");
+    }
+  }
+  if (options.sentinelTls && (options.sentinelPort === undefined || options.redisCert === undefined))
+    problem(
+      "sentinelTls",
+      "needs {sentinelPort} and {redisCert} with {redisKey} (the certificate it serves)",
+    );
+  if (options.redisCert !== undefined && options.redisKey === undefined)
+    problem("redisCert", "needs {redisKey} (a client certificate and its key go together)");
+  if (options.redisKey !== undefined && options.redisCert === undefined)
+    problem("redisKey", "needs {redisCert} (a client certificate and its key go together)");
+  checkTimings(options, ctx);
+}
+
+function toAgentOptions({ redis, ...options }: AgentFields) {
+  const [, scheme, address] = REDIS_URL.exec(redis) ?? [];
+  return { ...options, redis: address ?? redis, redisTls: options.redisTls || scheme === "rediss://" };
+}
 
 /**
  * The agent's options as `startAgent` takes them (in-process callers: the demo and chaos
  * tests). Every field but shard and redis has a default.
  */
-export const agentOptionsSchema = agentOptionFields
-  .superRefine((options, ctx) => {
-    const tls = options.redisTls || options.redis.startsWith("rediss://");
-    const problem = (message: string) => ctx.addIssue({ code: "custom", path: [], message });
-    if (options.redisPassword !== undefined && options.redisPasswordFile !== undefined)
-      problem("redisPassword: and redisPasswordFile: name two passwords; give one");
-    if (!tls) {
-      for (const key of [
-        "redisCa",
-        "redisCert",
-        "redisKey",
-        "redisServername",
-        "redisTlsInsecure",
-      ] as const) {
-        if (options[key] !== undefined && options[key] !== false)
-          problem(`${key}: needs redisTls: true (or a rediss:// address in redis:)`);
-      }
-    }
-    if (options.sentinelTls && (options.sentinelPort === undefined || options.redisCert === undefined))
-      problem("sentinelTls: needs sentinelPort: and redisCert: with redisKey: (the certificate it serves)");
-    if ((options.redisCert === undefined) !== (options.redisKey === undefined))
-      problem("redisCert: and redisKey: go together (a client certificate and its key)");
-    try {
-      parseFailoverConfig({
-        heartbeatIntervalMs: options.heartbeatIntervalMs,
-        failureTimeoutMs: options.failureTimeoutMs,
-        fenceTimeoutMs: options.fenceTimeoutMs,
-      });
-    } catch (error) {
-      ctx.addIssue({ code: "custom", path: [], message: errorMessage(error) });
-    }
-  })
-  .transform(({ redis, ...options }) => {
-    const [, scheme, address] = REDIS_URL.exec(redis) ?? [];
-    return { ...options, redis: address ?? redis, redisTls: options.redisTls || scheme === "rediss://" };
-  });
+export const agentOptionsSchema = agentOptionFields.superRefine(checkAgentOptions).transform(toAgentOptions);
 
 export type AgentOptionsInput = z.input<typeof agentOptionsSchema>;
 export type AgentOptions = z.output<typeof agentOptionsSchema>;
 
-/** Options of the agent process: the agent's own, plus where its table and queues are. */
-export interface AgentProcessConfig {
-  readonly agent: AgentOptions;
-  readonly table: string;
-  readonly queuePrefix: string;
-  readonly logLevel: (typeof LOG_LEVELS)[number];
-}
-
-type Kind = "string" | "integer" | "boolean";
-
-interface Field {
-  readonly key: string;
-  readonly kind: Kind;
-  /** commander's camelCase attribute and the flag's spelling; absent for file/env-only settings. */
-  readonly flag?: string;
-  readonly env?: string;
-}
-
-/**
- * Every setting with its three spellings. Precedence: flag > environment > config file > default.
- * Passwords have no flag so that they never show in `ps`.
- */
-export const AGENT_FIELDS = [
-  { key: "shard", kind: "string", flag: "--shard", env: ENV.shard },
-  { key: "nodeId", kind: "string", flag: "--node-id", env: ENV.nodeId },
-  { key: "redis", kind: "string", flag: "--redis", env: ENV.redis },
-  { key: "address", kind: "string", flag: "--address", env: ENV.address },
-  { key: "priority", kind: "integer", flag: "--priority", env: ENV.priority },
-  { key: "stateDir", kind: "string", flag: "--state-dir", env: ENV.stateDir },
-  { key: "fencePolicy", kind: "string", flag: "--fence-policy", env: ENV.fencePolicy },
-  {
-    key: "heartbeatIntervalMs",
-    kind: "integer",
-    flag: "--heartbeat-interval-ms",
-    env: ENV.heartbeatIntervalMs,
-  },
-  { key: "fenceTimeoutMs", kind: "integer", flag: "--fence-timeout-ms", env: ENV.fenceTimeoutMs },
-  { key: "failureTimeoutMs", kind: "integer", env: ENV.failureTimeoutMs },
-  { key: "storeTimeoutMs", kind: "integer", env: ENV.storeTimeoutMs },
-  { key: "redisTimeoutMs", kind: "integer", env: ENV.redisTimeoutMs },
-  { key: "commandWaitSeconds", kind: "integer", env: ENV.commandWaitSeconds },
-  { key: "redisUsername", kind: "string", flag: "--redis-username", env: ENV.redisUsername },
-  { key: "redisPassword", kind: "string", env: ENV.redisPassword },
-  {
-    key: "redisPasswordFile",
-    kind: "string",
-    flag: "--redis-password-file",
-    env: ENV.redisPasswordFile,
-  },
-  { key: "redisTls", kind: "boolean", flag: "--redis-tls", env: ENV.redisTls },
-  { key: "redisCa", kind: "string", flag: "--redis-ca", env: ENV.redisCa },
-  { key: "redisCert", kind: "string", flag: "--redis-cert", env: ENV.redisCert },
-  { key: "redisKey", kind: "string", flag: "--redis-key", env: ENV.redisKey },
-  { key: "redisServername", kind: "string", flag: "--redis-servername", env: ENV.redisServername },
-  { key: "redisTlsInsecure", kind: "boolean", flag: "--redis-tls-insecure", env: ENV.redisTlsInsecure },
-  { key: "sentinelPort", kind: "integer", flag: "--sentinel-port", env: ENV.sentinelPort },
-  { key: "sentinelBind", kind: "string", flag: "--sentinel-bind", env: ENV.sentinelBind },
-  { key: "sentinelPassword", kind: "string", env: ENV.sentinelPassword },
-  { key: "sentinelTls", kind: "boolean", flag: "--sentinel-tls", env: ENV.sentinelTls },
-  { key: "table", kind: "string", env: ENV.table },
-  { key: "queuePrefix", kind: "string", env: ENV.queuePrefix },
-  { key: "logLevel", kind: "string", flag: "--log-level", env: ENV.logLevel },
-] as const satisfies readonly Field[];
-
-/** The variable that names a JSON config file when `--config` is not given. */
-export const CONFIG_ENV = ENV.agentConfig;
-
-const processOnlySchema = z.object({
+/** The agent process's settings: the agent's own, plus where its table and queues are and how it logs. */
+export const agentProcessFields = agentOptionFields.extend({
   table: z.string().min(3).max(255).default(DEFAULT_TABLE_NAME),
   queuePrefix: queuePrefixSchema.default(DEFAULT_QUEUE_PREFIX),
   logLevel: z.enum(LOG_LEVELS).default("info"),
 });
+
+const agentProcessSchema = agentProcessFields
+  .superRefine(checkAgentOptions)
+  .transform(({ table, queuePrefix, logLevel, ...agent }) => ({
+    agent: toAgentOptions(agent),
+    table,
+    queuePrefix,
+    logLevel,
+  }));
+
+/** Options of the agent process: the agent's own, plus where its table and queues are. */
+export type AgentProcessConfig = z.output<typeof agentProcessSchema>;
+
+/** The variable that names a JSON config file when `--config` is not given. */
+export const CONFIG_ENV = ENV.agentConfig;
 
 export interface OptionSources {
   /** commander's parsed flags (camelCase keys, string values; `true` for a switch such as --redis-tls). */
@@ -202,55 +400,9 @@ export interface OptionSources {
   readonly readFile?: (path: string) => string;
 }
 
-interface Located {
-  readonly value: unknown;
-  /** How the operator spelled it: "--priority", "SHARDGUARD_PRIORITY", "priority in /etc/agent.json". */
-  readonly label: string;
-}
-
-function readConfigFile(path: string, readFile: (path: string) => string): Record<string, unknown> {
-  let text: string;
-  try {
-    text = readFile(path);
-  } catch (error) {
-    throw new ConfigurationError(`config file ${path} cannot be read: ${errorMessage(error)}`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new ConfigurationError(`config file ${path} is not valid JSON: ${errorMessage(error)}`);
-  }
-  if (json === null || typeof json !== "object" || Array.isArray(json)) {
-    throw new ConfigurationError(`config file ${path} must hold one JSON object`);
-  }
-  return json as Record<string, unknown>;
-}
-
-function coerce(raw: unknown, kind: Kind, label: string, errors: string[]): unknown {
-  if (kind === "integer" && typeof raw === "string") {
-    const value = Number(raw.trim());
-    if (raw.trim() === "" || !Number.isInteger(value)) {
-      errors.push(`${label}: must be an integer, got "${raw}"`);
-      return undefined;
-    }
-    return value;
-  }
-  if (kind === "boolean" && typeof raw === "string") {
-    const word = raw.trim().toLowerCase();
-    if (["true", "1", "yes", "on"].includes(word)) return true;
-    if (["false", "0", "no", "off"].includes(word)) return false;
-    errors.push(`${label}: must be true or false, got "${raw}"`);
-    return undefined;
-  }
-  return raw;
-}
-
 /** How an operator names a setting in a message the agent prints at run time: "--redis-ca (SHARDGUARD_REDIS_CA)". */
-export function settingLabel(key: (typeof AGENT_FIELDS)[number]["key"]): string {
-  const field = AGENT_FIELDS.find((candidate) => candidate.key === key);
-  if (!field) return key;
-  return "flag" in field ? `${field.flag} (${field.env})` : field.env;
+export function settingLabel(key: AgentSettingKey): string {
+  return labelOf(AGENT_SETTINGS, key);
 }
 
 /**
@@ -258,79 +410,22 @@ export function settingLabel(key: (typeof AGENT_FIELDS)[number]["key"]): string 
  * problem is reported at once, each naming the flag, variable or config key that caused it.
  */
 export function resolveAgentOptions(sources: OptionSources): AgentProcessConfig {
-  const errors: string[] = [];
   const configPath = sources.configFile || sources.env[CONFIG_ENV] || undefined;
   const file = configPath
-    ? readConfigFile(configPath, sources.readFile ?? ((p) => readFileSync(p, "utf8")))
+    ? { path: configPath, values: readJsonConfigFile(configPath, sources.readFile) }
+    : undefined;
+  // systemd's StateDirectory= exports STATE_DIRECTORY: used when nothing else names one.
+  const systemd = sources.env.STATE_DIRECTORY?.split(":")[0];
+  const fallbacks: Record<string, { value: unknown; label: string }> = systemd
+    ? { stateDir: { value: systemd, label: "STATE_DIRECTORY" } }
     : {};
-  const known = new Set<string>(AGENT_FIELDS.map((field) => field.key));
-  for (const key of Object.keys(file)) {
-    if (!known.has(key))
-      errors.push(`${key} in ${configPath}: unknown setting (known: ${[...known].join(", ")})`);
-  }
-
-  const located = new Map<string, Located>();
-  const values: Record<string, unknown> = {};
-  for (const field of AGENT_FIELDS) {
-    const flagKey = "flag" in field ? camelCase(field.flag) : undefined;
-    const flagValue = flagKey === undefined ? undefined : sources.flags[flagKey];
-    const envValue = sources.env[field.env];
-    let found: Located | undefined;
-    if (flagValue !== undefined && "flag" in field) found = { value: flagValue, label: field.flag };
-    else if (envValue !== undefined && envValue !== "") found = { value: envValue, label: field.env };
-    else if (file[field.key] !== undefined)
-      found = { value: file[field.key], label: `${field.key} in ${configPath}` };
-    if (found === undefined) continue;
-    located.set(field.key, found);
-    values[field.key] = coerce(found.value, field.kind, found.label, errors);
-  }
-  // systemd's StateDirectory= exports STATE_DIRECTORY: use it when nothing else names one.
-  if (values.stateDir === undefined && sources.env.STATE_DIRECTORY) {
-    values.stateDir = sources.env.STATE_DIRECTORY.split(":")[0];
-    located.set("stateDir", { value: values.stateDir, label: "STATE_DIRECTORY" });
-  }
-
-  const labelOf = (path: PropertyKey[]): string => {
-    const key = String(path[0] ?? "");
-    const source = located.get(key);
-    if (source) return source.label;
-    const field = AGENT_FIELDS.find((candidate) => candidate.key === key);
-    if (!field) return key || "(options)";
-    return "flag" in field ? `${field.flag} (or ${field.env})` : field.env;
-  };
-  const collect = (error: z.ZodError) => {
-    for (const issue of error.issues) {
-      if (issue.path.length === 0) {
-        // Cross-field checks carry the field names in their message: name the sources instead.
-        let message = issue.message.replace(/^invalid configuration: /, "");
-        for (const [key, source] of located) message = message.replaceAll(`${key}:`, `${source.label}:`);
-        errors.push(message);
-      } else {
-        const missing = issue.code === "invalid_type" && issue.message.endsWith("received undefined");
-        errors.push(`${labelOf(issue.path)}: ${missing ? "required" : issue.message}`);
-      }
-    }
-  };
-
-  const agentKeys = Object.keys(agentOptionFields.shape);
-  const agentInput = Object.fromEntries(Object.entries(values).filter(([key]) => agentKeys.includes(key)));
-  const processInput = Object.fromEntries(Object.entries(values).filter(([key]) => !agentKeys.includes(key)));
-  const agent = agentOptionsSchema.safeParse(agentInput);
-  const processOnly = processOnlySchema.safeParse(processInput);
-  if (!agent.success) {
-    // Per-field issues first; the cross-field check only runs when every field parsed.
-    collect(agent.error);
-  }
-  if (!processOnly.success) collect(processOnly.error);
-  if (errors.length > 0 || !agent.success || !processOnly.success) {
-    throw new ConfigurationError(`invalid agent options: ${errors.join("; ")}`);
-  }
-  return { agent: agent.data, ...processOnly.data };
-}
-
-/** "--node-id" -> "nodeId", as commander names parsed flags. */
-function camelCase(flag: string): string {
-  return flag.replace(/^--/, "").replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
+  return loadSettings(
+    AGENT_SETTINGS,
+    agentProcessSchema,
+    { flags: sources.flags, env: sources.env, file },
+    "invalid agent options",
+    fallbacks,
+  );
 }
 
 /** For error messages of in-process callers: validates `startAgent` options. */

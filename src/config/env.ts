@@ -1,6 +1,6 @@
-import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
-import { ConfigurationError } from "../core/errors.ts";
+import { type FailoverConfig, failoverConfigSchema } from "../core/config.ts";
 import { DEFAULT_QUEUE_PREFIX, DEFAULT_TABLE_NAME } from "../core/table.ts";
+import { loadSettings, type Setting } from "./settings.ts";
 
 /**
  * Environment variables shared by the Lambda controller, the agent, the CLI and the CDK
@@ -48,41 +48,76 @@ export const ENV = {
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
 } as const;
 
-const NUMERIC_KEYS = [
-  "heartbeatIntervalMs",
-  "failureTimeoutMs",
-  "fenceTimeoutMs",
-  "tickIntervalMs",
-  "lockLeaseMs",
-  "maxLagOnFailover",
-  "cooldownMs",
-] as const;
+/**
+ * The failover timing and policy, as the controller (Lambda or `shardguard controller`) and the CLI
+ * read them from the environment; the CDK construct sets them from its props. The agent reads the
+ * timing settings too (src/agent/options.ts). Docs: the table in docs/controller.md.
+ */
+export const FAILOVER_SETTINGS = [
+  {
+    key: "heartbeatIntervalMs",
+    kind: "integer",
+    env: ENV.heartbeatIntervalMs,
+    default: "`1000`",
+    description: "How often each agent writes its heartbeat; agents and controller must agree.",
+  },
+  {
+    key: "failureTimeoutMs",
+    kind: "integer",
+    env: ENV.failureTimeoutMs,
+    default: "`3000`",
+    description: "A primary whose heartbeat is older than this is stale. Must be > the heartbeat interval.",
+  },
+  {
+    key: "fenceTimeoutMs",
+    kind: "integer",
+    env: ENV.fenceTimeoutMs,
+    default: "`2000`",
+    description:
+      "A primary whose agent wrote no heartbeat for this long applies its fence policy. Must be < the failure timeout.",
+  },
+  {
+    key: "tickIntervalMs",
+    kind: "integer",
+    env: ENV.tickIntervalMs,
+    default: "`1000`",
+    description: "Pause between two controller passes over its shards.",
+  },
+  {
+    key: "lockLeaseMs",
+    kind: "integer",
+    env: ENV.lockLeaseMs,
+    default: "`60000`",
+    description: "Lease of a shard's failover lock; a crashed orchestrator's lock is taken over after it.",
+  },
+  {
+    key: "maxLagOnFailover",
+    kind: "integer",
+    env: ENV.maxLagOnFailover,
+    default: "`1048576`",
+    description:
+      "A replica further behind the old primary than this (replication offset, bytes) is not promoted.",
+  },
+  {
+    key: "quorum",
+    kind: "string",
+    env: ENV.quorum,
+    default: "`majority`",
+    description:
+      "How many fresh replicas must report the primary down before a failover: `none`, `majority` or `all`.",
+  },
+  {
+    key: "cooldownMs",
+    kind: "integer",
+    env: ENV.cooldownMs,
+    default: "`300000`",
+    description: "No automatic failover for this long after one completed.",
+  },
+] as const satisfies readonly Setting[];
 
 /** Reads the failover configuration from the environment; errors name the bad variable. */
 export function failoverConfigFromEnv(env: NodeJS.ProcessEnv): FailoverConfig {
-  const input: Record<string, unknown> = {};
-  for (const key of NUMERIC_KEYS) {
-    const raw = env[ENV[key]];
-    if (raw === undefined || raw === "") continue;
-    const value = Number(raw);
-    if (!Number.isInteger(value)) {
-      throw new ConfigurationError(`${ENV[key]} must be an integer, got "${raw}"`);
-    }
-    input[key] = value;
-  }
-  const quorum = env[ENV.quorum];
-  if (quorum) input.quorum = quorum;
-  try {
-    return parseFailoverConfig(input as FailoverConfigInput);
-  } catch (error) {
-    if (!(error instanceof ConfigurationError)) throw error;
-    // Map field names back to the variables the operator set.
-    let message = error.message;
-    for (const [field, variable] of Object.entries(ENV)) {
-      message = message.replaceAll(`${field}:`, `${variable}:`);
-    }
-    throw new ConfigurationError(message);
-  }
+  return loadSettings(FAILOVER_SETTINGS, failoverConfigSchema, { env }, "invalid configuration");
 }
 
 export function tableNameFromEnv(env: NodeJS.ProcessEnv): string {

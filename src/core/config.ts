@@ -35,31 +35,57 @@ export const failoverConfigSchema = z
       .min(0)
       .default(5 * 60_000),
   })
-  .superRefine((config, ctx) => {
-    if (config.failureTimeoutMs <= config.heartbeatIntervalMs) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["failureTimeoutMs"],
-        message: `must be greater than heartbeatIntervalMs (${config.heartbeatIntervalMs})`,
-      });
-    }
-    if (config.fenceTimeoutMs >= config.failureTimeoutMs) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["fenceTimeoutMs"],
-        message: `must be less than failureTimeoutMs (${config.failureTimeoutMs}) so a cut-off primary fences before it is replaced`,
-      });
-    }
-  });
+  .superRefine(checkTimings);
 
 export type FailoverConfig = z.output<typeof failoverConfigSchema>;
 export type FailoverConfigInput = z.input<typeof failoverConfigSchema>;
 
-/** Formats zod issues as "field: reason; field: reason". */
-export function describeIssues(error: z.ZodError, prefix = ""): string {
-  return error.issues
-    .map((issue) => `${prefix}${issue.path.length > 0 ? issue.path.join(".") : "(root)"}: ${issue.message}`)
+/**
+ * Formats zod issues as "field: reason; field: reason". A message may name another setting as
+ * `{key}` (a cross-field check); `name` spells both that and the field (a flag, a variable), by
+ * default as the key itself.
+ */
+export function describeIssues(
+  error: z.ZodError | readonly z.core.$ZodIssue[],
+  name: (key: string) => string = (key) => key,
+): string {
+  const issues = "issues" in error ? error.issues : error;
+  return issues
+    .map((issue) => {
+      const message = issue.message.replace(/\{(\w+)\}/g, (_, key: string) => name(key));
+      if (issue.path.length === 0) return `(root): ${message}`;
+      const [first, ...rest] = issue.path.map(String);
+      return `${[name(first as string), ...rest].join(".")}: ${message}`;
+    })
     .join("; ");
+}
+
+/**
+ * The timing rules every component that reads the timings checks: a failure timeout above the
+ * heartbeat interval, and a fence timeout below the failure timeout.
+ */
+export function checkTimings(
+  config: {
+    readonly heartbeatIntervalMs: number;
+    readonly failureTimeoutMs: number;
+    readonly fenceTimeoutMs: number;
+  },
+  ctx: z.RefinementCtx,
+): void {
+  if (config.failureTimeoutMs <= config.heartbeatIntervalMs) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["failureTimeoutMs"],
+      message: `must be greater than {heartbeatIntervalMs} (${config.heartbeatIntervalMs})`,
+    });
+  }
+  if (config.fenceTimeoutMs >= config.failureTimeoutMs) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["fenceTimeoutMs"],
+      message: `must be less than {failureTimeoutMs} (${config.failureTimeoutMs}) so a cut-off primary fences before it is replaced`,
+    });
+  }
 }
 
 /** Validates a configuration, reporting every bad field at once. */

@@ -96,7 +96,7 @@ describe("controller Lambda handler", () => {
   it("fails the cold start with the name of a bad variable", async () => {
     setEnv({ ...BASE, SHARDGUARD_FAILURE_TIMEOUT_MS: "3s" });
     await expect(loadHandler()).rejects.toThrowError(
-      /SHARDGUARD_FAILURE_TIMEOUT_MS must be an integer, got "3s"/,
+      /SHARDGUARD_FAILURE_TIMEOUT_MS: must be an integer, got "3s"/,
     );
   });
 

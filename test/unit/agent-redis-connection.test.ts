@@ -73,9 +73,13 @@ describe("agent TLS and ACL options", () => {
     const badSwitch = () => resolveAgentOptions({ flags: required, env: { SHARDGUARD_REDIS_TLS: "maybe" } });
 
     // Assess
-    expect(attempt).toThrow(/SHARDGUARD_REDIS_PASSWORD: and --redis-password-file: name two passwords/);
-    expect(attempt).toThrow(/--redis-ca: needs redisTls: true/);
-    expect(attempt).toThrow(/--redis-cert: and redisKey: go together/);
+    expect(attempt).toThrow(
+      /--redis-password-file: names a second password beside SHARDGUARD_REDIS_PASSWORD/,
+    );
+    expect(attempt).toThrow(/--redis-ca: needs --redis-tls \(SHARDGUARD_REDIS_TLS\) true/);
+    expect(attempt).toThrow(
+      /--redis-cert: needs --redis-key \(SHARDGUARD_REDIS_KEY\) \(a client certificate and its key go together\)/,
+    );
     expect(badSwitch).toThrow(/SHARDGUARD_REDIS_TLS: must be true or false, got "maybe"/);
   });
 });

@@ -15,13 +15,13 @@ describe("configuration from the environment", () => {
 
   it("names the variable that is not an integer", () => {
     expect(() => failoverConfigFromEnv({ SHARDGUARD_TICK_INTERVAL_MS: "1s" })).toThrowError(
-      'SHARDGUARD_TICK_INTERVAL_MS must be an integer, got "1s"',
+      'invalid configuration: SHARDGUARD_TICK_INTERVAL_MS: must be an integer, got "1s"',
     );
   });
 
   it("names the variable of a cross-field violation", () => {
     expect(() => failoverConfigFromEnv({ SHARDGUARD_FENCE_TIMEOUT_MS: "4000" })).toThrowError(
-      /SHARDGUARD_FENCE_TIMEOUT_MS: must be less than failureTimeoutMs/,
+      /SHARDGUARD_FENCE_TIMEOUT_MS: must be less than SHARDGUARD_FAILURE_TIMEOUT_MS \(3000\)/,
     );
   });
 });
