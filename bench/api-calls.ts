@@ -8,7 +8,7 @@ import { diffCounts } from "../src/adapters/api-call-counter.ts";
 import { createAwsAdapters } from "../src/adapters/aws-adapters.ts";
 import { silentLogger } from "../src/adapters/observability.ts";
 import type { Command } from "../src/core/model.ts";
-import { startLocalStack } from "../src/local-stack/stack.ts";
+import { startLocalStack } from "../src/dev/local-stack/stack.ts";
 
 const { values } = parseArgs({
   options: {

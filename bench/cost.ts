@@ -16,9 +16,9 @@ import { parseArgs } from "node:util";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { ENV } from "../src/config/env.ts";
 import { parseFailoverConfig } from "../src/core/config.ts";
-import { LocalCluster } from "../src/demo/local-cluster.ts";
-import { startProcess } from "../src/local-stack/processes.ts";
-import { type LocalStack, startLocalStack } from "../src/local-stack/stack.ts";
+import { LocalCluster } from "../src/dev/local-cluster.ts";
+import { startProcess } from "../src/dev/local-stack/processes.ts";
+import { type LocalStack, startLocalStack } from "../src/dev/local-stack/stack.ts";
 import { CountingProxy, type OperationCount } from "./lib/counting-proxy.ts";
 import {
   dynamoMonthly,

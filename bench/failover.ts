@@ -7,13 +7,13 @@ import { parseIntegerOption } from "../src/cli/options.ts";
 import { abortOnSignal } from "../src/cli/signals.ts";
 import { parseAddress } from "../src/core/address.ts";
 import { errorMessage } from "../src/core/errors.ts";
-import type { Ack } from "../src/workload/ack-log.ts";
+import type { Ack } from "../src/dev/workload/ack-log.ts";
 import {
   type VerifyResult,
   type WriteFailure,
   WriteWorkload,
   type WriteWorkloadStats,
-} from "../src/workload/writer.ts";
+} from "../src/dev/workload/writer.ts";
 import {
   type BenchConfig,
   buildReport,

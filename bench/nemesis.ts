@@ -4,8 +4,8 @@ import { Command, InvalidArgumentError } from "commander";
 import { parseIntegerOption } from "../src/cli/options.ts";
 import { abortOnSignal } from "../src/cli/signals.ts";
 import { errorMessage } from "../src/core/errors.ts";
-import { FAULT_KINDS, parseFaultKinds } from "../src/nemesis/faults.ts";
-import { formatReport, formatTimeline, runNemesis, writeNemesisReport } from "../src/nemesis/runner.ts";
+import { FAULT_KINDS, parseFaultKinds } from "../src/dev/nemesis/faults.ts";
+import { formatReport, formatTimeline, runNemesis, writeNemesisReport } from "../src/dev/nemesis/runner.ts";
 
 /**
  * `npm run nemesis -- --minutes N --seed S [--faults a,b,c] [--nodes 3]`: randomized, combined faults

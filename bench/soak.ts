@@ -9,8 +9,8 @@ import {
   type QuorumMode,
 } from "../src/core/config.ts";
 import { errorMessage } from "../src/core/errors.ts";
-import { LocalCluster } from "../src/demo/local-cluster.ts";
-import { WriteWorkload } from "../src/workload/writer.ts";
+import { LocalCluster } from "../src/dev/local-cluster.ts";
+import { WriteWorkload } from "../src/dev/workload/writer.ts";
 import { loadAverage, machineInfo } from "./lib/report.ts";
 
 /**

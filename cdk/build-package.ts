@@ -40,7 +40,7 @@ await Promise.all([
   build({
     ...common,
     entryPoints: [path.join(PACKAGE_ROOT, "src", "cli", "main.ts")],
-    // Where the demo's local cluster finds the CLI it starts its agents with (src/demo/local-cluster.ts).
+    // Where the demo's local cluster finds the CLI it starts its agents with (src/dev/local-cluster.ts).
     outfile: dist("src", "cli", "main.js"),
   }),
   build({

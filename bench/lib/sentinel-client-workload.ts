@@ -3,13 +3,13 @@ import { EventEmitter } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { errorMessage } from "../../src/core/errors.ts";
-import { type Ack, AckLog, verifyAcks, waitForAck } from "../../src/workload/ack-log.ts";
+import { type Ack, AckLog, verifyAcks, waitForAck } from "../../src/dev/workload/ack-log.ts";
 import {
   classifyWriteError,
   type VerifyResult,
   type WriteWorkloadEvents,
   type WriteWorkloadStats,
-} from "../../src/workload/writer.ts";
+} from "../../src/dev/workload/writer.ts";
 
 /** Where a Sentinel client finds the primary: the sentinels (or agents) and the master name. */
 export interface SentinelClientTarget {

@@ -10,9 +10,9 @@ import {
   requireCommand,
   startProcess,
   waitUntilReady,
-} from "../../src/local-stack/processes.ts";
-import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
-import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+} from "../../src/dev/local-stack/processes.ts";
+import { type RedisNode, startRedisNodes } from "../../src/dev/local-stack/redis-nodes.ts";
+import { waitForReplicasInSync } from "../../src/dev/workload/replication.ts";
 import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 import type { FailoverSystem, Fault, KillResult, SystemConfig } from "./types.ts";
 

@@ -1,8 +1,8 @@
 import { ENV } from "../../src/config/env.ts";
-import { LocalCluster } from "../../src/demo/local-cluster.ts";
-import { freePort } from "../../src/local-stack/processes.ts";
-import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
-import { waitForReplicasInSync } from "../../src/workload/replication.ts";
+import { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { freePort } from "../../src/dev/local-stack/processes.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
+import { waitForReplicasInSync } from "../../src/dev/workload/replication.ts";
 import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 import type { FailoverSystem, Fault, KillResult, SystemConfig } from "./types.ts";
 

@@ -1,4 +1,4 @@
-import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 
 /** What every system under test is set up with, so both sides run at the same failure timeout. */

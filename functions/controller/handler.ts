@@ -7,7 +7,7 @@ import {
   handleOperatorRequest,
   isOperatorRequest,
   type OperatorResponse,
-} from "../../src/controller/operator.ts";
+} from "../../src/controller/requests.ts";
 import { createControllerRuntime } from "../../src/controller/runtime.ts";
 import { METRICS_NAMESPACE } from "../../src/core/observability.ts";
 import { partitionFromEvent } from "../../src/core/partition.ts";

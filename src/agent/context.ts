@@ -11,10 +11,10 @@ import type {
 } from "../core/ports.ts";
 import type { WakeSender } from "../core/wake.ts";
 import type { Database } from "./database.ts";
-import { Mutex } from "./loop.ts";
 import type { AgentOptions } from "./options.ts";
 import { PrimaryProbe } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
+import { Mutex } from "./scheduling.ts";
 import type { StateDir } from "./state-dir.ts";
 
 /** The ports the agent needs; entry points pass the AWS adapters, in-process callers may share theirs. */

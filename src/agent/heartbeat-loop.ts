@@ -7,10 +7,10 @@ import type { Wake } from "../core/wake.ts";
 import { Backoff, sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
-import { withStoreTimeout } from "./loop.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked, type ProbeResult } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+import { withStoreTimeout } from "./scheduling.ts";
 import { endFailsafe, observeStoreWitnesses, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /** What one cycle achieved; the loop paces itself on it. */

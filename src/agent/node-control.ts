@@ -5,9 +5,9 @@ import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import type { PrimaryRef } from "./fencing.ts";
-import { withStoreTimeout } from "./loop.ts";
 import { isParked } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
+import { withStoreTimeout } from "./scheduling.ts";
 import { fence, restoreOperatorSettings, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /** A role change that the database did not confirm. Retryable: the command stays queued. */

@@ -6,9 +6,9 @@ import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
 import { type Database, readReplicationInfo, redisConnectSettings } from "./database.ts";
-import type { Mutex } from "./loop.ts";
 import type { AgentOptions } from "./options.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
+import type { Mutex } from "./scheduling.ts";
 
 /**
  * What the probe reads and changes of its agent (`AgentContext` is one): declared here so that the

@@ -3,7 +3,7 @@ import type { HeartbeatInput } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import type { Clock, HeartbeatStore, ShardSnapshot, WriteFence } from "../core/ports.ts";
 import { type MasterState, masterState, type SentinelView } from "../core/sentinel.ts";
-import { withStoreTimeout } from "./loop.ts";
+import { withStoreTimeout } from "./scheduling.ts";
 
 export interface SentinelFeedOptions {
   readonly shard: string;

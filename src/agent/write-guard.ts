@@ -8,9 +8,9 @@ import {
 } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
-import { withStoreTimeout } from "./loop.ts";
 import { probeCounts } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+import { withStoreTimeout } from "./scheduling.ts";
 
 /**
  * Applies the write guard (src/core/write-guard.ts) to the database: one place that sets

@@ -10,7 +10,7 @@
  * - lock.ts: the lock: acquire, renew, release and every write fenced by it;
  * - phases.ts: the phases in their one order, with their bounds and the time budget;
  * - transitions.ts: the state transitions (start a plan, record a phase, complete, offline, abandon);
- * - requests.ts: operator requests (switchover, pause, resume).
+ * - requests.ts: operator requests (switchover, pause, resume, recover) and their handler.
  */
 
 export { LockLost } from "../core/ports.ts";

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { AwsAdapters } from "../../src/adapters/aws-adapters.ts";
-import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
 import { awsEnv } from "../support/aws.ts";
 import { TcpProxy } from "../support/tcp-proxy.ts";

@@ -4,8 +4,8 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
-import type { RedisNode, RedisSecurity } from "../../src/local-stack/redis-nodes.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import type { RedisNode, RedisSecurity } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   countKeys,
   startChaosCluster,

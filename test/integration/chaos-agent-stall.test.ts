@@ -1,6 +1,6 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   CHAOS_CONFIG,
   linesWith,

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { Topology } from "../../src/core/model.ts";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   CHAOS_CONFIG,
   historyAt,

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   CHAOS_CONFIG,
   countKeys,

@@ -12,7 +12,7 @@ import { ConfigurationError, CoordinationUnavailable } from "../../src/core/erro
 import type { Command } from "../../src/core/model.ts";
 import type { Logger } from "../../src/core/observability.ts";
 import type { ReceivedCommand } from "../../src/core/ports.ts";
-import { freePort } from "../../src/local-stack/processes.ts";
+import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { awsEnv, uniqueName } from "../support/aws.ts";
 import { holdsFor } from "../support/wait.ts";
 

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import type { Command, HistoryRecord, Topology } from "../../src/core/model.ts";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   CHAOS_CONFIG,
   countKeys,

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
-import { ensureTable } from "../../src/local-stack/table.ts";
+import { ensureTable } from "../../src/dev/local-stack/table.ts";
 import { awsEnv, dynamoClient, uniqueName } from "../support/aws.ts";
 
 /**

@@ -9,7 +9,7 @@ import type { HeartbeatInput, HistoryRecord, Topology } from "../../src/core/mod
 import type { Logger } from "../../src/core/observability.ts";
 import { type Clock, type CoordinationStore, LockLost } from "../../src/core/ports.ts";
 import { keys } from "../../src/core/table.ts";
-import { freePort } from "../../src/local-stack/processes.ts";
+import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { awsEnv, tableName, uniqueName } from "../support/aws.ts";
 import { waitFor } from "../support/wait.ts";
 

@@ -2,7 +2,7 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   historyAt,
   linesWith,

@@ -1,7 +1,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
-import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { silentLogger } from "../../src/adapters/observability.ts";
 import { SqsCommandBus } from "../../src/adapters/sqs-command-bus.ts";
-import { ensureTable } from "../../src/local-stack/table.ts";
+import { ensureTable } from "../../src/dev/local-stack/table.ts";
 import { awsEnv, uniqueName } from "../support/aws.ts";
 
 /**

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
-import { TcpProxy } from "../../src/nemesis/tcp-proxy.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { TcpProxy } from "../../src/dev/nemesis/tcp-proxy.ts";
 import { awsEnv } from "../support/aws.ts";
 import {
   CHAOS_CONFIG,
@@ -23,7 +23,7 @@ import { holdsFor } from "../support/wait.ts";
  * Issue 20, "Done when": a DynamoDB outage must not become a Redis outage, and a fenced primary
  * must be replaced (an agent cut off alone fences its primary once its replicas are seen reaching
  * the store, the replicas report it `fenced`, the controller fails over). Real redis-server, agent and controller processes; the cut is a real TCP
- * proxy (src/nemesis/tcp-proxy.ts, mode `drop`: a blackhole, as a lost route or a security
+ * proxy (src/dev/nemesis/tcp-proxy.ts, mode `drop`: a blackhole, as a lost route or a security
  * group change looks) between the processes and DynamoDB Local. SQS and replication are never cut.
  * The test's own reads go straight to DynamoDB.
  */

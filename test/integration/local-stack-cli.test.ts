@@ -6,7 +6,7 @@ import { DynamoDBClient, ListTablesCommand } from "@aws-sdk/client-dynamodb";
 import { ListQueuesCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { Redis } from "ioredis";
 import { describe, expect, it } from "vitest";
-import { startDynamoDbLocal } from "../../src/local-stack/dynamodb-local.ts";
+import { startDynamoDbLocal } from "../../src/dev/local-stack/dynamodb-local.ts";
 
 const CLI = "src/cli/main.ts";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { FAULT_KINDS, type FaultKind, scheduleFaults } from "../../src/nemesis/faults.ts";
-import { runNemesis } from "../../src/nemesis/runner.ts";
+import { FAULT_KINDS, type FaultKind, scheduleFaults } from "../../src/dev/nemesis/faults.ts";
+import { runNemesis } from "../../src/dev/nemesis/runner.ts";
 
 /**
  * A short nemesis run in the suite: two minutes of seeded, overlapping faults of every kind against

@@ -1,8 +1,8 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
-import { LocalCluster } from "../../src/demo/local-cluster.ts";
-import { WriteWorkload } from "../../src/workload/writer.ts";
+import { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { WriteWorkload } from "../../src/dev/workload/writer.ts";
 import { holdsFor } from "../support/wait.ts";
 
 const run = promisify(execFile);

@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { LAST_COPY_GRACE } from "../../src/core/decide.ts";
 import type { Topology } from "../../src/core/model.ts";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
-import { FENCED_START_ARGS } from "../../src/local-stack/redis-nodes.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,

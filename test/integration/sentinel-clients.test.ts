@@ -4,8 +4,8 @@ import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
 import { ENV } from "../../src/config/env.ts";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
-import { freePort } from "../../src/local-stack/processes.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { startChaosCluster, WAIT_MS, waitForNewPrimary, withClient } from "../support/chaos-cluster.ts";
 
 /**

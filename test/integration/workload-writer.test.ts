@@ -1,8 +1,8 @@
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
-import { waitForReplicasInSync } from "../../src/workload/replication.ts";
-import { WriteWorkload } from "../../src/workload/writer.ts";
+import { type RedisNode, startRedisNodes } from "../../src/dev/local-stack/redis-nodes.ts";
+import { waitForReplicasInSync } from "../../src/dev/workload/replication.ts";
+import { WriteWorkload } from "../../src/dev/workload/writer.ts";
 import { waitFor } from "../support/wait.ts";
 
 let primary: RedisNode;

@@ -14,7 +14,7 @@ import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/cor
 import type { Logger } from "../../src/core/observability.ts";
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
 import type { WakeSender } from "../../src/core/wake.ts";
-import { type RedisNode, startRedisNodes } from "../../src/local-stack/redis-nodes.ts";
+import { type RedisNode, startRedisNodes } from "../../src/dev/local-stack/redis-nodes.ts";
 import { awsEnv, tableName, uniqueName } from "./aws.ts";
 import { waitFor } from "./wait.ts";
 

@@ -1,8 +1,8 @@
 import type { Redis } from "ioredis";
 import type { FailoverConfigInput } from "../../src/core/config.ts";
 import type { HistoryRecord, Topology } from "../../src/core/model.ts";
-import { LocalCluster, type LocalClusterOptions } from "../../src/demo/local-cluster.ts";
-import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import { LocalCluster, type LocalClusterOptions } from "../../src/dev/local-cluster.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { uniqueName } from "./aws.ts";
 
 /**

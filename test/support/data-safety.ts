@@ -5,9 +5,9 @@ import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { DynamoDBDocumentClient, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Redis } from "ioredis";
-import type { LocalCluster } from "../../src/demo/local-cluster.ts";
-import { type ManagedProcess, startProcess } from "../../src/local-stack/processes.ts";
-import type { RedisNode } from "../../src/local-stack/redis-nodes.ts";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { type ManagedProcess, startProcess } from "../../src/dev/local-stack/processes.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { dynamoClient, tableName } from "./aws.ts";
 import { probeWrite, type RoleReply, roleOf, type WriteProbe, withClient } from "./chaos-cluster.ts";
 

@@ -1,5 +1,5 @@
 import type { TestProject } from "vitest/node";
-import { type LocalStack, startLocalStack } from "../../src/local-stack/stack.ts";
+import { type LocalStack, startLocalStack } from "../../src/dev/local-stack/stack.ts";
 
 let stack: LocalStack | undefined;
 

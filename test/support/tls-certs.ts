@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { RedisTlsFiles } from "../../src/local-stack/redis-nodes.ts";
+import type { RedisTlsFiles } from "../../src/dev/local-stack/redis-nodes.ts";
 
 /** A certificate and its key, PEM files. */
 export interface CertPair {

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { Backoff, sleep } from "../../src/agent/backoff.ts";
-import { Mutex, runLoop, withStoreTimeout } from "../../src/agent/loop.ts";
+import { Mutex, runLoop, withStoreTimeout } from "../../src/agent/scheduling.ts";
 import type { Logger } from "../../src/core/observability.ts";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };

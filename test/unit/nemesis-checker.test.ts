@@ -1,7 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type CheckOptions, check, type FinalNodeRead, type FinalRead } from "../../src/nemesis/checker.ts";
-import type { Op, OpInput } from "../../src/nemesis/history.ts";
+import {
+  type CheckOptions,
+  check,
+  type FinalNodeRead,
+  type FinalRead,
+} from "../../src/dev/nemesis/checker.ts";
+import type { Op, OpInput } from "../../src/dev/nemesis/history.ts";
 
 const OPTIONS: CheckOptions = { fenceWindowMs: 3000, causeWindowMs: 10_000 };
 

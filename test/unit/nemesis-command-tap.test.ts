@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Command } from "../../src/core/model.ts";
-import { CommandTap, commandOf, extractBodies } from "../../src/nemesis/command-tap.ts";
+import { CommandTap, commandOf, extractBodies } from "../../src/dev/nemesis/command-tap.ts";
 
 const PROMOTE: Command = {
   type: "PROMOTE",

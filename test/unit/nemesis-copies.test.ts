@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { intactCopies, type RoleRead } from "../../src/nemesis/copies.ts";
+import { intactCopies, type RoleRead } from "../../src/dev/nemesis/copies.ts";
 
 const master: RoleRead = { role: "master" };
 const linked = (following: string): RoleRead => ({ role: "slave", following, linkUp: true });

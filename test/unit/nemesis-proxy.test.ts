@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { TcpProxy } from "../../src/nemesis/tcp-proxy.ts";
+import { TcpProxy } from "../../src/dev/nemesis/tcp-proxy.ts";
 
 /** Real sockets: an echo server upstream, clients through the proxy. */
 let echo: Server;

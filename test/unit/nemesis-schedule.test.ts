@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseGap } from "../../bench/nemesis.ts";
-import { FAULT_KINDS, parseFaultKinds, scheduleFaults } from "../../src/nemesis/faults.ts";
-import { Random } from "../../src/nemesis/random.ts";
+import { FAULT_KINDS, parseFaultKinds, scheduleFaults } from "../../src/dev/nemesis/faults.ts";
+import { Random } from "../../src/dev/nemesis/random.ts";
 
 describe("nemesis fault schedule", () => {
   it("replays the same schedule for the same seed", () => {

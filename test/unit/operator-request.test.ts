@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../src/adapters/observability.ts";
-import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/operator.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
+import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/requests.ts";
 import { decide } from "../../src/core/decide.ts";
 import { LINEAGE } from "../support/builders.ts";
 import { MemoryShard } from "../support/memory-shard.ts";

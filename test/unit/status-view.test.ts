@@ -1,6 +1,6 @@
 import { stripVTControlCharacters } from "node:util";
 import { describe, expect, it } from "vitest";
-import { renderShardStatus, shardStatus } from "../../src/operator/status-view.ts";
+import { renderShardStatus, shardStatus } from "../../src/cli/status-view.ts";
 import { aHealthyShard, aShardWithStalePrimary, NOW } from "../support/builders.ts";
 
 const FAILURE_TIMEOUT_MS = 3000;

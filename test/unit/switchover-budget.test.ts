@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { handleOperatorRequest } from "../../src/controller/operator.ts";
 import { requestSwitchover, runShardCycle } from "../../src/controller/orchestrator.ts";
+import { handleOperatorRequest } from "../../src/controller/requests.ts";
 import type { FailoverPhase } from "../../src/core/model.ts";
 import { NOW } from "../support/builders.ts";
 import { MemoryShard } from "../support/memory-shard.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { AckLog } from "../../src/workload/ack-log.ts";
-import { parseReplicationState } from "../../src/workload/replication.ts";
-import { classifyWriteError } from "../../src/workload/writer.ts";
+import { AckLog } from "../../src/dev/workload/ack-log.ts";
+import { parseReplicationState } from "../../src/dev/workload/replication.ts";
+import { classifyWriteError } from "../../src/dev/workload/writer.ts";
 
 function aLogOf(...acks: [seq: number, at: number, address: string][]): AckLog {
   const log = new AckLog();

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { runDemo } from "../../demo/demo.ts";
+import { runDemo } from "../../dev/demo.ts";
 import { parseIntegerOption } from "../options.ts";
 import { abortOnSignal } from "../signals.ts";
 

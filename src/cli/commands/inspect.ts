@@ -1,8 +1,8 @@
 import type { Command } from "commander";
 import { endpointOf } from "../../client/primary-resolver.ts";
-import { renderHistory, renderShardStatus, shardStatus } from "../../operator/status-view.ts";
 import { listAllShards, requireKnownShard, withOperatorSession } from "../aws-session.ts";
 import { parseIntegerOption } from "../options.ts";
+import { renderHistory, renderShardStatus, shardStatus } from "../status-view.ts";
 
 /** Exit code of `primary` when the shard has no writable primary right now (failing over, offline). */
 export const NO_PRIMARY_EXIT_CODE = 3;

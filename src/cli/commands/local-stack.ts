@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { startLocalStack } from "../../local-stack/stack.ts";
+import { startLocalStack } from "../../dev/local-stack/stack.ts";
 import { parseIntegerOption } from "../options.ts";
 import { untilSignal } from "../signals.ts";
 

@@ -7,7 +7,7 @@ import {
   handleOperatorRequest,
   type OperatorRequest,
   type OperatorResponse,
-} from "../../controller/operator.ts";
+} from "../../controller/requests.ts";
 import { createControllerRuntime } from "../../controller/runtime.ts";
 import { ShardguardError } from "../../core/errors.ts";
 import { requireKnownShard, withOperatorSession } from "../aws-session.ts";

@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
-import { tryParseAddress } from "../core/address.ts";
-import { errorMessage } from "../core/errors.ts";
-import type { Topology } from "../core/model.ts";
+import { tryParseAddress } from "../../core/address.ts";
+import { errorMessage } from "../../core/errors.ts";
+import type { Topology } from "../../core/model.ts";
 import type { RedisNode } from "../local-stack/redis-nodes.ts";
 import { classifyWriteError } from "../workload/writer.ts";
 import type { FinalNodeRead, FinalRead } from "./checker.ts";

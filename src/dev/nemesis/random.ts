@@ -2,7 +2,7 @@
  * The nemesis's one source of randomness: every choice that shapes a run (which fault, when, on
  * which target spec, how long, which restart mode) is drawn from one `Random` seeded from the run's
  * seed, so the same seed replays the same schedule (not the same outcome: processes and the
- * emulators still race). Nothing in `src/nemesis/` calls `Math.random`.
+ * emulators still race). Nothing in `src/dev/nemesis/` calls `Math.random`.
  *
  * The generator is mulberry32 (Tommy Ettinger, public domain): 32 bits of state, period 2^32,
  * passes gjrand/PractRand to well beyond the few thousand draws a run makes. It is not

@@ -1,4 +1,4 @@
-import { type Command, commandSchema } from "../core/model.ts";
+import { type Command, commandSchema } from "../../core/model.ts";
 
 /**
  * Reads the commands an agent receives from the bytes of its SQS connection (the proxy's tap):

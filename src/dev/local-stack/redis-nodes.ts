@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis, type RedisOptions } from "ioredis";
-import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
+import { FENCED_MIN_REPLICAS } from "../../core/write-guard.ts";
 import { freePort, type ManagedProcess, requireCommand, startProcess, waitUntilReady } from "./processes.ts";
 
 /**

@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { ListQueuesCommand, SQSClient } from "@aws-sdk/client-sqs";
-import { PrerequisiteError } from "../core/errors.ts";
+import { PrerequisiteError } from "../../core/errors.ts";
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from "./credentials.ts";
 import { devDependencyMissing, type ManagedProcess, startProcess, waitUntilReady } from "./processes.ts";
 

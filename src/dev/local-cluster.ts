@@ -8,9 +8,9 @@ import { ENV } from "../config/env.ts";
 import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
 import type { Heartbeat, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
-import { type ManagedProcess, startProcess } from "../local-stack/processes.ts";
-import { type RedisNode, type RedisSecurity, startRedisNodes } from "../local-stack/redis-nodes.ts";
-import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
+import { type ManagedProcess, startProcess } from "./local-stack/processes.ts";
+import { type RedisNode, type RedisSecurity, startRedisNodes } from "./local-stack/redis-nodes.ts";
+import { type LocalStack, startLocalStack } from "./local-stack/stack.ts";
 
 /** The CLI beside this module: the TypeScript source in a checkout, the compiled file in a package. */
 const CLI = fileURLToPath(

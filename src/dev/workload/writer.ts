@@ -2,8 +2,8 @@ import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
-import { tryParseAddress } from "../core/address.ts";
-import { errorMessage } from "../core/errors.ts";
+import { tryParseAddress } from "../../core/address.ts";
+import { errorMessage } from "../../core/errors.ts";
 import { type Ack, AckLog, type VerifyResult, verifyAcks, waitForAck } from "./ack-log.ts";
 
 export type { Ack, VerifyResult } from "./ack-log.ts";

@@ -2,7 +2,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { DynamoDBClient, ListTablesCommand } from "@aws-sdk/client-dynamodb";
-import { PrerequisiteError } from "../core/errors.ts";
+import { PrerequisiteError } from "../../core/errors.ts";
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from "./credentials.ts";
 import {
   devDependencyMissing,

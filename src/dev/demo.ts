@@ -1,10 +1,10 @@
 import pc from "picocolors";
+import { formatDuration, renderShardStatus, shardStatus } from "../cli/status-view.ts";
 import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
 import type { Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
-import { formatDuration, renderShardStatus, shardStatus } from "../operator/status-view.ts";
-import { WriteWorkload } from "../workload/writer.ts";
 import { LocalCluster } from "./local-cluster.ts";
+import { WriteWorkload } from "./workload/writer.ts";
 
 export interface DemoOptions {
   readonly nodes: number;

@@ -5,7 +5,7 @@ import {
   UpdateTimeToLiveCommand,
   waitUntilTableExists,
 } from "@aws-sdk/client-dynamodb";
-import { TTL_ATTRIBUTE, tableDefinition } from "../core/table.ts";
+import { TTL_ATTRIBUTE, tableDefinition } from "../../core/table.ts";
 
 /** Creates the coordination table from the shared definition (idempotent) and turns TTL on. */
 export async function ensureTable(client: DynamoDBClient, tableName: string): Promise<void> {

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:net";
-import { PrerequisiteError } from "../core/errors.ts";
+import { PrerequisiteError } from "../../core/errors.ts";
 
 /**
  * Children this process started. They are killed by PID on normal exit, on SIGINT/SIGTERM

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
-import { parseReplicationInfo } from "../agent/redis-info.ts";
-import { errorMessage, ShardguardError } from "../core/errors.ts";
+import { parseReplicationInfo } from "../../agent/redis-info.ts";
+import { errorMessage, ShardguardError } from "../../core/errors.ts";
 
 /** The few `INFO replication` fields the workload needs to tell that replicas caught up. */
 export interface ReplicationState {

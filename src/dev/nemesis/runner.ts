@@ -2,11 +2,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
-import { dataLineageOf, decide, isAlive } from "../core/decide.ts";
-import { errorMessage } from "../core/errors.ts";
-import type { Topology } from "../core/model.ts";
-import { LocalCluster } from "../demo/local-cluster.ts";
+import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../../core/config.ts";
+import { dataLineageOf, decide, isAlive } from "../../core/decide.ts";
+import { errorMessage } from "../../core/errors.ts";
+import type { Topology } from "../../core/model.ts";
+import { LocalCluster } from "../local-cluster.ts";
 import type { ManagedProcess } from "../local-stack/processes.ts";
 import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
@@ -414,7 +414,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         };
       }
       if (fault.kind === "kill-redis") {
-        // A kill destroys its node's copy: only while another node holds the data (src/nemesis/copies.ts).
+        // A kill destroys its node's copy: only while another node holds the data (src/dev/nemesis/copies.ts).
         const roles = await readRoles(active.redis.map((node) => ({ node, alive: !dead.has(node.id) })));
         free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
         if (free.length === 0) {

@@ -1,5 +1,5 @@
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
-import { DEFAULT_TABLE_NAME } from "../core/table.ts";
+import { DEFAULT_TABLE_NAME } from "../../core/table.ts";
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from "./credentials.ts";
 import { type DynamoDbLocal, startDynamoDbLocal } from "./dynamodb-local.ts";
 import { freePort } from "./processes.ts";
