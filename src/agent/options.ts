@@ -9,6 +9,7 @@ import {
   readJsonConfigFile,
   type Setting,
 } from "../config/settings.ts";
+import { parseAddress } from "../core/address.ts";
 import { checkTimings, describeIssues } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { addressSchema, idSchema } from "../core/model.ts";
@@ -463,12 +464,6 @@ function isLoopbackHost(host: string): boolean {
   return bare === "localhost" || bare === "::1" || /^127\.\d+\.\d+\.\d+$/.test(bare);
 }
 
-/** `host:port` of `--redis` (after the rediss:// scheme was taken off). */
-function splitHostPort(address: string): { host: string; port: string } {
-  const index = address.lastIndexOf(":");
-  return { host: address.slice(0, index), port: address.slice(index + 1) };
-}
-
 /** Every AWS endpoint the agent uses is on this host: the local stack, LocalStack in Docker. */
 function localEndpoints(env: NodeJS.ProcessEnv): boolean {
   const urls = [
@@ -503,7 +498,8 @@ export async function resolveAdvertisedAddress(
   sources: AddressSources,
 ): Promise<AdvertisedAddress> {
   if (agent.address) return { address: agent.address, source: "--address" };
-  const { host, port } = splitHostPort(agent.redis);
+  // `--redis` passed the schema's host:port check (its rediss:// scheme is off by now).
+  const { host, port } = parseAddress(agent.redis);
   if (!isLoopbackHost(host)) return { address: undefined, source: "--redis" };
   const { env } = sources;
   const get = metadataClient(sources);
