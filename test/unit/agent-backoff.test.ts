@@ -101,7 +101,8 @@ describe("agent loops", () => {
       (name: string, fail = false) =>
       async () => {
         order.push(`${name}:start`);
-        await new Promise((resolve) => setTimeout(resolve, 5));
+        // Yield to the event loop: the other section would interleave here without the mutex.
+        await new Promise((resolve) => setImmediate(resolve));
         order.push(`${name}:end`);
         if (fail) throw new Error(name);
       };

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { APPLIED_IDS_LIMIT, StateDir } from "../../src/agent/state-dir.ts";
+import { waitFor } from "../support/wait.ts";
 
 const dirs: string[] = [];
 function aStateDir(): string {
@@ -90,7 +91,6 @@ describe("the agent's state dir", () => {
       parent.stdout.once("data", (data) => resolve(Number(data))),
     );
     // Wait (with a deadline) until the child has exited and is a zombie: on a loaded machine `sleep 0` takes a while.
-    const deadline = performance.now() + 10_000;
     const isZombie = () => {
       try {
         return /\) Z /.test(readFileSync(`/proc/${zombie}/stat`, "utf8"));
@@ -98,8 +98,7 @@ describe("the agent's state dir", () => {
         return false;
       }
     };
-    while (!isZombie() && performance.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor(isZombie, `process ${zombie} to become a zombie`, 10_000, 20);
     const dir = aStateDir();
     writeFileSync(join(dir, "agent.lock"), `${zombie}\n`);
 

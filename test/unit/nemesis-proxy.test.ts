@@ -2,6 +2,7 @@ import { once } from "node:events";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { TcpProxy } from "../../src/dev/nemesis/tcp-proxy.ts";
+import { waitFor } from "../support/wait.ts";
 
 /** Real sockets: an echo server upstream, clients through the proxy. */
 let echo: Server;
@@ -10,11 +11,7 @@ let proxy: TcpProxy;
 const clients: Socket[] = [];
 
 async function waitUntil(what: string, check: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await waitFor(check, what, timeoutMs, 5);
 }
 
 async function client(): Promise<{ socket: Socket; data: () => string; events: string[] }> {

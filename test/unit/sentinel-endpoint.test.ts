@@ -13,6 +13,7 @@ import type { Logger } from "../../src/core/observability.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aHeartbeat, NOW } from "../support/builders.ts";
 import { aTopology } from "../support/sentinel-builders.ts";
+import { waitFor } from "../support/wait.ts";
 
 /**
  * The Sentinel endpoint over real sockets with a scripted shard: what clients see on the wire
@@ -192,9 +193,7 @@ describe("Sentinel endpoint: what clients see", () => {
     await feed.refresh();
     shard.topology = { ...ONLINE, epoch: 4, primary_node_id: "r1", primary_address: "10.0.0.2:6379" };
     await feed.refresh();
-    const deadline = Date.now() + 2000;
-    while (messages.length < 3 && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 10));
+    await waitFor(() => messages.length >= 3, "three published messages", 2000, 10);
 
     // Assess
     expect(messages.sort()).toEqual([
@@ -295,16 +294,12 @@ describe("Sentinel endpoint: bad input costs a reply or a connection, never the 
       sockets.push(socket);
       idle.push(socket);
     }
-    const deadline = Date.now() + 5000;
-    while (server.connections < 50 && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 10));
+    await waitFor(() => server.connections >= 50, "50 open connections", 5000, 10);
 
     // Act
     const refused = await raw(port, "*1\r\n$4\r\nPING\r\n");
     for (const socket of idle) socket.destroy();
-    const freed = Date.now() + 5000;
-    while (server.connections > 0 && Date.now() < freed)
-      await new Promise((resolve) => setTimeout(resolve, 10));
+    await waitFor(() => server.connections === 0, "every connection closed", 5000, 10);
     const later = aClient(port, { protocol: 2 });
 
     // Assess
