@@ -131,9 +131,13 @@ describe("chaos: a controller frozen longer than its lease", () => {
         async () => {
           await runShardCycle(fresh.deps, active.shard);
           const topology = await active.topology();
-          return topology?.status === "online" && topology.epoch > before.epoch ? topology : undefined;
+          // A plan abandoned back to the dead node-1 (online, epoch + 1) is not a finished failover.
+          const replaced = topology?.primary_node_id !== undefined && topology.primary_node_id !== "node-1";
+          return topology?.status === "online" && topology.epoch > before.epoch && replaced
+            ? topology
+            : undefined;
         },
-        "the second controller to finish a failover",
+        "the second controller to finish a failover to another node",
         WAIT_MS,
       );
       const primary = done.primary_node_id as string;
