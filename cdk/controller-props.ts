@@ -209,13 +209,6 @@ function durationMs(duration: Duration | undefined, fallback: number): number {
   return duration === undefined ? fallback : duration.toMilliseconds({ integral: false });
 }
 
-/** Rewrites the core's field names (`failureTimeoutMs`) to prop names (`failureTimeout`), keeping units. */
-function toPropVocabulary(message: string): string {
-  let result = message.replace(/\b(\w+)Ms \((\d+)\)/g, "$1 ($2 ms)");
-  for (const [field, prop] of Object.entries(CONFIG_PROP_NAMES)) result = result.replaceAll(field, prop);
-  return result;
-}
-
 /**
  * Applies the defaults and validates every prop, reporting all bad props in one error whose
  * message names each of them (so `cdk synth` fails on the first run with the whole list).
@@ -234,7 +227,10 @@ export function resolveControllerProps(props: ShardguardControllerProps): Resolv
     cooldownMs: durationMs(props.cooldown, DEFAULT_CONFIG.cooldownMs),
   };
   const parsed = failoverConfigSchema.safeParse(configInput);
-  if (!parsed.success) problems.push(toPropVocabulary(describeIssues(parsed.error)));
+  if (!parsed.success)
+    problems.push(
+      describeIssues(parsed.error, (key) => CONFIG_PROP_NAMES[key as keyof FailoverConfig] ?? key),
+    );
 
   const queuePrefix = props.queuePrefix;
   if (queuePrefix !== undefined && !Token.isUnresolved(queuePrefix)) {

@@ -3,12 +3,15 @@
  * construct, the deployable stack and their props. Bundled by cdk/build-package.ts with aws-cdk-lib,
  * constructs and cdk-nag left to the consumer's app.
  */
+
+export { EVENT_SOURCE, EVENT_TYPES, type EventType } from "../src/core/observability.ts";
 export type { AgentIdentity } from "./agent-policy.ts";
+export { ControllerAlarms, type ControllerAlarmsProps, controllerMetric } from "./controller-alarms.ts";
+export { ControllerDashboard, type ControllerDashboardProps } from "./controller-dashboard.ts";
 export type { ShardguardControllerProps } from "./controller-props.ts";
 export {
   CONTROLLER_QUEUE_ACTIONS,
   CONTROLLER_TABLE_ACTIONS,
-  EVENT_TYPES,
   OPERATOR_TABLE_ACTIONS,
   ShardguardController,
 } from "./shardguard-controller.ts";

@@ -1,6 +1,6 @@
 import path from "node:path";
 import { ArnFormat, Duration, Stack, Token, Validations } from "aws-cdk-lib";
-import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
+import type * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
 import * as dynamodb from "aws-cdk-lib/aws-dynamodb";
 import * as events from "aws-cdk-lib/aws-events";
 import * as targets from "aws-cdk-lib/aws-events-targets";
@@ -12,20 +12,22 @@ import { NodejsFunction, OutputFormat } from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
-import { EVENT_SOURCE } from "../src/adapters/eventbridge-publisher.ts";
 import { defaultQueuePrefix, queueNamePattern } from "../src/adapters/queue-names.ts";
 import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
 import { ENV } from "../src/config/env.ts";
-import {
-  type EventDetailType,
-  METRIC_NAMES,
-  METRICS_NAMESPACE,
-  type MetricName,
-} from "../src/controller/observability.ts";
 import type { FailoverConfig } from "../src/core/config.ts";
 import { ShardguardError } from "../src/core/errors.ts";
+import {
+  EVENT_SOURCE,
+  EVENT_TYPES,
+  type EventType,
+  METRICS_NAMESPACE,
+  type MetricName,
+} from "../src/core/observability.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
+import { ControllerAlarms, controllerMetric } from "./controller-alarms.ts";
+import { ControllerDashboard } from "./controller-dashboard.ts";
 import { partitionProblems, schedulePartitions } from "./controller-partitions.ts";
 import {
   CONTROLLER_BUNDLE_OPTIONS,
@@ -40,19 +42,9 @@ import {
   type ProvisionedCapacity,
   provisionedCapacity,
   tableBillingProps,
-  tableThrottles,
 } from "./table-capacity.ts";
 
 export type { ShardguardControllerProps } from "./controller-props.ts";
-
-/** Every detail-type the controller publishes (the EventPublisher port's union, as a list). */
-export const EVENT_TYPES = [
-  "FailoverStarted",
-  "FailoverCompleted",
-  "FailoverAborted",
-  "ShardOffline",
-  "ShardOnline",
-] as const satisfies readonly EventDetailType[];
 
 export const CONTROLLER_SERVICE_NAME = "shardguard-controller";
 
@@ -122,9 +114,11 @@ export class ShardguardController extends Construct {
   public readonly tableThrottleAlarm: cloudwatch.Alarm;
   public readonly dashboard: cloudwatch.Dashboard;
 
+  /** Every alarm of the control plane (node dead-letter alarms are on each `ShardguardNode`). */
+  public readonly alarms: ControllerAlarms;
+
   private readonly resolved: ResolvedControllerProps;
-  private readonly alarms: cloudwatch.Alarm[] = [];
-  private nodeDeadLetterWidget: cloudwatch.GraphWidget | undefined;
+  readonly #dashboard: ControllerDashboard;
 
   constructor(scope: Construct, id: string, props: ShardguardControllerProps = {}) {
     super(scope, id);
@@ -204,58 +198,29 @@ export class ShardguardController extends Construct {
     );
     this.grantControllerPermissions();
 
-    this.failoverAlarm = this.metricAlarm("FailoverAlarm", this.metricController("failoverStarted"), {
-      description: "Shardguard started a failover of a shard (see the FailoverStarted event for which).",
+    const alarms = new ControllerAlarms(this, {
+      controllerFunction: this.controllerFunction,
+      controllerFailureQueue: this.controllerFailureQueue,
+      table: this.table,
+      alarmActions: resolved.alarmActions,
     });
-    this.shardOfflineAlarm = this.metricAlarm("ShardOfflineAlarm", this.metricController("shardOffline"), {
-      description: "Shardguard marked a shard offline: its primary is stale and no replica is eligible.",
+    this.alarms = alarms;
+    this.failoverAlarm = alarms.failover;
+    this.shardOfflineAlarm = alarms.shardOffline;
+    this.primaryStaleAlarm = alarms.primaryStale;
+    this.controllerErrorsAlarm = alarms.controllerErrors;
+    this.controllerThrottlesAlarm = alarms.controllerThrottles;
+    this.controllerNotRunningAlarm = alarms.controllerNotRunning;
+    this.controllerFailureQueueAlarm = alarms.controllerFailureQueue;
+    this.tableThrottleAlarm = alarms.tableThrottle;
+    this.#dashboard = new ControllerDashboard(this, {
+      dashboardName: props.dashboardName,
+      alarms: alarms.all,
+      controllerFunction: this.controllerFunction,
+      controllerFailureQueue: this.controllerFailureQueue,
+      table: this.table,
     });
-    this.primaryStaleAlarm = this.metricAlarm(
-      "PrimaryStaleAlarm",
-      this.metricController("staleHeartbeatDetected"),
-      {
-        description:
-          "A shard's primary heartbeat has been stale for 3 minutes without a failover completing: the quorum " +
-          "holds it back, no agent of the shard is heard, or the shard is paused. See the controller's log reason.",
-        evaluationPeriods: 3,
-      },
-    );
-    this.controllerErrorsAlarm = this.metricAlarm(
-      "ControllerErrorsAlarm",
-      this.controllerFunction.metricErrors({ period: Duration.minutes(5), statistic: "Sum" }),
-      { description: "A Shardguard controller invocation failed." },
-    );
-    this.controllerThrottlesAlarm = this.metricAlarm(
-      "ControllerThrottlesAlarm",
-      this.controllerFunction.metricThrottles({ period: Duration.minutes(5), statistic: "Sum" }),
-      {
-        description:
-          "A Shardguard controller invocation was throttled: more than the reserved concurrency overlap.",
-      },
-    );
-    this.controllerNotRunningAlarm = this.metricAlarm(
-      "ControllerNotRunningAlarm",
-      this.controllerFunction.metricInvocations({ period: Duration.minutes(5), statistic: "Sum" }),
-      {
-        description: "The Shardguard controller has not run for 5 minutes: no failover can happen.",
-        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
-      },
-    );
-    this.controllerFailureQueueAlarm = this.metricAlarm(
-      "ControllerFailureQueueAlarm",
-      this.controllerFailureQueue.metricApproximateNumberOfMessagesVisible({
-        period: Duration.minutes(5),
-        statistic: "Maximum",
-      }),
-      { description: "The controller's dead-letter queue holds failed or undelivered invocations." },
-    );
-
-    this.tableThrottleAlarm = this.metricAlarm("TableThrottleAlarm", tableThrottles(this.table), {
-      description:
-        "DynamoDB throttled Shardguard's table: heartbeats or snapshot reads are refused (provisioned capacity too small for the fleet, or a hot partition). Stale heartbeats follow.",
-    });
-    this.dashboard = this.createDashboard(props.dashboardName);
+    this.dashboard = this.#dashboard.dashboard;
   }
 
   /**
@@ -269,15 +234,7 @@ export class ShardguardController extends Construct {
       controller: this,
       alarmActions: this.resolved.alarmActions,
     });
-    if (!this.nodeDeadLetterWidget) {
-      this.nodeDeadLetterWidget = new cloudwatch.GraphWidget({
-        title: "Node dead-letter queues (messages; each node has an alarm at 1)",
-        leftAnnotations: [{ value: 1, label: "alarm" }],
-        width: 24,
-      });
-      this.dashboard.addWidgets(this.nodeDeadLetterWidget);
-    }
-    this.nodeDeadLetterWidget.addLeftMetric(
+    this.#dashboard.addNodeDeadLetters(
       node.metricDeadLetterMessages({ label: `${options.shard}/${options.node}` }),
     );
     return node;
@@ -332,7 +289,7 @@ export class ShardguardController extends Construct {
     id: string,
     options: {
       readonly target?: events.IRuleTarget;
-      readonly detailTypes?: readonly EventDetailType[];
+      readonly detailTypes?: readonly EventType[];
     } = {},
   ): events.Rule {
     return new events.Rule(this, id, {
@@ -344,15 +301,10 @@ export class ShardguardController extends Construct {
 
   /**
    * One of the controller's metrics summed over every dimension set it is published with (Metrics
-   * Insights), so the alarm does not depend on which dimensions the handler adds.
+   * Insights), so an alarm on it does not depend on which dimensions the handler adds.
    */
   public metricController(metric: MetricName, period = Duration.minutes(1)): cloudwatch.IMetric {
-    return new cloudwatch.MathExpression({
-      expression: `SELECT SUM(${metric}) FROM ${METRICS_NAMESPACE}`,
-      label: metric,
-      period,
-      usingMetrics: {},
-    });
+    return controllerMetric(metric, period);
   }
 
   private createTable(
@@ -499,83 +451,4 @@ export class ShardguardController extends Construct {
         "Agents create their command queues at run time under this installation's queue prefix (one per node; '_' ends the prefix and no prefix contains it, so the pattern matches no other installation's queues), so the controller's SendMessage is scoped to the prefix rather than to queue ARNs known at deploy time.",
     });
   }
-
-  private metricAlarm(
-    id: string,
-    metric: cloudwatch.IMetric,
-    options: {
-      readonly description: string;
-      readonly comparisonOperator?: cloudwatch.ComparisonOperator;
-      readonly treatMissingData?: cloudwatch.TreatMissingData;
-      /** @default 1 */
-      readonly evaluationPeriods?: number;
-    },
-  ): cloudwatch.Alarm {
-    const alarm = new cloudwatch.Alarm(this, id, {
-      metric,
-      alarmDescription: options.description,
-      threshold: 1,
-      evaluationPeriods: options.evaluationPeriods ?? 1,
-      comparisonOperator:
-        options.comparisonOperator ?? cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: options.treatMissingData ?? cloudwatch.TreatMissingData.NOT_BREACHING,
-    });
-    for (const action of this.resolved.alarmActions) alarm.addAlarmAction(action);
-    this.alarms.push(alarm);
-    return alarm;
-  }
-
-  private createDashboard(dashboardName: string | undefined): cloudwatch.Dashboard {
-    const fn = this.controllerFunction;
-    const fiveMinutes = { period: Duration.minutes(5) };
-    const dashboard = new cloudwatch.Dashboard(this, "Dashboard", { dashboardName });
-    dashboard.addWidgets(
-      new cloudwatch.AlarmStatusWidget({ title: "Controller alarms", alarms: this.alarms, width: 24 }),
-    );
-    dashboard.addWidgets(
-      new cloudwatch.GraphWidget({
-        title: "Failovers (all shards)",
-        left: METRIC_NAMES.map((metric) => this.metricController(metric, Duration.minutes(5))),
-        width: 12,
-      }),
-      new cloudwatch.GraphWidget({
-        title: "Controller invocations",
-        left: [
-          fn.metricInvocations({ ...fiveMinutes, statistic: "Sum" }),
-          fn.metricErrors({ ...fiveMinutes, statistic: "Sum" }),
-          fn.metricThrottles({ ...fiveMinutes, statistic: "Sum" }),
-        ],
-        right: [fn.metricDuration({ ...fiveMinutes, statistic: "Maximum" })],
-        width: 12,
-      }),
-    );
-    dashboard.addWidgets(
-      new cloudwatch.GraphWidget({
-        title: "Coordination table: throttled requests",
-        left: [
-          this.table.metricThrottledRequestsForOperations({ ...fiveMinutes, operations: TABLE_OPERATIONS }),
-        ],
-        width: 8,
-      }),
-      new cloudwatch.GraphWidget({
-        title: "Coordination table: system errors",
-        left: [this.table.metricSystemErrorsForOperations({ ...fiveMinutes, operations: TABLE_OPERATIONS })],
-        width: 8,
-      }),
-      new cloudwatch.GraphWidget({
-        title: "Controller dead-letter queue (messages)",
-        left: [this.controllerFailureQueue.metricApproximateNumberOfMessagesVisible(fiveMinutes)],
-        width: 8,
-      }),
-    );
-    return dashboard;
-  }
 }
-
-const TABLE_OPERATIONS = [
-  dynamodb.Operation.GET_ITEM,
-  dynamodb.Operation.QUERY,
-  dynamodb.Operation.PUT_ITEM,
-  dynamodb.Operation.UPDATE_ITEM,
-  dynamodb.Operation.DELETE_ITEM,
-];

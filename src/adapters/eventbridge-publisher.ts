@@ -2,8 +2,6 @@ import { type EventBridgeClient, PutEventsCommand } from "@aws-sdk/client-eventb
 import { CoordinationUnavailable, errorMessage } from "../core/errors.ts";
 import { EVENT_SOURCE, type EventPublisher, type EventType } from "../core/observability.ts";
 
-export { EVENT_SOURCE };
-
 /**
  * Failover lifecycle events on an EventBridge bus: detail-types FailoverStarted,
  * FailoverCompleted, FailoverAborted, ShardOffline, ShardOnline; the detail is the JSON the

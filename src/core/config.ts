@@ -76,14 +76,14 @@ export function checkTimings(
     ctx.addIssue({
       code: "custom",
       path: ["failureTimeoutMs"],
-      message: `must be greater than {heartbeatIntervalMs} (${config.heartbeatIntervalMs})`,
+      message: `must be greater than {heartbeatIntervalMs} (${config.heartbeatIntervalMs} ms)`,
     });
   }
   if (config.fenceTimeoutMs >= config.failureTimeoutMs) {
     ctx.addIssue({
       code: "custom",
       path: ["fenceTimeoutMs"],
-      message: `must be less than {failureTimeoutMs} (${config.failureTimeoutMs}) so a cut-off primary fences before it is replaced`,
+      message: `must be less than {failureTimeoutMs} (${config.failureTimeoutMs} ms) so a cut-off primary fences before it is replaced`,
     });
   }
 }

@@ -82,7 +82,7 @@ describe("agent options from flags, environment and config file", () => {
         flags: { shard: "s1", redis: "127.0.0.1:6379", fenceTimeoutMs: "5000" },
         env: {},
       }),
-    ).toThrowError(/--fence-timeout-ms: must be less than SHARDGUARD_FAILURE_TIMEOUT_MS \(3000\)/);
+    ).toThrowError(/--fence-timeout-ms: must be less than SHARDGUARD_FAILURE_TIMEOUT_MS \(3000 ms\)/);
   });
 
   it("refuses a queue prefix holding the queue-name separator '_', naming the variable", () => {

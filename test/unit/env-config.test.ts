@@ -21,7 +21,7 @@ describe("configuration from the environment", () => {
 
   it("names the variable of a cross-field violation", () => {
     expect(() => failoverConfigFromEnv({ SHARDGUARD_FENCE_TIMEOUT_MS: "4000" })).toThrowError(
-      /SHARDGUARD_FENCE_TIMEOUT_MS: must be less than SHARDGUARD_FAILURE_TIMEOUT_MS \(3000\)/,
+      /SHARDGUARD_FENCE_TIMEOUT_MS: must be less than SHARDGUARD_FAILURE_TIMEOUT_MS \(3000 ms\)/,
     );
   });
 });

@@ -1,8 +1,9 @@
 import { EventBridgeClient, PutEventsCommand } from "@aws-sdk/client-eventbridge";
 import { mockClient } from "aws-sdk-client-mock";
 import { afterEach, describe, expect, it } from "vitest";
-import { EVENT_SOURCE, EventBridgePublisher } from "../../src/adapters/eventbridge-publisher.ts";
+import { EventBridgePublisher } from "../../src/adapters/eventbridge-publisher.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
+import { EVENT_SOURCE } from "../../src/core/observability.ts";
 
 // No EventBridge emulator runs locally: a client mock is the only way to see the request and
 // the service's per-entry failures.
