@@ -14,7 +14,7 @@ import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
-import { ENV } from "../src/config/env.ts";
+import { ENV } from "../src/adapters/env.ts";
 import { parseFailoverConfig } from "../src/core/config.ts";
 import { LocalCluster } from "../src/dev/local-cluster.ts";
 import { startProcess } from "../src/dev/local-stack/processes.ts";

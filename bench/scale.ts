@@ -24,7 +24,7 @@ import { build } from "esbuild";
 import pLimit from "p-limit";
 import { CONTROLLER_BUNDLE_OPTIONS } from "../cdk/controller-props.ts";
 import { createAwsAdapters } from "../src/adapters/aws-adapters.ts";
-import { ENV } from "../src/config/env.ts";
+import { ENV } from "../src/adapters/env.ts";
 import type { Partition } from "../src/core/partition.ts";
 import { LOCAL_CREDENTIALS } from "../src/dev/local-stack/credentials.ts";
 import { startLocalStack } from "../src/dev/local-stack/stack.ts";

@@ -12,9 +12,9 @@ import { NodejsFunction, OutputFormat } from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
+import { ENV } from "../src/adapters/env.ts";
 import { defaultQueuePrefix, queueNamePattern } from "../src/adapters/queue-names.ts";
 import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
-import { ENV } from "../src/config/env.ts";
 import type { FailoverConfig } from "../src/core/config.ts";
 import { ShardguardError } from "../src/core/errors.ts";
 import {

@@ -3,7 +3,7 @@ import { SnsAction } from "aws-cdk-lib/aws-cloudwatch-actions";
 import * as iam from "aws-cdk-lib/aws-iam";
 import * as sns from "aws-cdk-lib/aws-sns";
 import type { Construct } from "constructs";
-import { ENV } from "../src/config/env.ts";
+import { ENV } from "../src/adapters/env.ts";
 import { ConfigurationError } from "../src/core/errors.ts";
 import type { AgentIdentity } from "./agent-policy.ts";
 import { ShardguardController, type ShardguardControllerProps } from "./shardguard-controller.ts";

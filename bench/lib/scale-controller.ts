@@ -9,8 +9,8 @@
  */
 import { diffCounts } from "../../src/adapters/api-call-counter.ts";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
+import { failoverConfigFromEnv } from "../../src/adapters/env.ts";
 import { discardMetrics, logEventPublisher } from "../../src/adapters/observability.ts";
-import { failoverConfigFromEnv } from "../../src/config/env.ts";
 import { ControllerLoop } from "../../src/controller/loop.ts";
 import type { Logger } from "../../src/core/observability.ts";
 import type { Partition } from "../../src/core/partition.ts";

@@ -1,4 +1,4 @@
-import { ENV } from "../../src/config/env.ts";
+import { ENV } from "../../src/adapters/env.ts";
 import { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";

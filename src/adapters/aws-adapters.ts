@@ -1,10 +1,10 @@
-import { queuePrefixFromEnv, tableNameFromEnv } from "../config/env.ts";
 import type { Logger } from "../core/observability.ts";
 import type { CommandBus, CoordinationStore } from "../core/ports.ts";
 import { ApiCallCounter } from "./api-call-counter.ts";
 import { type AwsClientOptions, type AwsClients, createAwsClients } from "./aws-clients.ts";
 import { AwsClock } from "./clock.ts";
 import { createDynamoCoordinationStore } from "./dynamo-coordination-store.ts";
+import { queuePrefixFromEnv, tableNameFromEnv } from "./env.ts";
 import { SqsCommandBus } from "./sqs-command-bus.ts";
 import { SqsWakeQueue } from "./sqs-wake-queue.ts";
 

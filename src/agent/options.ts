@@ -1,14 +1,14 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
+import { ENV } from "../adapters/env.ts";
 import { queuePrefixSchema } from "../adapters/queue-names.ts";
-import { ENV } from "../config/env.ts";
 import {
   settingLabel as labelOf,
   loadSettings,
   readJsonConfigFile,
   type Setting,
-} from "../config/settings.ts";
+} from "../adapters/settings.ts";
 import { parseAddress } from "../core/address.ts";
 import { checkTimings, describeIssues } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";

@@ -1,6 +1,6 @@
 import { type AwsAdapters, createAwsAdapters } from "../adapters/aws-adapters.ts";
+import { failoverConfigFromEnv } from "../adapters/env.ts";
 import { silentLogger } from "../adapters/observability.ts";
-import { failoverConfigFromEnv } from "../config/env.ts";
 import type { FailoverConfig } from "../core/config.ts";
 import { ShardguardError } from "../core/errors.ts";
 import type { CoordinationStore } from "../core/ports.ts";

@@ -1,5 +1,5 @@
 import { type Command, InvalidArgumentError } from "commander";
-import { plainText, type Setting } from "../config/settings.ts";
+import { plainText, type Setting } from "../adapters/settings.ts";
 
 /** A commander parser for an integer flag within [min, max], with a message naming the range. */
 export function parseIntegerOption(min: number, max: number) {

@@ -1,8 +1,8 @@
 import { EventBridgeClient } from "@aws-sdk/client-eventbridge";
 import { createAwsAdapters } from "../adapters/aws-adapters.ts";
+import { ENV, failoverConfigFromEnv } from "../adapters/env.ts";
 import { EventBridgePublisher } from "../adapters/eventbridge-publisher.ts";
 import { logEventPublisher } from "../adapters/observability.ts";
-import { ENV, failoverConfigFromEnv } from "../config/env.ts";
 import { ConfigurationError } from "../core/errors.ts";
 import type { EventPublisher, Logger, Metrics } from "../core/observability.ts";
 import type { WakeReceiver } from "../core/wake.ts";

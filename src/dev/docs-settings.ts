@@ -4,9 +4,9 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { FAILOVER_SETTINGS } from "../adapters/env.ts";
+import { type Setting, settingsTable } from "../adapters/settings.ts";
 import { AGENT_SETTINGS } from "../agent/options.ts";
-import { FAILOVER_SETTINGS } from "../config/env.ts";
-import { type Setting, settingsTable } from "../config/settings.ts";
 
 export interface DocTable {
   /** Relative to the repository root. */

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type AwsAdapters, createAwsAdapters } from "../adapters/aws-adapters.ts";
-import { ENV } from "../config/env.ts";
+import { ENV } from "../adapters/env.ts";
 import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
 import type { Heartbeat, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";

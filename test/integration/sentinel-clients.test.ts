@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
-import { ENV } from "../../src/config/env.ts";
+import { ENV } from "../../src/adapters/env.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { startChaosCluster, WAIT_MS, waitForNewPrimary, withClient } from "../support/chaos-cluster.ts";

@@ -7,7 +7,7 @@ import { AwsSolutionsChecks } from "cdk-nag";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ShardguardController } from "../../cdk/shardguard-controller.ts";
 import { ShardguardStack } from "../../cdk/shardguard-stack.ts";
-import { ENV, failoverConfigFromEnv } from "../../src/config/env.ts";
+import { ENV, failoverConfigFromEnv } from "../../src/adapters/env.ts";
 import { DEFAULT_CONFIG, type FailoverConfig } from "../../src/core/config.ts";
 import { TTL_ATTRIBUTE, tableDefinition } from "../../src/core/table.ts";
 import { cdkApp, FIXTURE_ENTRY } from "../fixtures/cdk-app.ts";

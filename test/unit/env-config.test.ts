@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { failoverConfigFromEnv, tableNameFromEnv } from "../../src/config/env.ts";
+import { failoverConfigFromEnv, tableNameFromEnv } from "../../src/adapters/env.ts";
 
 describe("configuration from the environment", () => {
   it("defaults every value when no variable is set", () => {

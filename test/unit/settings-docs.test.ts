@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
+import { FAILOVER_SETTINGS } from "../../src/adapters/env.ts";
 import { AGENT_SETTINGS, agentProcessFields, resolveAgentOptions } from "../../src/agent/options.ts";
-import { FAILOVER_SETTINGS } from "../../src/config/env.ts";
 import { DEFAULT_CONFIG, failoverConfigSchema } from "../../src/core/config.ts";
 import { DOC_TABLES, withTable } from "../../src/dev/docs-settings.ts";
 

@@ -5,9 +5,9 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { Command } from "commander";
+import { queuePrefixFromEnv } from "../../adapters/env.ts";
 import { QUEUE_NAME_SEPARATOR, queueNames } from "../../adapters/queue-names.ts";
 import { wakeQueueName } from "../../adapters/sqs-wake-queue.ts";
-import { queuePrefixFromEnv } from "../../config/env.ts";
 import { ShardguardError } from "../../core/errors.ts";
 import { withOperatorSession } from "../aws-session.ts";
 

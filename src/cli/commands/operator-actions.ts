@@ -1,8 +1,8 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
 import type { Command } from "commander";
+import { ENV } from "../../adapters/env.ts";
 import { discardMetrics, powertoolsLogger } from "../../adapters/observability.ts";
-import { ENV } from "../../config/env.ts";
 import {
   handleOperatorRequest,
   type OperatorRequest,
