@@ -705,14 +705,16 @@ function decideOnline(
       : primary
         ? lineageOf(primary)
         : (topology.lineage ?? inferLineage(snapshot.nodes, primaryId));
-  const candidates = rankCandidates(
-    snapshot.nodes,
-    lineage,
-    config,
-    now,
-    primaryId,
-    guardMembers(snapshot, primaryId),
-  );
+  // The replica-set rule fences an old primary that may still serve: promoting a member detaches
+  // one of the replicas its write guard waits for. A primary whose own agent confirms its process
+  // dead (or restarted without its data, and fenced by that agent) has nothing left to fence, and
+  // the rule would only stand between the shard and the replica holding the most: a replica whose
+  // acknowledgements lagged past the guard's 2 s under load leaves the set while still acknowledging
+  // WAIT (CI, chaos-primary: the member promoted was a replica stalled 40 KB behind).
+  const deadPrimary =
+    primary === undefined ? undefined : confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS);
+  const members = deadPrimary === undefined ? guardMembers(snapshot, primaryId) : undefined;
+  const candidates = rankCandidates(snapshot.nodes, lineage, config, now, primaryId, members);
   const best = candidates[0];
   const anyEligible = best?.eligible === true && lineage !== undefined;
 
@@ -855,6 +857,37 @@ function decideOnline(
             `${node.node_id} (last_txn_id ${node.last_txn_id}, heartbeat ${describeHeartbeatAge(node, now, "old")})`,
         )
         .join(", ")}, further ahead, may still answer`,
+      true,
+    );
+  }
+  // A live replica of the lineage outside the replica set, further ahead than the member to be
+  // promoted, acknowledged writes the member lacks (WAIT counts every replica; the set is only what
+  // the guard demands). While the old primary may still serve it cannot be promoted (nothing would
+  // fence the old primary), and promoting the member would lose those writes: wait, for up to
+  // AHEAD_GRACE failure timeouts past the primary's staleness, for the old primary to come back or
+  // its agent to confirm a crash (then the rule above lets the replica ahead be promoted).
+  const outside =
+    members === undefined || lineage === undefined
+      ? []
+      : snapshot.nodes.filter(
+          (node) =>
+            node.node_id !== primaryId &&
+            node.node_id !== best.node_id &&
+            !members.includes(node.node_id) &&
+            isAlive(node, config, now) &&
+            node.repl_id === lineage.repl_id &&
+            node.last_txn_id > best.last_txn_id,
+        );
+  const primaryAgeMs = primary === undefined ? Number.POSITIVE_INFINITY : heartbeatAgeMs(primary, now);
+  if (outside.length > 0 && primaryAgeMs <= (1 + AHEAD_GRACE) * config.failureTimeoutMs) {
+    return none(
+      "waiting_for_replica",
+      `${staleness}, ${quorumText}; not promoting ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${outside
+        .map((node) => `${node.node_id} (last_txn_id ${node.last_txn_id})`)
+        .sort()
+        .join(", ")}, outside ${primaryId}'s replica set, holds more: waiting up to ${
+        AHEAD_GRACE * config.failureTimeoutMs
+      } ms past the failure timeout for ${primaryId} to return or its agent to confirm a crash`,
       true,
     );
   }

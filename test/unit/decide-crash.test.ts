@@ -56,6 +56,15 @@ describe("decide: the crash fast path", () => {
       expected: { kind: "failover", target: "r1" },
     },
     {
+      name: "promotes the replica holding the most even outside the replica set when the primary's agent confirms its process dead (nothing left to fence)",
+      shard: () =>
+        aCrashedShard()
+          .withNode({ node_id: "r1", primary_link: "down", last_txn_id: 700 })
+          .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 990 })
+          .guardedBy(["r1"]),
+      expected: { kind: "failover", target: "r2" },
+    },
+    {
       name: "fails over on a confirmed reset",
       shard: () => aCrashedShard({ state: "reset" }),
       expected: { kind: "failover", target: "r1" },

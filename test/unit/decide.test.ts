@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { FailoverConfigInput } from "../../src/core/config.ts";
 import {
+  AHEAD_GRACE,
   type Decision,
   decide,
   LAST_COPY_GRACE,
@@ -378,7 +379,30 @@ describe("decide: eligible candidates and their order", () => {
     {
       name: "skips a candidate outside the old primary's guarded replica set (its write guard would not drop it)",
       snapshot: () =>
-        aShardWithStalePrimary().withNode({ node_id: "r1", last_txn_id: 999 }).guardedBy(["r2"]).build(),
+        aShardWithStalePrimary(10_000)
+          .withNode({ node_id: "r0", priority: 10, last_txn_id: 980 })
+          .guardedBy(["r1", "r2"])
+          .build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "waits while a live replica outside the replica set holds more than the member to promote (it acknowledged writes the member lacks)",
+      snapshot: () =>
+        aShardWithStalePrimary(10_000)
+          .withNode({ node_id: "r1", last_txn_id: 999 })
+          .withNode({ node_id: "r2", last_txn_id: 500 })
+          .guardedBy(["r2"])
+          .build(),
+      expected: { kind: "none", code: "waiting_for_replica" },
+    },
+    {
+      name: "goes on with the member once the primary has been stale AHEAD_GRACE failure timeouts past the failure timeout",
+      snapshot: () =>
+        aShardWithStalePrimary((1 + AHEAD_GRACE) * 3000 + 1)
+          .withNode({ node_id: "r1", last_txn_id: 999 })
+          .withNode({ node_id: "r2", last_txn_id: 500 })
+          .guardedBy(["r2"])
+          .build(),
       expected: { kind: "failover", target: "r2" },
     },
     {
