@@ -1,9 +1,7 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { Backoff, sleep } from "../../src/agent/backoff.ts";
 import { Mutex, runLoop, withStoreTimeout } from "../../src/agent/scheduling.ts";
-import type { Logger } from "../../src/core/observability.ts";
-
-const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
 afterEach(() => {
   vi.useRealTimers();
@@ -62,7 +60,7 @@ describe("agent loops", () => {
     const loop = runLoop(
       "test",
       controller.signal,
-      quiet,
+      silentLogger,
       async () => {
         runs++;
         if (runs % 2 === 1) throw new Error("boom");

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { ControllerLoop } from "../../src/controller/loop.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { partitionOf } from "../../src/core/partition.ts";
@@ -40,11 +41,10 @@ function fleet(count: number) {
       },
     },
   };
-  const quiet = { debug() {}, info() {}, warn() {}, error() {} };
   const deps = {
     store,
     config: aConfig(),
-    log: quiet,
+    log: silentLogger,
     metrics: new MemoryMetrics(),
     events: new MemoryEventPublisher(),
     clock: { now: () => Date.now() },

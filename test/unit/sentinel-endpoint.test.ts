@@ -1,6 +1,7 @@
 import { connect, type Socket } from "node:net";
 import { Redis, type RedisOptions } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
+import { silentLogger } from "../../src/adapters/observability.ts";
 import { resolveAgentOptions } from "../../src/agent/options.ts";
 import { maxSentinelConnections } from "../../src/agent/sentinel-endpoint.ts";
 import { applicationClientIds } from "../../src/agent/sentinel-eviction.ts";
@@ -9,7 +10,6 @@ import { encodeFrame, RequestReader } from "../../src/agent/sentinel-resp.ts";
 import { announcedAddress, SentinelServer } from "../../src/agent/sentinel-server.ts";
 import { globToRegExp } from "../../src/agent/sentinel-session.ts";
 import type { Topology } from "../../src/core/model.ts";
-import type { Logger } from "../../src/core/observability.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aHeartbeat, NOW } from "../support/builders.ts";
 import { aTopology } from "../support/sentinel-builders.ts";
@@ -20,8 +20,6 @@ import { waitFor } from "../support/wait.ts";
  * (RESP2 and RESP3, AUTH, pub/sub) and what bad input costs (an error reply or a closed
  * connection, never the server).
  */
-
-const silent: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
 const ONLINE = aTopology();
 
@@ -75,7 +73,7 @@ async function anEndpoint(
     read: shard.snapshot,
     clock: { now: () => NOW },
     monotonicNow: () => performance.now(),
-    logger: silent,
+    logger: silentLogger,
   });
   const server = new SentinelServer({
     shard: "s1",
@@ -83,7 +81,7 @@ async function anEndpoint(
     port: 0,
     password: options.password,
     feed,
-    logger: silent,
+    logger: silentLogger,
     limits: options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections },
   });
   feeds.push(feed);
