@@ -6,6 +6,7 @@ import { needsTopology, screenCommand } from "./command-screen.ts";
 import type { AgentContext } from "./context.ts";
 import { runCycle } from "./heartbeat-loop.ts";
 import { becomePrimary, becomeReplicaOf } from "./node-control.ts";
+import { withStoreTimeout } from "./scheduling.ts";
 
 /** Longest message body quoted in a log line. */
 const BODY_IN_LOG = 500;
@@ -48,11 +49,17 @@ async function applyCommand(ctx: AgentContext, command: Command): Promise<void> 
 export async function handleMessage(ctx: AgentContext, message: ReceivedCommand): Promise<boolean> {
   const bus = ctx.deps.commands;
   try {
+    // A change of role is checked against the topology as it is now (strongly consistent read): a
+    // read that fails or outlasts the store timeout leaves the message for redelivery. It is read
+    // before the role lock is taken: a store that hangs must not hold the lock that parking this
+    // replica needs (nemesis seed 3116: a PROMOTE waited 11 s on a GetItem during a store outage
+    // while holding it; the replica's park came 5 s after its primary died, the primary had
+    // restarted empty meanwhile, the replica full-synced from it and every write was lost).
+    const topology = needsTopology(message.command)
+      ? await withStoreTimeout(ctx.deps.topology.read(ctx.shard), ctx.storeTimeoutMs, "topology read")
+      : undefined;
     const outcome = await ctx.roleLock.run(async () => {
-      // Screened under the lock: a concurrent self-demotion may have raised the epoch. A change
-      // of role is checked against the topology as it is now (strongly consistent read): a read
-      // that fails leaves the message for redelivery.
-      const topology = needsTopology(message.command) ? await ctx.deps.topology.read(ctx.shard) : undefined;
+      // Screened under the lock: a concurrent self-demotion may have raised the epoch.
       const screening = screenCommand(message, {
         shard: ctx.shard,
         nodeId: ctx.nodeId,
