@@ -147,11 +147,13 @@ describe("agent over TLS with a least-privilege ACL user", () => {
     expect(await countKeys(active.node(other), "before-kill", 200)).toBe(200);
     expect(await countKeys(active.node(other), "before-switch", 100)).toBe(100);
     expect(await refusedToAgent(active.redis)).toEqual([]);
-    // The crash watch tells a refused TLS connection from a live database, as over plain TCP.
+    // The crash watch tells a dead database from a live one over TLS, as over plain TCP: its open
+    // connection reset by the kill, or the reconnect refused (which comes first is a race; a suite
+    // run on a loaded machine saw "reset").
     expect(
       active.logLines("agent-node-1.log").find((line) => line.message === "database died"),
     ).toMatchObject({
-      state: "refused",
+      state: expect.stringMatching(/^(refused|reset)$/),
     });
     const clients = String(await withClient(active.node(other), (client) => client.call("CLIENT", "LIST")));
     const agentConnections = clients.split("\n").filter((line) => / name=shardguard-/.test(line));
