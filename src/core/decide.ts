@@ -676,7 +676,11 @@ function decideOnline(
   // The crash fast path: a fresh primary is failed before the timeout only on its own agent's
   // confirmed report of a dead process. Nothing else (replicas' reports, an unreachable or hung
   // database) shortens the failure timeout: a stall is not a crash.
-  const crash = fresh ? confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS) : undefined;
+  // The primary's agent's confirmed report that its process died (fresh or not: see the replica-set
+  // rule below); only a fresh primary's report is the crash fast path.
+  const deadPrimary =
+    primary === undefined ? undefined : confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS);
+  const crash = fresh ? deadPrimary : undefined;
   // A fresh primary that its replicas find back as another process, not continuing their lineage
   // (their agents parked them), restarted without its data; its own agent did not tell (it lost
   // its state dir too): failed, like a stale one, and the replicas' lineage is the shard's.
@@ -711,8 +715,6 @@ function decideOnline(
   // the rule would only stand between the shard and the replica holding the most: a replica whose
   // acknowledgements lagged past the guard's 2 s under load leaves the set while still acknowledging
   // WAIT (CI, chaos-primary: the member promoted was a replica stalled 40 KB behind).
-  const deadPrimary =
-    primary === undefined ? undefined : confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS);
   const members = deadPrimary === undefined ? guardMembers(snapshot, primaryId) : undefined;
   const candidates = rankCandidates(snapshot.nodes, lineage, config, now, primaryId, members);
   const best = candidates[0];
