@@ -28,6 +28,8 @@ export const ENV = {
   priority: "SHARDGUARD_PRIORITY",
   stateDir: "SHARDGUARD_STATE_DIR",
   fencePolicy: "SHARDGUARD_FENCE_POLICY",
+  primaryKeepaliveMs: "SHARDGUARD_PRIMARY_KEEPALIVE_MS",
+  replicaKeepaliveMs: "SHARDGUARD_REPLICA_KEEPALIVE_MS",
   storeTimeoutMs: "SHARDGUARD_STORE_TIMEOUT_MS",
   redisTimeoutMs: "SHARDGUARD_REDIS_TIMEOUT_MS",
   commandWaitSeconds: "SHARDGUARD_COMMAND_WAIT_SECONDS",
@@ -59,7 +61,8 @@ export const FAILOVER_SETTINGS = [
     kind: "integer",
     env: ENV.heartbeatIntervalMs,
     default: "`1000`",
-    description: "How often each agent writes its heartbeat; agents and controller must agree.",
+    description:
+      "How often each agent checks its database (and writes its heartbeat while in doubt); agents and controller must agree.",
   },
   {
     key: "failureTimeoutMs",
@@ -72,7 +75,7 @@ export const FAILOVER_SETTINGS = [
     key: "fenceTimeoutMs",
     kind: "integer",
     env: ENV.fenceTimeoutMs,
-    default: "`2000`",
+    default: "`2500`",
     description:
       "A primary whose agent wrote no heartbeat for this long applies its fence policy. Must be < the failure timeout.",
   },

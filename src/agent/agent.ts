@@ -118,7 +118,7 @@ export async function startAgent(
   try {
     await sentinel?.listen();
     await db.waitReady(redisTimeoutMs);
-    await runCycle(ctx);
+    await runCycle(ctx, { force: true });
   } catch (error) {
     await sentinel?.close();
     await db.close();
@@ -146,7 +146,7 @@ export async function startAgent(
       msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
     }),
     heartbeatNow: async () => {
-      await runCycle(ctx);
+      await runCycle(ctx, { force: true });
     },
     stop,
   };

@@ -20,6 +20,9 @@ function commandContext(command: Command): Record<string, unknown> {
   };
 }
 
+/** Longest a REPORT keeps an agent reporting every cycle, whatever it asks: a typo costs no more. */
+const MAX_REPORT_MS = 10 * 60_000;
+
 /** Runs one command against the database and records it; the caller holds the role lock. */
 async function applyCommand(ctx: AgentContext, command: Command): Promise<void> {
   switch (command.type) {
@@ -37,6 +40,13 @@ async function applyCommand(ctx: AgentContext, command: Command): Promise<void> 
     case "PAUSE_WRITES":
       await ctx.db.pauseWrites(command.timeout_ms as number);
       ctx.state.recordApplied(command.command_id, command.epoch);
+      return;
+    case "REPORT":
+      // Not recorded as applied: it raises no epoch, and running it twice only reports longer.
+      ctx.reportUntil = Math.max(
+        ctx.reportUntil,
+        ctx.monotonicNow() + Math.min(command.timeout_ms as number, MAX_REPORT_MS),
+      );
       return;
   }
 }
@@ -90,7 +100,7 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
       });
     } else {
       // The controller confirms by observing this heartbeat (role and epoch), not by the delete.
-      await runCycle(ctx);
+      await runCycle(ctx, { force: true });
     }
     await bus.delete(ctx.shard, ctx.nodeId, message);
     return true;

@@ -120,6 +120,20 @@ export class AgentContext {
   wokeFor: string | undefined;
   /** Runs the heartbeat cycle now instead of at its next tick (set by the heartbeat loop). */
   wakeHeartbeat: () => void = () => {};
+  /**
+   * The next cycle reads the topology and writes the heartbeat whatever changed: at start, after a
+   * failed store call, when woken or asked by a command.
+   */
+  storeRequested = true;
+  /** What the last heartbeat written said, volatile fields left out (`reportSignature`). */
+  writtenSignature: string | undefined;
+  /**
+   * A replica's last topology read showed something to watch (the shard not online, another
+   * primary named, the primary's heartbeat stale): it reports every cycle until it reads otherwise.
+   */
+  topologyDoubt = false;
+  /** Monotonic ms until which the controller asked this agent to report every cycle (REPORT). */
+  reportUntil = Number.NEGATIVE_INFINITY;
 
   constructor(init: {
     options: AgentOptions;

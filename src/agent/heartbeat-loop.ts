@@ -18,6 +18,8 @@ export interface HeartbeatCycleResult {
   readonly dbUp: boolean;
   readonly storeUp: boolean;
   readonly heartbeatWritten: boolean;
+  /** Nothing to report: the cycle left the store alone (its keepalive not due). */
+  readonly quiet?: boolean;
 }
 
 /**
@@ -331,6 +333,7 @@ export function heartbeatFromInfo(
     repl_id: info.replId,
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
+    keepalive_ms: keepaliveOf(ctx, info.role),
   };
   const prior = priorLineageOf(info);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
@@ -386,6 +389,7 @@ function downHeartbeat(
     primary_link: previous.role === "replica" ? "down" : previous.primary_link,
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
+    keepalive_ms: keepaliveOf(ctx, previous.role),
   };
   const prior = restarted === undefined ? undefined : priorLineageOf(restarted);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
@@ -412,18 +416,131 @@ async function guardNewProcess<T extends { info: ReplicationInfo } | undefined>(
   return read;
 }
 
-export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult> {
+/**
+ * The longest this agent will go without writing again while nothing it reports changes (the
+ * heartbeat's `keepalive_ms`). A primary: `primaryKeepaliveMs`. A replica with nothing to watch
+ * (database up, following, link up, probe ok, the topology online with its primary fresh):
+ * `replicaKeepaliveMs`; otherwise, like an agent whose database is down or dead, every cycle.
+ */
+export function keepaliveOf(ctx: AgentContext, role: "primary" | "replica"): number {
+  const watching =
+    !ctx.dbUp ||
+    ctx.dbRestarted ||
+    ctx.crash !== undefined ||
+    ctx.doubtSince !== undefined ||
+    ctx.topologyDoubt ||
+    ctx.monotonicNow() < ctx.reportUntil;
+  if (watching) return ctx.options.heartbeatIntervalMs;
+  return role === "primary" ? ctx.options.primaryKeepaliveMs : ctx.options.replicaKeepaliveMs;
+}
+
+/**
+ * What a heartbeat reports, without what moves on its own (timestamps, the offset, the link's
+ * last I/O, a crash report's latest sighting): a heartbeat whose signature equals the last one
+ * written is written only at the keepalive.
+ */
+export function reportSignature(heartbeat: HeartbeatInput): string {
+  const {
+    last_updated: _updated,
+    agent_updated: _agent,
+    last_txn_id: _offset,
+    lag_s: _lag,
+    ttl: _ttl,
+    db_crash: crash,
+    ...stable
+  } = heartbeat;
+  const crashed = crash === undefined ? undefined : { ...crash, last_seen: undefined };
+  return JSON.stringify({ ...stable, db_crash: crashed }, Object.keys({ ...stable, db_crash: 0 }).sort());
+}
+
+/**
+ * The cycle reads the topology and writes whatever it reports: asked to, never written, the last
+ * store call failed, or the keepalive of the last heartbeat written would pass before the next cycle.
+ */
+function storeDue(ctx: AgentContext): boolean {
+  if (ctx.storeRequested || !ctx.topologyRead || ctx.lastHeartbeat === undefined || inDoubt(ctx)) return true;
+  const keepalive = ctx.lastHeartbeat.keepalive_ms ?? 0;
+  return ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt >= keepalive - ctx.options.heartbeatIntervalMs / 2;
+}
+
+/**
+ * A replica's topology read shows something to watch: the shard not online, a primary other than
+ * the one it follows, or that primary's heartbeat stale or reporting its database down.
+ */
+function topologyToWatch(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): boolean {
+  if (info.role !== "replica") return false;
+  const topology = snapshot.topology;
+  if (topology === undefined || topology.status !== "online") return true;
+  const named = topologyPrimary(topology);
+  const following = info.primary ? `${info.primary.host}:${info.primary.port}` : undefined;
+  if (named === undefined || named.address !== following) return true;
+  const primary = snapshot.nodes.find((node) => node.node_id === named.node_id);
+  if (primary === undefined || primary.db_status !== "up") return true;
+  return ctx.deps.clock.now() - primary.last_updated / 1000 > ctx.options.failureTimeoutMs;
+}
+
+/** This cycle's heartbeat: of the database that answered, else the down report (undefined: none yet). */
+function buildHeartbeat(
+  ctx: AgentContext,
+  info: ReplicationInfo | undefined,
+  snapshot: ShardSnapshot | undefined,
+  now: number,
+  probed: ProbeResult | undefined,
+  answeredFrom: number | undefined,
+): HeartbeatInput | undefined {
+  // A restarted primary reports itself down with its old lineage: its new data is nobody's.
+  const heartbeat =
+    info && !ctx.dbRestarted
+      ? heartbeatFromInfo(ctx, info, now, probed, answeredFrom)
+      : downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
+  const resumedAt = storeResumedAt(ctx, now);
+  if (heartbeat !== undefined && resumedAt !== undefined) heartbeat.store_resumed_at = resumedAt;
+  return heartbeat;
+}
+
+export interface CycleOptions {
+  /** Read the topology and write the heartbeat whatever changed (a command applied, a wake-up). */
+  readonly force?: boolean;
+}
+
+export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): Promise<HeartbeatCycleResult> {
   // Captured before INFO: a role change after this point makes this cycle's heartbeat stale.
   let generation = ctx.roleGeneration;
-  const [read, snapshot] = await Promise.all([
+  const planned = options.force === true || storeDue(ctx);
+  ctx.storeRequested = false;
+  const [read, early] = await Promise.all([
     readInfo(ctx).then((read) => guardNewProcess(ctx, read)),
-    readSnapshot(ctx),
+    planned ? readSnapshot(ctx) : Promise.resolve(undefined),
   ]);
-  ctx.topologyFresh = snapshot !== undefined;
+  let snapshot = early;
   const firstInfo = read?.info;
   let info = firstInfo;
   const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
+  if (!planned) {
+    // A quiet cycle: the database checked, the primary probed, the guard kept; the store is left
+    // alone unless what this agent would report changed.
+    const probed = await probe;
+    trackDoubt(ctx, firstInfo, probed);
+    const report = buildHeartbeat(
+      ctx,
+      firstInfo,
+      undefined,
+      ctx.deps.clock.now(),
+      probed,
+      read?.answeredFrom,
+    );
+    if (report === undefined || reportSignature(report) === ctx.writtenSignature) {
+      if (firstInfo && (ctx.topologyRead || ctx.dbRestarted)) {
+        await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, firstInfo));
+      }
+      return { dbUp: firstInfo !== undefined, storeUp: ctx.storeUp, heartbeatWritten: false, quiet: true };
+    }
+    snapshot = await readSnapshot(ctx);
+  }
+  ctx.topologyFresh = snapshot !== undefined;
+  if (snapshot === undefined) ctx.storeRequested = true;
   if (info && snapshot) {
+    ctx.topologyDoubt = topologyToWatch(ctx, snapshot, info);
     const verdict = verdictFor(ctx, snapshot, info);
     if (verdict.kind === "keep" && verdict.conflict !== undefined) {
       reportIdentityConflict(ctx, verdict.conflict);
@@ -444,16 +561,11 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       }
     }
   }
-  const now = ctx.deps.clock.now();
-  // A restarted primary reports itself down with its old lineage: its new data is nobody's.
   const probed = await probe;
-  const heartbeat =
-    info && !ctx.dbRestarted
-      ? heartbeatFromInfo(ctx, info, now, probed, read?.answeredFrom)
-      : downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
   trackDoubt(ctx, info, probed);
+  const now = ctx.deps.clock.now();
+  const heartbeat = buildHeartbeat(ctx, info, snapshot, now, probed, read?.answeredFrom);
   const resumedAt = storeResumedAt(ctx, now);
-  if (heartbeat !== undefined && resumedAt !== undefined) heartbeat.store_resumed_at = resumedAt;
   let written = false;
   if (heartbeat === undefined) {
     ctx.logger.debug("no heartbeat written: the database never answered and none is stored");
@@ -467,6 +579,7 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       await withStoreTimeout(ctx.deps.heartbeats.put(heartbeat), ctx.storeTimeoutMs, "heartbeat write");
       storeAnswered(ctx);
       ctx.lastHeartbeat = heartbeat;
+      ctx.writtenSignature = reportSignature(heartbeat);
       ctx.heartbeatsWritten++;
       written = true;
       ctx.storeFailingSince = undefined;
@@ -475,10 +588,13 @@ export async function runCycle(ctx: AgentContext): Promise<HeartbeatCycleResult>
       endFailsafe(ctx);
       wakeController(ctx, heartbeat);
     } catch (error) {
+      ctx.storeRequested = true;
       storeFailed(ctx, "heartbeat write", error);
       if (info?.role === "primary") await observeStoreWitnesses(ctx);
     }
   }
+  // Not written (failed, skipped, nothing to write yet): the next cycle tries again.
+  if (!written) ctx.storeRequested = true;
   if (info && (ctx.topologyRead || ctx.dbRestarted)) {
     const current = info;
     await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, current));
@@ -562,7 +678,7 @@ function inDoubt(ctx: AgentContext): boolean {
 }
 
 /**
- * Writes a heartbeat every heartbeatIntervalMs, every DOUBT_HEARTBEAT_MS while in doubt, and at
+ * Runs a cycle every heartbeatIntervalMs, every DOUBT_HEARTBEAT_MS while in doubt, and at
  * once when woken (`ctx.wakeHeartbeat`: a crash seen, a replica parked). After a failure it retries
  * after a jittered back-off capped at the interval: failing agents spread out, and the cadence the
  * failure detector depends on is never stretched.
@@ -575,20 +691,24 @@ export async function runHeartbeatLoop(ctx: AgentContext, signal: AbortSignal): 
     floorMs: 20,
   });
   let wake = new AbortController();
-  ctx.wakeHeartbeat = () => wake.abort();
+  ctx.wakeHeartbeat = () => {
+    // What woke it (a crash seen, a replica parked) is reported now, not at the keepalive.
+    ctx.storeRequested = true;
+    wake.abort();
+  };
   try {
     while (!signal.aborted) {
       let delay: number;
       try {
         const started = ctx.monotonicNow();
         const result = await runCycle(ctx);
-        const written = result.heartbeatWritten;
-        if (written && (result.dbUp || ctx.crash !== undefined)) backoff.reset();
+        const healthy =
+          result.quiet === true || (result.heartbeatWritten && (result.dbUp || ctx.crash !== undefined));
+        if (healthy) backoff.reset();
         const cadence = inDoubt(ctx) ? Math.min(interval, DOUBT_HEARTBEAT_MS) : interval;
-        delay =
-          written && (result.dbUp || ctx.crash !== undefined)
-            ? Math.max(0, cadence - (ctx.monotonicNow() - started))
-            : Math.min(backoff.next(), cadence);
+        delay = healthy
+          ? Math.max(0, cadence - (ctx.monotonicNow() - started))
+          : Math.min(backoff.next(), cadence);
       } catch (error) {
         ctx.logger.error("heartbeat cycle failed; retrying", { error: errorMessage(error) });
         delay = backoff.next();

@@ -108,7 +108,28 @@ export const AGENT_SETTINGS = [
     placeholder: "<ms>",
     env: ENV.heartbeatIntervalMs,
     default: "`1000`",
-    description: "Heartbeat cadence.",
+    description:
+      "The agent's cycle: it reads its database's INFO and probes its primary this often, and writes its heartbeat on a change, every cycle while in doubt, and otherwise at its keepalive.",
+  },
+  {
+    key: "primaryKeepaliveMs",
+    kind: "integer",
+    flag: "--primary-keepalive-ms",
+    placeholder: "<ms>",
+    env: ENV.primaryKeepaliveMs,
+    default: "`max(heartbeat, min(2 × heartbeat, fence timeout − heartbeat / 2))`: 2000",
+    description:
+      "The longest a primary goes without writing its heartbeat (and reading the topology). Must be ≥ `heartbeatIntervalMs` and < `fenceTimeoutMs`.",
+  },
+  {
+    key: "replicaKeepaliveMs",
+    kind: "integer",
+    flag: "--replica-keepalive-ms",
+    placeholder: "<ms>",
+    env: ENV.replicaKeepaliveMs,
+    default: "`20 × heartbeat`: 20000",
+    description:
+      "The longest a quiet replica (following a fresh primary, link up, probe ok) goes without writing its heartbeat and reading the topology. The controller waits up to this long for a silent replica's report before it acts without it. Must be ≥ `primaryKeepaliveMs`.",
   },
   {
     key: "fenceTimeoutMs",
@@ -116,7 +137,7 @@ export const AGENT_SETTINGS = [
     flag: "--fence-timeout-ms",
     placeholder: "<ms>",
     env: ENV.fenceTimeoutMs,
-    default: "`2000`",
+    default: "`2500`",
     description:
       "A primary that wrote no heartbeat for this long applies its fence policy. A fence is lifted only in a cycle that read the topology too (it may have named another primary meanwhile). Must be < `failureTimeoutMs`.",
   },
@@ -303,8 +324,12 @@ const agentOptionFields = z.object({
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   fencePolicy: z.enum(FENCE_POLICIES).default("failsafe"),
   heartbeatIntervalMs: z.number().int().min(100).default(1000),
-  fenceTimeoutMs: z.number().int().min(100).default(2000),
+  fenceTimeoutMs: z.number().int().min(100).default(2500),
   failureTimeoutMs: z.number().int().min(200).default(3000),
+  /** @default max(heartbeatIntervalMs, min(2 × heartbeatIntervalMs, fenceTimeoutMs − heartbeatIntervalMs / 2)) */
+  primaryKeepaliveMs: z.number().int().min(100).optional(),
+  /** @default 20 × heartbeatIntervalMs */
+  replicaKeepaliveMs: z.number().int().min(100).optional(),
   /** @default max(heartbeatIntervalMs, 1000) */
   storeTimeoutMs: z.number().int().min(50).optional(),
   /** @default max(heartbeatIntervalMs, 1000) */
@@ -353,11 +378,43 @@ function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
   if (options.redisKey !== undefined && options.redisCert === undefined)
     problem("redisKey", "needs {redisCert} (a client certificate and its key go together)");
   checkTimings(options, ctx);
+  const { primaryKeepaliveMs, replicaKeepaliveMs } = keepalives(options);
+  if (primaryKeepaliveMs < options.heartbeatIntervalMs)
+    problem(
+      "primaryKeepaliveMs",
+      `must be at least {heartbeatIntervalMs} (${options.heartbeatIntervalMs} ms)`,
+    );
+  if (primaryKeepaliveMs >= options.fenceTimeoutMs)
+    problem(
+      "primaryKeepaliveMs",
+      `must be less than {fenceTimeoutMs} (${options.fenceTimeoutMs} ms): a primary that merely waits for its keepalive must not look cut off`,
+    );
+  if (replicaKeepaliveMs < primaryKeepaliveMs)
+    problem("replicaKeepaliveMs", `must be at least {primaryKeepaliveMs} (${primaryKeepaliveMs} ms)`);
+}
+
+/** The keepalives as given, or derived from the cycle and the fence timeout. */
+export function keepalives(options: {
+  readonly heartbeatIntervalMs: number;
+  readonly fenceTimeoutMs: number;
+  readonly primaryKeepaliveMs?: number | undefined;
+  readonly replicaKeepaliveMs?: number | undefined;
+}): { primaryKeepaliveMs: number; replicaKeepaliveMs: number } {
+  const cycle = options.heartbeatIntervalMs;
+  const primaryKeepaliveMs =
+    options.primaryKeepaliveMs ??
+    Math.max(cycle, Math.min(2 * cycle, Math.floor(options.fenceTimeoutMs - cycle / 2)));
+  return { primaryKeepaliveMs, replicaKeepaliveMs: options.replicaKeepaliveMs ?? 20 * cycle };
 }
 
 function toAgentOptions({ redis, ...options }: AgentFields) {
   const [, scheme, address] = REDIS_URL.exec(redis) ?? [];
-  return { ...options, redis: address ?? redis, redisTls: options.redisTls || scheme === "rediss://" };
+  return {
+    ...options,
+    ...keepalives(options),
+    redis: address ?? redis,
+    redisTls: options.redisTls || scheme === "rediss://",
+  };
 }
 
 /**

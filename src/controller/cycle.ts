@@ -18,6 +18,7 @@ import {
 } from "./deps.ts";
 import { ShardLock } from "./lock.ts";
 import { execute, requireTime } from "./phases.ts";
+import { reportWindowMs, requestReports } from "./reports.ts";
 import { abandon, goOffline, type Run, startPlan } from "./transitions.ts";
 
 /**
@@ -52,6 +53,15 @@ export async function runShardCycle(
   }
   switch (decision.kind) {
     case "none":
+      if (decision.awaiting !== undefined && decision.awaiting.length > 0 && options.act !== false) {
+        await requestReports(
+          deps,
+          shard,
+          snapshot.topology?.epoch ?? 0,
+          decision.awaiting,
+          reportWindowMs(deps),
+        );
+      }
       return { ...base, outcome: "no_action", epoch: snapshot.topology?.epoch, reason: decision.reason };
     case "initialize":
       return { ...base, ...(await initialize(deps, shard, decision)) };

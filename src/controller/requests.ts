@@ -16,6 +16,7 @@ import {
 } from "./deps.ts";
 import { type NotLocked, ShardLock } from "./lock.ts";
 import { execute, requireTime } from "./phases.ts";
+import { withReports } from "./reports.ts";
 import { abandon, type Run, startPlan } from "./transitions.ts";
 
 /**
@@ -55,7 +56,13 @@ export async function requestSwitchover(
   options: RequestOptions = {},
 ): Promise<CycleResult> {
   const remainingMs = options.remainingMs ?? UNLIMITED;
-  const snapshot = await deps.store.heartbeats.snapshot(shard);
+  // Quiet replicas report first: the target is ranked, and caught up, on offsets read now.
+  const first = await deps.store.heartbeats.snapshot(shard);
+  const snapshot = await withReports(deps, shard, first, {
+    exclude: first.topology?.primary_node_id,
+    timeoutMs: deps.config.lockLeaseMs,
+    waitMs: 2 * deps.config.failureTimeoutMs,
+  });
   const plan = planSwitchover(snapshot, deps.config, deps.clock.now(), { to: request.to });
   if (plan.kind === "refused")
     return { shard, outcome: "refused", epoch: snapshot.topology?.epoch, reason: plan.reason };

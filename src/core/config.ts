@@ -10,12 +10,15 @@ export type QuorumMode = (typeof QUORUM_MODES)[number];
  */
 export const failoverConfigSchema = z
   .object({
-    /** How often each agent writes its heartbeat. */
+    /** How often each agent checks its database (its cycle; it writes on a change, in doubt, and at its keepalive). */
     heartbeatIntervalMs: z.number().int().min(100).default(1000),
     /** A primary whose heartbeat is older than this is stale. */
     failureTimeoutMs: z.number().int().min(200).default(3000),
-    /** A primary that cannot write its heartbeat for this long fences itself (policy `fence`). */
-    fenceTimeoutMs: z.number().int().min(100).default(2000),
+    /**
+     * A primary that cannot write its heartbeat for this long fences itself (policy `fence`). Above
+     * the primary's keepalive (2 s by default: it writes every other cycle), below the failure timeout.
+     */
+    fenceTimeoutMs: z.number().int().min(100).default(2500),
     /** Pause between two controller passes over all shards. */
     tickIntervalMs: z.number().int().min(100).default(1000),
     /** Lease of the failover lock; a crashed orchestrator's lock is taken over after it. */

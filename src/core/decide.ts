@@ -36,6 +36,7 @@ export type NoActionCode =
   | "no_agent_heard"
   | "crash_no_candidate"
   | "waiting_for_replica"
+  | "awaiting_reports"
   | "store_recovering"
   | "offline_no_candidate"
   | "inconsistent_topology";
@@ -47,6 +48,11 @@ export type Decision =
       /** True when the primary's heartbeat is stale, whatever stopped the action. */
       readonly primaryStale: boolean;
       readonly reason: string;
+      /**
+       * \`awaiting_reports\`: the nodes whose agents are quiet (their last report stands, within its
+       * keepalive) but not heard within the failure timeout: the controller asks them to report.
+       */
+      readonly awaiting?: readonly string[];
     }
   | {
       /** No topology yet: adopt the one node that reports itself primary. */
@@ -171,6 +177,63 @@ export function isFresh(heartbeat: Heartbeat, config: FailoverConfig, now: numbe
  */
 export function isAgentHeard(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
   return isRecent(heartbeat.agent_updated ?? heartbeat.last_updated, config, now);
+}
+
+/**
+ * The agent's last report still stands: it was written at most its keepalive (\`keepalive_ms\`, the
+ * longest the agent stays silent while nothing it reports changes) plus \`failureTimeoutMs\` ago, by
+ * the clock rule of \`isRecent\`. A quiet replica writes only on a change and at its keepalive, so
+ * its silence is no evidence of failure until then; its offset, though, is as old as the write.
+ */
+export function isReportCurrent(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
+  const ageMs = now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000;
+  return ageMs <= (heartbeat.keepalive_ms ?? 0) + config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
+}
+
+/**
+ * Nodes (except \`exclude\`) whose agents are quiet within their keepalive: alive by their own
+ * promise, but not heard within the failure timeout, so neither their vote nor their offset is
+ * recent enough to act on. Every decision that changes the primary waits for their reports (the
+ * controller asks for them: a REPORT command); a node that stays silent past its keepalive is
+ * stale, as any other.
+ */
+export function awaitingReports(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  exclude?: string,
+): Heartbeat[] {
+  return snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== exclude && isReportCurrent(node, config, now) && !isAgentHeard(node, config, now),
+  );
+}
+
+function awaitingDecision(
+  quiet: readonly Heartbeat[],
+  context: string,
+  now: number,
+  primaryStale: boolean,
+): Decision {
+  const ids = quiet.map((node) => node.node_id).sort();
+  return {
+    kind: "none",
+    code: "awaiting_reports",
+    primaryStale,
+    awaiting: ids,
+    reason: `${context}; waiting for ${ids.join(", ")} to report: quiet within their keepalive (${quiet
+      .map(
+        (node) =>
+          `${node.node_id} heard ${describeAgentAge(node, now)}, keepalive ${node.keepalive_ms ?? 0} ms`,
+      )
+      .sort()
+      .join("; ")}), too old to vote or be ranked on`,
+  };
+}
+
+function describeAgentAge(heartbeat: Heartbeat, now: number): string {
+  const ageMs = Math.round(now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000);
+  return `${Math.max(0, ageMs)} ms ago`;
 }
 
 /**
@@ -573,6 +636,8 @@ function decideOffline(
   // offline, time for a node with more of it (a hung primary, a replica cut off) to come back.
   const returning = storeReturning(snapshot, config, now);
   if (returning !== undefined) return none("store_recovering", `shard offline; ${returning}`);
+  const quiet = awaitingReports(snapshot, config, now);
+  if (quiet.length > 0) return awaitingDecision(quiet, "shard offline", now, false);
   const offlineMs = now - topology.updated_at;
   const lastResort = offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs;
   const candidates = rankCandidates(snapshot.nodes, lineage, config, now, undefined, undefined, lastResort);
@@ -702,6 +767,11 @@ function decideOnline(
             ` confirmed over ${Math.round((crash.last_seen - crash.first_seen) / 1000)} ms)`
           : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
             `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
+
+  // Nothing that changes the primary is decided on reports older than the failure timeout: a quiet
+  // replica's offset and its view of the primary are as old as its last write.
+  const quiet = awaitingReports(snapshot, config, now, primaryId);
+  if (quiet.length > 0) return awaitingDecision(quiet, staleness, now, true);
 
   const lineage =
     restarted !== undefined

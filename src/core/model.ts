@@ -56,6 +56,13 @@ export const heartbeatSchema = z.object({
   /** µs of this write, whatever the database's state: tells "agent alive" from "database alive". */
   agent_updated: z.number().int().nonnegative().optional(),
   /**
+   * The longest this agent goes without writing again while nothing it reports changes, ms: its
+   * report stands that long (`isReportCurrent` in decide.ts). A quiet replica writes only on a
+   * change and at this keepalive; absent (older agents): every heartbeat is due within the failure
+   * timeout.
+   */
+  keepalive_ms: z.number().int().nonnegative().optional(),
+  /**
    * µs of this agent's last heartbeat that ended a time of at least the failure timeout without
    * reaching the coordination store (a store outage, or this agent cut off). While it is recent, other
    * agents not heard yet may be held back by the same outage: `decide()` waits for them
@@ -203,7 +210,12 @@ export const historyRecordSchema = z.object({
 });
 export type HistoryRecord = z.output<typeof historyRecordSchema>;
 
-export const COMMAND_TYPES = ["PROMOTE", "REPLICAOF", "PAUSE_WRITES"] as const;
+/**
+ * PROMOTE and REPLICAOF change who is primary (checked against the topology); PAUSE_WRITES holds a
+ * switchover's old primary; REPORT asks a quiet agent to write its heartbeat now and every cycle
+ * for \`timeout_ms\` (it changes nothing in the database).
+ */
+export const COMMAND_TYPES = ["PROMOTE", "REPLICAOF", "PAUSE_WRITES", "REPORT"] as const;
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
 export const commandSchema = z
@@ -215,15 +227,15 @@ export const commandSchema = z
     /** ms */
     issued_at: z.number().int(),
     primary: z.object({ node_id: idSchema, address: addressSchema }).optional(),
-    /** PAUSE_WRITES: how long the database holds writes. */
+    /** PAUSE_WRITES: how long the database holds writes; REPORT: how long the agent reports every cycle. */
     timeout_ms: z.number().int().positive().optional(),
   })
   .superRefine((command, ctx) => {
     if (command.type === "REPLICAOF" && !command.primary) {
       ctx.addIssue({ code: "custom", path: ["primary"], message: "REPLICAOF needs the new primary" });
     }
-    if (command.type === "PAUSE_WRITES" && !command.timeout_ms) {
-      ctx.addIssue({ code: "custom", path: ["timeout_ms"], message: "PAUSE_WRITES needs timeout_ms" });
+    if ((command.type === "PAUSE_WRITES" || command.type === "REPORT") && !command.timeout_ms) {
+      ctx.addIssue({ code: "custom", path: ["timeout_ms"], message: `${command.type} needs timeout_ms` });
     }
   });
 export type Command = z.output<typeof commandSchema>;

@@ -85,13 +85,18 @@ export function masterState(topology: Topology | undefined): MasterState {
   return { kind: "down", last: named, failingOver: topology.status === "failing_over" };
 }
 
+/**
+ * The node's report stands: written within its keepalive plus the failure timeout (a quiet replica
+ * writes only on a change and at its keepalive), its database up.
+ */
 function fresh(heartbeat: Heartbeat, view: SentinelView): boolean {
-  return view.nowMs - heartbeat.last_updated / 1000 <= view.failureTimeoutMs && heartbeat.db_status === "up";
+  const windowMs = (heartbeat.keepalive_ms ?? 0) + view.failureTimeoutMs;
+  return view.nowMs - heartbeat.last_updated / 1000 <= windowMs && heartbeat.db_status === "up";
 }
 
 function agentFresh(heartbeat: Heartbeat, view: SentinelView): boolean {
   const updatedUs = heartbeat.agent_updated ?? heartbeat.last_updated;
-  return view.nowMs - updatedUs / 1000 <= view.failureTimeoutMs;
+  return view.nowMs - updatedUs / 1000 <= (heartbeat.keepalive_ms ?? 0) + view.failureTimeoutMs;
 }
 
 /** Other agents of the shard that serve the protocol (fresh or not; flags say which). */

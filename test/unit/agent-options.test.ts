@@ -18,7 +18,9 @@ describe("agent options from flags, environment and config file", () => {
       priority: 100,
       fencePolicy: "failsafe",
       heartbeatIntervalMs: 1000,
-      fenceTimeoutMs: 2000,
+      fenceTimeoutMs: 2500,
+      primaryKeepaliveMs: 2000,
+      replicaKeepaliveMs: 20000,
       stateDir: DEFAULT_STATE_DIR,
     });
     expect(config).toMatchObject({ table: "shardguard", queuePrefix: "shardguard", logLevel: "info" });

@@ -8,7 +8,7 @@ describe("failover configuration", () => {
     expect(DEFAULT_CONFIG).toMatchObject({
       heartbeatIntervalMs: 1000,
       failureTimeoutMs: 3000,
-      fenceTimeoutMs: 2000,
+      fenceTimeoutMs: 2500,
       tickIntervalMs: 1000,
       lockLeaseMs: 60_000,
       maxLagOnFailover: 1048576,

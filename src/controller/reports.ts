@@ -1,0 +1,77 @@
+import { awaitingReports } from "../core/decide.ts";
+import { errorMessage } from "../core/errors.ts";
+import type { Command } from "../core/model.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import { type ControllerDeps, sleepOf } from "./deps.ts";
+
+/**
+ * Quiet agents (a replica following a fresh primary writes only on a change and at its keepalive)
+ * are asked to report when the controller needs their word now: a decision that would change the
+ * primary waits for every agent whose last report still stands (`awaiting_reports`), and a
+ * switchover ranks its target by offsets no older than the failure timeout. A REPORT command has
+ * the agent write at once and every cycle for `timeout_ms`; it changes nothing in the database.
+ */
+
+/** How long a REPORT asked by a failure keeps an agent reporting: through the failover it may lead to. */
+export function reportWindowMs(deps: ControllerDeps): number {
+  return 4 * deps.config.failureTimeoutMs;
+}
+
+/** Sends REPORT to each node; a node whose queue cannot be reached is logged and left to its keepalive. */
+export async function requestReports(
+  deps: ControllerDeps,
+  shard: string,
+  epoch: number,
+  nodes: readonly string[],
+  timeoutMs: number,
+): Promise<void> {
+  const issuedAt = Math.round(deps.clock.now());
+  await Promise.all(
+    nodes.map(async (node) => {
+      const command: Command = {
+        type: "REPORT",
+        shard,
+        epoch,
+        command_id: `${shard}:${epoch}:REPORT:${node}:${issuedAt}`,
+        issued_at: issuedAt,
+        timeout_ms: timeoutMs,
+      };
+      try {
+        await deps.bus.send(shard, node, command);
+      } catch (error) {
+        deps.log.warn("could not ask a quiet agent to report", { shard, node, error: errorMessage(error) });
+      }
+    }),
+  );
+}
+
+/**
+ * Asks the shard's quiet agents (all but `exclude`) to report, then re-reads until none is left
+ * quiet or `waitMs` passed: the snapshot to plan on.
+ */
+export async function withReports(
+  deps: ControllerDeps,
+  shard: string,
+  snapshot: ShardSnapshot,
+  options: { readonly exclude?: string; readonly timeoutMs: number; readonly waitMs: number },
+): Promise<ShardSnapshot> {
+  const quiet = awaitingReports(snapshot, deps.config, deps.clock.now(), options.exclude);
+  if (quiet.length === 0) return snapshot;
+  const epoch = snapshot.topology?.epoch ?? 0;
+  await requestReports(
+    deps,
+    shard,
+    epoch,
+    quiet.map((node) => node.node_id),
+    options.timeoutMs,
+  );
+  const deadline = deps.clock.now() + options.waitMs;
+  const pollMs = Math.max(50, Math.min(250, deps.config.heartbeatIntervalMs / 4));
+  let current = snapshot;
+  while (deps.clock.now() < deadline) {
+    await sleepOf(deps)(pollMs);
+    current = await deps.store.heartbeats.snapshot(shard);
+    if (awaitingReports(current, deps.config, deps.clock.now(), options.exclude).length === 0) return current;
+  }
+  return current;
+}
