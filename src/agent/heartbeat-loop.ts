@@ -4,6 +4,7 @@ import { type DatabaseIdentity, judgeRestart } from "../core/identity.ts";
 import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import type { Wake } from "../core/wake.ts";
+import { GUARD_MAX_LAG_S } from "../core/write-guard.ts";
 import { Backoff, sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
@@ -529,7 +530,12 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
       probed,
       read?.answeredFrom,
     );
-    if (report === undefined || reportSignature(report) === ctx.writtenSignature) {
+    // A primary learns a new replica's node id from the store (its heartbeat): until it does, the
+    // replica cannot join the write guard's set, and no failover may promote it.
+    const unknownReplica =
+      firstInfo?.role === "primary" &&
+      syncedReplicaAddresses(firstInfo, GUARD_MAX_LAG_S).some((address) => !ctx.knownNodes.has(address));
+    if (!unknownReplica && (report === undefined || reportSignature(report) === ctx.writtenSignature)) {
       if (firstInfo && (ctx.topologyRead || ctx.dbRestarted)) {
         await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, firstInfo));
       }

@@ -9,7 +9,10 @@ export interface NodeStatus {
   readonly role: string;
   readonly address: string;
   readonly last_txn_id: number;
-  /** Replication offset bytes behind the primary; undefined when there is no primary heartbeat. */
+  /**
+   * Replication offset bytes behind the primary; undefined when there is no primary heartbeat, or
+   * the node is quiet (its offset is as old as its last write).
+   */
   readonly lag: number | undefined;
   /** Negative when the heartbeat is dated ahead of the reader's clock. */
   readonly heartbeat_age_ms: number;
@@ -19,6 +22,11 @@ export interface NodeStatus {
   readonly primary_probe: string | undefined;
   readonly priority: number;
   readonly epoch: number;
+  /** The longest its agent stays silent while nothing it reports changes (ms); 0 when unknown. */
+  readonly keepalive_ms: number;
+  /** Silent past the failure timeout, within its keepalive: its report stands. */
+  readonly quiet: boolean;
+  /** Silent past its keepalive and the failure timeout. */
   readonly stale: boolean;
 }
 
@@ -40,7 +48,8 @@ export interface ShardStatus {
 
 /**
  * The operator's view of one shard, computed from one snapshot. `nowMs` is the AWS-aligned clock;
- * a node is stale when its heartbeat is older than `failureTimeoutMs`.
+ * a node is quiet when its heartbeat is older than `failureTimeoutMs` but within its keepalive on top
+ * of it (a replica following a fresh primary writes only on a change), stale when older than that.
  */
 export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeoutMs: number): ShardStatus {
   const topology = snapshot.topology;
@@ -49,19 +58,25 @@ export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeo
   const nodes = snapshot.nodes
     .map((node): NodeStatus => {
       const age = nowMs - Math.floor(node.last_updated / 1000);
+      // A primary is judged by the failure timeout alone, as decide() judges it.
+      const keepalive = node.role === "primary" ? 0 : (node.keepalive_ms ?? 0);
+      const stale = age > keepalive + failureTimeoutMs || age < -MAX_CLOCK_SKEW_MS;
+      const quiet = !stale && age > failureTimeoutMs;
       return {
         node_id: node.node_id,
         role: node.role,
         address: node.node_address,
         last_txn_id: node.last_txn_id,
-        lag: primaryBeat ? Math.max(0, primaryBeat.last_txn_id - node.last_txn_id) : undefined,
+        lag: primaryBeat && !quiet ? Math.max(0, primaryBeat.last_txn_id - node.last_txn_id) : undefined,
         heartbeat_age_ms: age,
         db_status: node.db_status,
         primary_link: node.primary_link,
         primary_probe: node.primary_probe,
         priority: node.priority,
         epoch: node.epoch,
-        stale: age > failureTimeoutMs || age < -MAX_CLOCK_SKEW_MS,
+        keepalive_ms: keepalive,
+        quiet,
+        stale,
       };
     })
     .sort(
@@ -165,7 +180,11 @@ export function renderShardStatus(status: ShardStatus): string {
     node.address,
     String(node.last_txn_id),
     node.lag === undefined ? "-" : String(node.lag),
-    node.stale ? pc.red(formatAge(node.heartbeat_age_ms)) : formatAge(node.heartbeat_age_ms),
+    node.stale
+      ? pc.red(formatAge(node.heartbeat_age_ms))
+      : node.quiet
+        ? `${formatAge(node.heartbeat_age_ms)} (quiet)`
+        : formatAge(node.heartbeat_age_ms),
     node.db_status === "up" ? node.db_status : pc.red(node.db_status),
     node.primary_link === "down" ? pc.red("down") : (node.primary_link ?? "-"),
     node.primary_probe === undefined || node.primary_probe === "ok"

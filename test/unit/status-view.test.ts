@@ -60,3 +60,24 @@ describe("shard status: what the replicas see of a stale primary", () => {
     expect(near.nodes.find((node) => node.node_id === "r1")?.stale).toBe(false);
   });
 });
+
+describe("shard status: quiet replicas", () => {
+  it("shows a replica silent within its keepalive as quiet, without a lag from its old offset", () => {
+    // Prepare
+    const builder = aHealthyShard()
+      .withNode({ node_id: "r1", ageMs: 12_000, keepalive_ms: 20_000, last_txn_id: 10 })
+      .withNode({ node_id: "r2", ageMs: 24_000, keepalive_ms: 20_000 });
+    // Act
+    const status = statusOf(builder);
+    const text = stripVTControlCharacters(renderShardStatus(status));
+    // Assess
+    expect(status.nodes.find((node) => node.node_id === "r1")).toMatchObject({
+      quiet: true,
+      stale: false,
+      lag: undefined,
+      keepalive_ms: 20_000,
+    });
+    expect(status.nodes.find((node) => node.node_id === "r2")).toMatchObject({ quiet: false, stale: true });
+    expect(text).toMatch(/^r1 .* 12\.0s \(quiet\)/m);
+  });
+});
