@@ -1,18 +1,20 @@
 import { Duration } from "aws-cdk-lib";
 import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
 import * as dynamodb from "aws-cdk-lib/aws-dynamodb";
-import { DEFAULT_CONFIG } from "../src/core/config.ts";
+import { DEFAULT_CONFIG, keepalives } from "../src/core/config.ts";
 import { ShardguardError } from "../src/core/errors.ts";
 
 /**
  * The coordination table's billing: on-demand (the default) or provisioned capacity sized from
  * the fleet, with auto scaling, and the throttle metric an alarm watches in either mode.
  *
- * Provisioned sizing, from what `npm run bench:cost` measured per shard (docs/cost.md): every
- * agent writes one heartbeat (< 1 KB: 1 write unit) and reads its shard's snapshot (one strongly
- * consistent Query of < 4 KB: 1 read unit) each heartbeat interval; the controller reads each
- * shard's snapshot once per tick, and one shard-index page (100 shards, 0.5 read units) per tick.
- * Auto scaling keeps utilization at 70% between the sized minimum and twice it.
+ * Provisioned sizing, from what `npm run bench:cost` measured per shard (docs/cost.md): an agent
+ * writes one heartbeat (< 1 KB: 1 write unit) and reads its shard's snapshot (one strongly
+ * consistent Query of < 4 KB: 1 read unit) at its keepalive while nothing changes (the primary
+ * every 2 s, each replica every 20 s at the defaults); the Lambda controller reads each shard's
+ * snapshot and the shard index (100 shards a page, 0.5 read units) once a minute, and each shard in
+ * trouble once a tick (room is left for INCIDENT_SHARDS at once; burst capacity and auto scaling
+ * beyond). Auto scaling keeps utilization at 70% between the sized minimum and twice it.
  */
 
 export type TableBillingMode = "on-demand" | "provisioned";
@@ -35,8 +37,18 @@ export interface TableCapacityProps {
 
 export interface CapacityRates {
   readonly heartbeatIntervalMs: number;
+  readonly fenceTimeoutMs: number;
   readonly tickIntervalMs: number;
+  /** The agents' keepalives, when not their defaults (derived from the two above). */
+  readonly primaryKeepaliveMs?: number;
+  readonly replicaKeepaliveMs?: number;
 }
+
+/** Shards the sizing leaves room for in trouble at once: a looping controller reads each every tick. */
+export const INCIDENT_SHARDS = 10;
+
+/** Seconds between the scheduled controller runs, each of which reads every shard once. */
+const SCHEDULE_SECONDS = 60;
 
 /** Auto scaling target utilization. */
 export const TARGET_UTILIZATION_PERCENT = 70;
@@ -54,11 +66,15 @@ export function steadyUnits(props: TableCapacityProps, rates: CapacityRates = DE
   const shards = props.shards ?? 0;
   const nodes = props.nodesPerShard ?? 3;
   const partitions = props.partitions ?? 1;
-  const perHeartbeat = 1000 / rates.heartbeatIntervalMs;
+  const { primaryKeepaliveMs, replicaKeepaliveMs } = keepalives(rates);
+  // Each store cycle of an agent is one Query and one PutItem.
+  const agentCycles = 1000 / primaryKeepaliveMs + ((nodes - 1) * 1000) / replicaKeepaliveMs;
   const perTick = 1000 / rates.tickIntervalMs;
+  const scheduled =
+    shards / SCHEDULE_SECONDS + (partitions * Math.ceil(shards / 100) * 0.5) / SCHEDULE_SECONDS;
   return {
-    write: shards * nodes * perHeartbeat,
-    read: shards * (nodes * perHeartbeat + perTick) + partitions * Math.ceil(shards / 100) * 0.5 * perTick,
+    write: shards * agentCycles,
+    read: shards * agentCycles + scheduled + Math.min(shards, INCIDENT_SHARDS) * perTick,
   };
 }
 

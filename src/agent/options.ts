@@ -10,7 +10,7 @@ import {
   type Setting,
 } from "../adapters/settings.ts";
 import { parseAddress } from "../core/address.ts";
-import { checkTimings, describeIssues } from "../core/config.ts";
+import { checkTimings, describeIssues, keepalives } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { addressSchema, idSchema } from "../core/model.ts";
 import { LOG_LEVELS } from "../core/observability.ts";
@@ -391,20 +391,6 @@ function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
     );
   if (replicaKeepaliveMs < primaryKeepaliveMs)
     problem("replicaKeepaliveMs", `must be at least {primaryKeepaliveMs} (${primaryKeepaliveMs} ms)`);
-}
-
-/** The keepalives as given, or derived from the cycle and the fence timeout. */
-export function keepalives(options: {
-  readonly heartbeatIntervalMs: number;
-  readonly fenceTimeoutMs: number;
-  readonly primaryKeepaliveMs?: number | undefined;
-  readonly replicaKeepaliveMs?: number | undefined;
-}): { primaryKeepaliveMs: number; replicaKeepaliveMs: number } {
-  const cycle = options.heartbeatIntervalMs;
-  const primaryKeepaliveMs =
-    options.primaryKeepaliveMs ??
-    Math.max(cycle, Math.min(2 * cycle, Math.floor(options.fenceTimeoutMs - cycle / 2)));
-  return { primaryKeepaliveMs, replicaKeepaliveMs: options.replicaKeepaliveMs ?? 20 * cycle };
 }
 
 function toAgentOptions({ redis, ...options }: AgentFields) {

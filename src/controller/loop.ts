@@ -114,7 +114,7 @@ export class ControllerLoop {
       while (!options.signal?.aborted && remaining() > stopBefore) {
         const started = Date.now();
         try {
-          await this.#pass(options, limit, remaining() > actBudget, totals);
+          await this.#pass(this.#passScope(options, totals.passes), limit, remaining() > actBudget, totals);
         } catch (error) {
           // Listing the shards failed (store unreachable): log, and try again next tick.
           totals.errors += 1;
@@ -242,6 +242,17 @@ export class ControllerLoop {
       () => {},
     );
     await Promise.race([Promise.allSettled(launched), tick]);
+  }
+
+  /**
+   * What a pass covers. A run that ends when quiet (Lambda) reads every shard once, then only
+   * those not quiet: a shard healthy at the first pass that fails later wakes a run of its own
+   * through its agents, or is seen by the next scheduled one, as between runs. So an incident on
+   * one shard costs one Query per tick, not one per shard of the fleet (docs/cost.md).
+   */
+  #passScope(options: LoopOptions, passesDone: number): LoopOptions {
+    if (options.untilQuiet === undefined || passesDone === 0) return options;
+    return { ...options, shards: [...this.#unquiet] };
   }
 
   async *#shards(options: LoopOptions): AsyncGenerator<string> {

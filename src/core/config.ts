@@ -99,3 +99,21 @@ export function parseFailoverConfig(input: FailoverConfigInput = {}): FailoverCo
 }
 
 export const DEFAULT_CONFIG: FailoverConfig = parseFailoverConfig();
+
+/**
+ * The agents' keepalives (the longest an agent goes without writing its heartbeat while nothing it
+ * reports changes) as given, or derived from the cycle and the fence timeout: a primary every other
+ * cycle but below the fence timeout by half a cycle, a quiet replica every 20 cycles.
+ */
+export function keepalives(options: {
+  readonly heartbeatIntervalMs: number;
+  readonly fenceTimeoutMs: number;
+  readonly primaryKeepaliveMs?: number | undefined;
+  readonly replicaKeepaliveMs?: number | undefined;
+}): { primaryKeepaliveMs: number; replicaKeepaliveMs: number } {
+  const cycle = options.heartbeatIntervalMs;
+  const primaryKeepaliveMs =
+    options.primaryKeepaliveMs ??
+    Math.max(cycle, Math.min(2 * cycle, Math.floor(options.fenceTimeoutMs - cycle / 2)));
+  return { primaryKeepaliveMs, replicaKeepaliveMs: options.replicaKeepaliveMs ?? 20 * cycle };
+}

@@ -2,7 +2,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControllerLoop } from "../../src/controller/loop.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
-import { aConfig } from "../support/builders.ts";
+import type { ShardSnapshot } from "../../src/core/ports.ts";
+import { aConfig, aHealthyShard, aShardWithStalePrimary, NOW } from "../support/builders.ts";
 import { MemoryEventPublisher, MemoryMetrics } from "../support/controller-fakes.ts";
 
 // An unreachable table is what no emulator shows on demand: the shard index here always throws.
@@ -72,5 +73,50 @@ describe("controller loop resilience", () => {
 
     // Assess
     expect(summary).toEqual({ passes: 0, cycles: 0, actions: 0, errors: 0 });
+  });
+});
+
+describe("a run that ends when quiet (Lambda)", () => {
+  it("reads every shard at its first pass, then only the shards that were not quiet", async () => {
+    // Prepare: s1 healthy; s2's primary stale with its replicas seeing it up (quorum not met).
+    const reads: string[] = [];
+    const snapshots: Record<string, ShardSnapshot> = {
+      s1: aHealthyShard().build(),
+      s2: aShardWithStalePrimary(10_000)
+        .withNode({ node_id: "r1", primary_link: "up" })
+        .withNode({ node_id: "r2", primary_link: "up" })
+        .build(),
+    };
+    const deps = {
+      store: {
+        shards: { list: async () => ({ shards: ["s1", "s2"], nextPageToken: undefined }) },
+        heartbeats: {
+          snapshot: async (shard: string) => {
+            reads.push(shard);
+            return snapshots[shard];
+          },
+        },
+      },
+      clock: { now: () => NOW },
+      config: aConfig({ tickIntervalMs: 100 }),
+      log: { debug() {}, info() {}, warn() {}, error() {} },
+      metrics: new MemoryMetrics(),
+      events: new MemoryEventPublisher(),
+    } as unknown as ControllerDeps;
+    const end = Date.now() + 1000;
+
+    // Act: passes every 100 ms until 200 ms before the end.
+    const running = new ControllerLoop(deps).run({
+      remainingMs: () => end - Date.now(),
+      stopBeforeMs: 200,
+      untilQuiet: { minMs: 0 },
+    });
+    await vi.advanceTimersByTimeAsync(1000);
+    const summary = await running;
+
+    // Assess
+    expect(summary.passes).toBe(8);
+    expect(reads.filter((shard) => shard === "s1")).toHaveLength(1);
+    expect(reads.filter((shard) => shard === "s2")).toHaveLength(8);
   });
 });
