@@ -15,15 +15,17 @@ export interface ShardguardTimings {
 
 /**
  * The timings the benchmark runs Shardguard with at a given failure timeout: the shipped 1 s : 3 s
- * heartbeat-to-timeout ratio, a controller tick of half a heartbeat (at most 1 s) and a fence
- * timeout halfway between heartbeat and failure timeout.
+ * heartbeat-to-timeout ratio, a controller tick of half a heartbeat (at most 1 s) and the shipped
+ * fence timeout: half a heartbeat below the failure timeout (so the agents' default keepalives:
+ * the primary every 2 heartbeats, a quiet replica every 20).
  */
 export function shardguardTimings(failureTimeoutMs: number): ShardguardTimings {
   const heartbeatIntervalMs = Math.round(failureTimeoutMs / 3);
   return {
     heartbeatIntervalMs,
     tickIntervalMs: Math.min(1000, Math.round(heartbeatIntervalMs / 2)),
-    fenceTimeoutMs: Math.round((heartbeatIntervalMs + failureTimeoutMs) / 2),
+    // The shipped defaults at 3 s: 2.5 s, half a heartbeat above the primary's 2 s keepalive.
+    fenceTimeoutMs: Math.round(failureTimeoutMs - heartbeatIntervalMs / 2),
   };
 }
 
