@@ -465,13 +465,14 @@ function storeDue(ctx: AgentContext): boolean {
 }
 
 /**
- * A replica's topology read shows something to watch: the shard not online, a primary other than
- * the one it follows, or that primary's heartbeat stale or reporting its database down.
+ * A replica's topology read shows something to watch: the shard neither online nor paused, a
+ * primary other than the one it follows, or that primary's heartbeat stale or its database down.
  */
 function topologyToWatch(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): boolean {
   if (info.role !== "replica") return false;
   const topology = snapshot.topology;
-  if (topology === undefined || topology.status !== "online") return true;
+  // Paused: no automatic action to report for (a switchover asks with REPORT).
+  if (topology === undefined || (topology.status !== "online" && topology.status !== "paused")) return true;
   const named = topologyPrimary(topology);
   const following = info.primary ? `${info.primary.host}:${info.primary.port}` : undefined;
   if (named === undefined || named.address !== following) return true;
