@@ -31,8 +31,8 @@ export const AGENT_SHARD_ACTIONS = ["dynamodb:Query", "dynamodb:PutItem", "dynam
 /** Registration of the shard in the shard index (`pk = SHARDS`), so the controller finds it. */
 export const AGENT_SHARD_INDEX_ACTIONS = ["dynamodb:PutItem"] as const;
 /**
- * Idempotent creation of the node's own queue and dead-letter queue (SqsCommandBus.ensureQueue:
- * GetQueueUrl, else CreateQueue for the dead-letter queue, GetQueueAttributes for its ARN, CreateQueue
+ * Idempotent creation of the node's own queue and the installation's shared dead-letter queue
+ * (SqsCommandBus.ensureQueue: GetQueueUrl, else CreateQueue for the dead-letter queue, GetQueueAttributes for its ARN, CreateQueue
  * for the queue with its redrive policy and SQS-managed encryption).
  */
 export const AGENT_QUEUE_SETUP_ACTIONS = [

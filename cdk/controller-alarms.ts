@@ -24,12 +24,15 @@ export interface ControllerAlarmsProps {
   readonly controllerFunction: lambda.IFunction;
   readonly controllerFailureQueue: sqs.IQueue;
   readonly table: dynamodb.Table;
+  /** The installation's shared dead-letter queue of the node queues (`<prefix>_dlq`). */
+  readonly deadLetterQueueName: string;
   readonly alarmActions: readonly cloudwatch.IAlarmAction[];
 }
 
 /**
  * The control plane's alarms: failovers, offline shards, a primary stale without a failover, the
- * controller's errors, throttles, silence and dead letters, and table throttles.
+ * controller's errors, throttles, silence and dead letters, table throttles, and the node queues'
+ * shared dead-letter queue.
  *
  * The alarms are created in `scope` (the `ShardguardController`), not in a child construct: their
  * logical IDs are those of the stacks deployed before they moved here, so an upgrade updates them
@@ -46,6 +49,8 @@ export class ControllerAlarms {
   readonly controllerFailureQueue: cloudwatch.Alarm;
   /** Read or write throttle events on the table (either billing mode). */
   readonly tableThrottle: cloudwatch.Alarm;
+  /** The node queues' shared dead-letter queue holds a command an agent could not parse. */
+  readonly deadLetters: cloudwatch.Alarm;
   /** Every alarm above, in creation order (the dashboard's alarm status widget). */
   readonly all: readonly cloudwatch.Alarm[];
 
@@ -123,6 +128,20 @@ export class ControllerAlarms {
       description:
         "DynamoDB throttled Shardguard's table: heartbeats or snapshot reads are refused (provisioned capacity too small for the fleet, or a hot partition). Stale heartbeats follow.",
     });
+    this.deadLetters = alarm(
+      "DeadLetterQueueAlarm",
+      new cloudwatch.Metric({
+        namespace: "AWS/SQS",
+        metricName: "ApproximateNumberOfMessagesVisible",
+        dimensionsMap: { QueueName: props.deadLetterQueueName },
+        statistic: "Maximum",
+        period: Duration.minutes(5),
+      }),
+      {
+        // The queue exists once the first agent started; until then there is nothing to report.
+        description: `The node queues' dead-letter queue ${props.deadLetterQueueName} holds a command an agent could not parse (its DeadLetterQueueSourceArn attribute names the node queue).`,
+      },
+    );
     this.all = all;
   }
 }

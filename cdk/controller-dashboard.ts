@@ -25,12 +25,12 @@ export interface ControllerDashboardProps {
 
 /**
  * The control plane's dashboard: alarm status, failovers, controller invocations, the table's
- * throttles and errors, dead letters; one graph of node dead-letter queues once a node is added.
+ * throttles and errors, dead letters (the node queues' shared dead-letter queue has an alarm in the
+ * alarm widget).
  * Created in `scope` (the `ShardguardController`), keeping the logical ID of earlier releases.
  */
 export class ControllerDashboard {
   readonly dashboard: cloudwatch.Dashboard;
-  #nodeDeadLetters: cloudwatch.GraphWidget | undefined;
 
   constructor(scope: Construct, props: ControllerDashboardProps) {
     const fn = props.controllerFunction;
@@ -76,18 +76,5 @@ export class ControllerDashboard {
       }),
     );
     this.dashboard = dashboard;
-  }
-
-  /** Adds a node's dead-letter queue depth to the graph of node dead-letter queues (made on first use). */
-  addNodeDeadLetters(metric: cloudwatch.IMetric): void {
-    if (!this.#nodeDeadLetters) {
-      this.#nodeDeadLetters = new cloudwatch.GraphWidget({
-        title: "Node dead-letter queues (messages; each node has an alarm at 1)",
-        leftAnnotations: [{ value: 1, label: "alarm" }],
-        width: 24,
-      });
-      this.dashboard.addWidgets(this.#nodeDeadLetters);
-    }
-    this.#nodeDeadLetters.addLeftMetric(metric);
   }
 }

@@ -69,7 +69,7 @@ export interface ShardguardControllerProps extends TableCapacityProps {
    */
   readonly pointInTimeRecoveryPeriod?: Duration;
   /**
-   * Prefix of every node's command queue: `<prefix>_<shard>_<node>` and `<prefix>_<shard>_<node>_dlq`
+   * Prefix of every node's command queue: `<prefix>_<shard>_<node>`, and of the shared dead-letter queue `<prefix>_dlq`
    * (1-20 letters, digits or '-': no '_', the separator, so one installation's `<prefix>_*` never
    * matches another's queues; at most 20 so the longest name fits SQS's 80 characters). Agents create
    * their own queues under it; the controller may send only to queues under it.

@@ -13,7 +13,7 @@ import * as logs from "aws-cdk-lib/aws-logs";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
 import { ENV } from "../src/adapters/env.ts";
-import { defaultQueuePrefix, queueNamePattern } from "../src/adapters/queue-names.ts";
+import { deadLetterQueueName, defaultQueuePrefix, queueNamePattern } from "../src/adapters/queue-names.ts";
 import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
 import type { FailoverConfig } from "../src/core/config.ts";
 import { ShardguardError } from "../src/core/errors.ts";
@@ -73,9 +73,10 @@ export const OPERATOR_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"] as 
  * Shardguard's control plane in one construct: the coordination table, the controller Lambda and
  * its one-minute schedule, the IAM grants for agents and operators, alarms and a dashboard.
  *
- * Queues: every agent creates its own queue and dead-letter queue under `queuePrefix` (see
- * agent-policy.ts); the construct grants the controller send rights on that prefix and, per node
- * registered with `addNode`, an agent policy and a dead-letter alarm.
+ * Queues: every agent creates its own queue under `queuePrefix`, with the installation's shared
+ * dead-letter queue `<prefix>_dlq` (see agent-policy.ts); the construct grants the controller send
+ * rights on that prefix, one alarm on the shared dead-letter queue, and per node registered with
+ * `addNode` an agent policy.
  */
 export class ShardguardController extends Construct {
   public readonly table: dynamodb.Table;
@@ -114,16 +115,12 @@ export class ShardguardController extends Construct {
   public readonly tableThrottleAlarm: cloudwatch.Alarm;
   public readonly dashboard: cloudwatch.Dashboard;
 
-  /** Every alarm of the control plane (node dead-letter alarms are on each `ShardguardNode`). */
+  /** Every alarm of the control plane, the node queues' shared dead-letter queue's among them. */
   public readonly alarms: ControllerAlarms;
-
-  private readonly resolved: ResolvedControllerProps;
-  readonly #dashboard: ControllerDashboard;
 
   constructor(scope: Construct, id: string, props: ShardguardControllerProps = {}) {
     super(scope, id);
     const resolved = resolveControllerProps(props);
-    this.resolved = resolved;
     this.config = resolved.config;
     // Derived from the stack's name unless given, so two stacks in one account never share queues.
     this.queuePrefix = resolved.queuePrefix ?? defaultQueuePrefix(Stack.of(this).stackName);
@@ -202,6 +199,7 @@ export class ShardguardController extends Construct {
       controllerFunction: this.controllerFunction,
       controllerFailureQueue: this.controllerFailureQueue,
       table: this.table,
+      deadLetterQueueName: deadLetterQueueName(this.queuePrefix),
       alarmActions: resolved.alarmActions,
     });
     this.alarms = alarms;
@@ -213,31 +211,27 @@ export class ShardguardController extends Construct {
     this.controllerNotRunningAlarm = alarms.controllerNotRunning;
     this.controllerFailureQueueAlarm = alarms.controllerFailureQueue;
     this.tableThrottleAlarm = alarms.tableThrottle;
-    this.#dashboard = new ControllerDashboard(this, {
+    const dashboard = new ControllerDashboard(this, {
       dashboardName: props.dashboardName,
       alarms: alarms.all,
       controllerFunction: this.controllerFunction,
       controllerFailureQueue: this.controllerFailureQueue,
       table: this.table,
     });
-    this.dashboard = this.#dashboard.dashboard;
+    this.dashboard = dashboard.dashboard;
   }
 
   /**
-   * A node the stack knows about: a managed policy for its agent (attached to `role` when given)
-   * and an alarm on its dead-letter queue. The agent still creates its queues itself.
+   * A node the stack knows about: a managed policy for its agent (attached to `role` when given).
+   * The agent creates its queue itself; its dead letters go to the installation's shared queue,
+   * watched by one alarm (`alarms.deadLetters`).
    */
   public addNode(options: ShardguardNodeOptions): ShardguardNode {
     validateIdentity(options);
-    const node = new ShardguardNode(this, `Node-${options.shard}-${options.node}`, {
+    return new ShardguardNode(this, `Node-${options.shard}-${options.node}`, {
       ...options,
       controller: this,
-      alarmActions: this.resolved.alarmActions,
     });
-    this.#dashboard.addNodeDeadLetters(
-      node.metricDeadLetterMessages({ label: `${options.shard}/${options.node}` }),
-    );
-    return node;
   }
 
   /** The agent statements (see agent-policy.ts) for one node, added to `grantee`'s policy. */

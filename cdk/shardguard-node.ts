@@ -1,5 +1,3 @@
-import { Duration } from "aws-cdk-lib";
-import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
 import * as iam from "aws-cdk-lib/aws-iam";
 import { Construct } from "constructs";
 import { type AgentIdentity, nodeQueueNames } from "./agent-policy.ts";
@@ -24,19 +22,21 @@ export interface NodeController {
 
 export interface ShardguardNodeProps extends ShardguardNodeOptions {
   readonly controller: NodeController;
-  readonly alarmActions: readonly cloudwatch.IAlarmAction[];
 }
 
-/** One database node known to the stack: its agent's policy and the alarm on its dead-letter queue. */
+/**
+ * One database node known to the stack: its agent's policy. What its agent cannot parse lands in
+ * the installation's shared dead-letter queue, which the controller's alarms watch (one alarm for
+ * every node: docs/cost.md).
+ */
 export class ShardguardNode extends Construct {
   public readonly shard: string;
   public readonly nodeId: string;
   /** Least-privilege policy of this node's agent (see agent-policy.ts). */
   public readonly policy: iam.ManagedPolicy;
   public readonly queueName: string;
+  /** The installation's shared dead-letter queue (`<prefix>_dlq`). */
   public readonly deadLetterQueueName: string;
-  /** In alarm while the node's dead-letter queue holds a command the agent could not parse. */
-  public readonly deadLetterAlarm: cloudwatch.Alarm;
 
   constructor(scope: Construct, id: string, props: ShardguardNodeProps) {
     super(scope, id);
@@ -49,28 +49,6 @@ export class ShardguardNode extends Construct {
       description: `Shardguard agent of node ${props.node} in shard ${props.shard}`,
       statements: props.controller.agentPolicyStatements({ shard: props.shard, node: props.node }),
       roles: props.role ? [props.role] : [],
-    });
-    this.deadLetterAlarm = new cloudwatch.Alarm(this, "DeadLetterAlarm", {
-      alarmDescription: `The dead-letter queue of Shardguard node ${props.node} (shard ${props.shard}) is not empty.`,
-      metric: this.metricDeadLetterMessages(),
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      // The queue exists only once the agent has started; until then there is nothing to report.
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-    });
-    for (const action of props.alarmActions) this.deadLetterAlarm.addAlarmAction(action);
-  }
-
-  /** Messages waiting in the node's dead-letter queue (SQS publishes it while the queue holds any). */
-  public metricDeadLetterMessages(options: cloudwatch.MetricOptions = {}): cloudwatch.Metric {
-    return new cloudwatch.Metric({
-      namespace: "AWS/SQS",
-      metricName: "ApproximateNumberOfMessagesVisible",
-      dimensionsMap: { QueueName: this.deadLetterQueueName },
-      statistic: "Maximum",
-      period: Duration.minutes(5),
-      ...options,
     });
   }
 }

@@ -19,6 +19,7 @@ export const DLQ_SUFFIX = "_dlq";
 
 export interface QueueNames {
   readonly queue: string;
+  /** The installation's one dead-letter queue, shared by every node queue (`deadLetterQueueName`). */
   readonly deadLetterQueue: string;
 }
 
@@ -44,8 +45,26 @@ export function defaultQueuePrefix(stackName: string): string {
 }
 
 /**
- * `<prefix>_<shard>_<node>` and `<prefix>_<shard>_<node>_dlq`. With a prefix of at most 20 and ids
- * of at most 24 characters the longest name is 20+1+24+1+24+4 = 74, within SQS's 80.
+ * The installation's dead-letter queue, `<prefix>_dlq`: every node queue sends what its agent could
+ * not parse there, so one alarm watches them all (a per-node alarm cost $0.10 a node a month:
+ * docs/cost.md). One separator: no node queue (`<prefix>_<shard>_<node>`) is named so.
+ */
+export function deadLetterQueueName(prefix: string): string {
+  validateQueuePrefix(prefix);
+  return `${prefix}${DLQ_SUFFIX}`;
+}
+
+/**
+ * A node's own dead-letter queue as installations before the shared one created it; only
+ * `shardguard decommission` still looks for it.
+ */
+export function legacyDeadLetterQueueName(prefix: string, shard: string, nodeId: string): string {
+  return `${queueNames(prefix, shard, nodeId).queue}${DLQ_SUFFIX}`;
+}
+
+/**
+ * `<prefix>_<shard>_<node>`, and the installation's dead-letter queue. With a prefix of at most 20
+ * and ids of at most 24 characters the longest name is 20+1+24+1+24 = 70, within SQS's 80.
  */
 export function queueNames(prefix: string, shard: string, nodeId: string): QueueNames {
   validateQueuePrefix(prefix);
@@ -59,7 +78,7 @@ export function queueNames(prefix: string, shard: string, nodeId: string): Queue
     }
   }
   const queue = [prefix, shard, nodeId].join(QUEUE_NAME_SEPARATOR);
-  return { queue, deadLetterQueue: `${queue}${DLQ_SUFFIX}` };
+  return { queue, deadLetterQueue: deadLetterQueueName(prefix) };
 }
 
 /** Every node queue under `prefix` (an IAM resource pattern for the controller). */

@@ -20,7 +20,7 @@ import { queueNames, validateQueuePrefix } from "./queue-names.ts";
 
 export interface SqsCommandBusOptions {
   readonly sqs: SQSClient;
-  /** Queue names are `<prefix>_<shard>_<node>` (+ `_dlq`). */
+  /** Queue names are `<prefix>_<shard>_<node>`; the shared dead-letter queue is `<prefix>_dlq`. */
   readonly queuePrefix: string;
   /** Receives before an unparseable command moves to the dead-letter queue. @default 3 */
   readonly maxReceiveCount?: number;
@@ -257,17 +257,34 @@ export class SqsCommandBus implements CommandBus {
     }
   }
 
+  /**
+   * The installation's dead-letter queue, created by whichever agent comes first. Agents of one
+   * installation may differ in attributes (an older release, SSE off for an emulator): SQS then
+   * refuses the CreateQueue (QueueAlreadyExists), and the queue that exists is the one to use.
+   */
+  async #sharedDeadLetterQueue(
+    name: string,
+    attributes: Record<string, string>,
+  ): Promise<string | undefined> {
+    try {
+      return (await this.#sqs.send(new CreateQueueCommand({ QueueName: name, Attributes: attributes })))
+        .QueueUrl;
+    } catch (error) {
+      const code = (error as { name?: string }).name ?? "";
+      if (!/QueueAlreadyExists|QueueNameExists/.test(code)) throw error;
+      return this.#lookUp(name);
+    }
+  }
+
   async #create(queueName: string, deadLetterQueueName: string): Promise<string> {
     const sse: Record<string, string> = this.#managedSse ? { SqsManagedSseEnabled: "true" } : {};
     try {
-      const dlq = await this.#sqs.send(
-        new CreateQueueCommand({
-          QueueName: deadLetterQueueName,
-          Attributes: { MessageRetentionPeriod: String(DLQ_RETENTION_SECONDS), ...sse },
-        }),
-      );
+      const dlqUrl = await this.#sharedDeadLetterQueue(deadLetterQueueName, {
+        MessageRetentionPeriod: String(DLQ_RETENTION_SECONDS),
+        ...sse,
+      });
       const attributes = await this.#sqs.send(
-        new GetQueueAttributesCommand({ QueueUrl: dlq.QueueUrl, AttributeNames: ["QueueArn"] }),
+        new GetQueueAttributesCommand({ QueueUrl: dlqUrl, AttributeNames: ["QueueArn"] }),
       );
       const deadLetterTargetArn = attributes.Attributes?.QueueArn;
       if (!deadLetterTargetArn)

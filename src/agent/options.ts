@@ -263,7 +263,8 @@ export const AGENT_SETTINGS = [
     kind: "string",
     env: ENV.queuePrefix,
     default: "`shardguard`",
-    description: "Queue names are `<prefix>_<shard>_<node>` (+ `_dlq`).",
+    description:
+      "Queue names are `<prefix>_<shard>_<node>`; the installation's dead-letter queue is `<prefix>_dlq`.",
   },
   {
     key: "logLevel",

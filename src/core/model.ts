@@ -7,7 +7,7 @@ import { z } from "zod";
  */
 
 /**
- * Shard and node ids: short enough that `<prefix>_<shard>_<node>_dlq` fits SQS's 80 characters, and
+ * Shard and node ids: short enough that `<prefix>_<shard>_<node>_dlq` (an older release's per-node dead-letter queue) fits SQS's 80 characters, and
  * without `_`, the separator of queue names, so (shard "a-b", node "c") and (shard "a", node "b-c")
  * can never share a queue.
  */

@@ -48,7 +48,7 @@ function aCommand(epoch: number, overrides: Partial<Command> = {}): Command {
 const silent: Logger = silentLogger;
 
 describe("queues", () => {
-  it("creates a node's queue with its dead-letter queue once and returns the same URL after", async () => {
+  it("creates a node's queue once, with the installation's shared dead-letter queue, and returns the same URL after", async () => {
     // Prepare
     const queuePrefix = prefix();
     const { bus, clients, counter } = adapters({
@@ -62,8 +62,12 @@ describe("queues", () => {
     const first = await bus.ensureQueue("s1", "n1");
     const again = await bus.ensureQueue("s1", "n1");
     const fromAnotherProcess = await other.ensureQueue("s1", "n1");
+    const neighbour = await other.ensureQueue("s2", "n2");
     const attributes = await clients.sqs.send(
       new GetQueueAttributesCommand({ QueueUrl: first, AttributeNames: ["All"] }),
+    );
+    const neighbourAttributes = await clients.sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: neighbour, AttributeNames: ["RedrivePolicy"] }),
     );
 
     // Assess
@@ -73,7 +77,11 @@ describe("queues", () => {
     expect(counter.snapshot()["SQS.CreateQueue"]?.calls).toBe(2);
     const redrive = JSON.parse(attributes.Attributes?.RedrivePolicy ?? "{}");
     expect(redrive).toMatchObject({ maxReceiveCount: 4 });
-    expect(redrive.deadLetterTargetArn).toMatch(new RegExp(`:${queuePrefix}_s1_n1_dlq$`));
+    // One dead-letter queue for the installation (one alarm, not one a node: docs/cost.md).
+    expect(redrive.deadLetterTargetArn).toMatch(new RegExp(`:${queuePrefix}_dlq$`));
+    expect(JSON.parse(neighbourAttributes.Attributes?.RedrivePolicy ?? "{}").deadLetterTargetArn).toBe(
+      redrive.deadLetterTargetArn,
+    );
     expect(attributes.Attributes).toMatchObject({ VisibilityTimeout: "45", SqsManagedSseEnabled: "true" });
   });
 

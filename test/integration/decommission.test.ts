@@ -1,9 +1,10 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { ListQueuesCommand } from "@aws-sdk/client-sqs";
+import { CreateQueueCommand, ListQueuesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, describe, expect, it } from "vitest";
 import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { silentLogger } from "../../src/adapters/observability.ts";
+import { legacyDeadLetterQueueName } from "../../src/adapters/queue-names.ts";
 import { SqsCommandBus } from "../../src/adapters/sqs-command-bus.ts";
 import { awsEnv } from "../support/aws.ts";
 
@@ -40,33 +41,32 @@ function decommission(prefix: string, ...args: string[]) {
 }
 
 describe("shardguard decommission", () => {
-  it("deletes one retired node's queue and dead-letter queue, then every node queue of the installation only", async () => {
+  it("deletes one retired node's queue (and its own dead-letter queue from an older release, never the shared one), then every queue of the installation only", async () => {
     // Prepare
     await createQueues(PREFIX, [
       ["orders", "n1"],
       ["orders", "n2"],
     ]);
     await createQueues(NEIGHBOUR, [["orders", "n1"]]);
+    // n1 as an installation before the shared dead-letter queue left it: with its own.
+    await aws.clients.sqs.send(
+      new CreateQueueCommand({ QueueName: legacyDeadLetterQueueName(PREFIX, "orders", "n1") }),
+    );
 
     // Act
     const one = await decommission(PREFIX, "--shard", "orders", "--node", "n1");
 
     // Assess
     expect(one.stdout).toBe(`deleted ${PREFIX}_orders_n1\ndeleted ${PREFIX}_orders_n1_dlq\n`);
-    expect(await queuesStartingWith(`${PREFIX}_`)).toEqual([
-      `${PREFIX}_orders_n2`,
-      `${PREFIX}_orders_n2_dlq`,
-    ]);
+    // The shared dead-letter queue stays: other nodes' queues send to it.
+    expect(await queuesStartingWith(`${PREFIX}_`)).toEqual([`${PREFIX}_dlq`, `${PREFIX}_orders_n2`]);
 
     // Act
     const all = await decommission(PREFIX, "--all-queues", "--json");
 
     // Assess
-    expect(JSON.parse(all.stdout)).toEqual({ deleted: [`${PREFIX}_orders_n2`, `${PREFIX}_orders_n2_dlq`] });
+    expect(JSON.parse(all.stdout)).toEqual({ deleted: [`${PREFIX}_dlq`, `${PREFIX}_orders_n2`] });
     expect(await queuesStartingWith(`${PREFIX}_`)).toEqual([]);
-    expect(await queuesStartingWith(NEIGHBOUR)).toEqual([
-      `${NEIGHBOUR}_orders_n1`,
-      `${NEIGHBOUR}_orders_n1_dlq`,
-    ]);
+    expect(await queuesStartingWith(NEIGHBOUR)).toEqual([`${NEIGHBOUR}_dlq`, `${NEIGHBOUR}_orders_n1`]);
   }, 60_000);
 });

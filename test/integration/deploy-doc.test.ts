@@ -375,8 +375,8 @@ describe("docs/deploy.md", () => {
       "shardguard decommission --all-queues",
     ]);
     expect(outputs).toEqual([
-      `deleted ${prefix}_orders_n3\ndeleted ${prefix}_orders_n3_dlq\n`,
-      `deleted ${prefix}_orders_n4\ndeleted ${prefix}_orders_n4_dlq\n`,
+      `deleted ${prefix}_orders_n3\n`,
+      `deleted ${prefix}_dlq\ndeleted ${prefix}_orders_n4\n`,
     ]);
   }, 60_000);
 

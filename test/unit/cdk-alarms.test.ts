@@ -33,8 +33,7 @@ describe("the controller's alarms and dashboard (cdk/controller-alarms.ts, cdk/c
         "ShardguardControllerNotRunningAlarm48255F1E",
         "ShardguardControllerFailureQueueAlarmC6D0018B",
         "ShardguardTableThrottleAlarm5B699592",
-        "ShardguardNodeordersn1DeadLetterAlarm267C25B8",
-        "ShardguardNodeordersn2DeadLetterAlarmA98B6B01",
+        "ShardguardDeadLetterQueueAlarmAFDC054B",
       ].sort(),
     );
     expect(ids("AWS::CloudWatch::Dashboard")).toEqual(["ShardguardDashboard38891460"]);
@@ -46,7 +45,8 @@ describe("the controller's alarms and dashboard (cdk/controller-alarms.ts, cdk/c
     const body = JSON.stringify(template.findResources("AWS::CloudWatch::Dashboard"));
 
     // Assess
-    expect(controller.alarms.all).toHaveLength(8);
+    expect(controller.alarms.all).toHaveLength(9);
+    expect(controller.alarms.all).toContain(controller.alarms.deadLetters);
     expect(controller.alarms.all).toContain(controller.failoverAlarm);
     expect(controller.alarms.all).toContain(controller.tableThrottleAlarm);
     for (const alarm of controller.alarms.all) {
@@ -54,14 +54,18 @@ describe("the controller's alarms and dashboard (cdk/controller-alarms.ts, cdk/c
     }
   });
 
-  it("graphs every controller metric and one dead-letter graph for all nodes", () => {
+  it("graphs every controller metric; one alarm watches every node's dead letters, none a node", () => {
     // Act
     const body = JSON.stringify(template.findResources("AWS::CloudWatch::Dashboard"));
+    const deadLetterAlarms = Object.values(template.findResources("AWS::CloudWatch::Alarm")).filter((alarm) =>
+      JSON.stringify(alarm).includes("_dlq"),
+    );
 
     // Assess
     for (const metric of METRIC_NAMES) expect(body).toContain(`SELECT SUM(${metric}) FROM Shardguard`);
-    expect(body.split("Node dead-letter queues").length - 1).toBe(1);
-    expect(body).toContain("orders/n1");
-    expect(body).toContain("orders/n2");
+    expect(deadLetterAlarms).toHaveLength(1);
+    expect(deadLetterAlarms[0]?.Properties).toMatchObject({
+      Dimensions: [{ Name: "QueueName", Value: `${stack.controller.queuePrefix}_dlq` }],
+    });
   });
 });

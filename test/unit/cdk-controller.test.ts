@@ -326,7 +326,7 @@ describe("IAM", () => {
       }),
       expectedGrant(
         ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"],
-        [arnIn("sqs", "shardguard_orders_n1"), arnIn("sqs", "shardguard_orders_n1_dlq")],
+        [arnIn("sqs", "shardguard_dlq"), arnIn("sqs", "shardguard_orders_n1")],
       ),
       expectedGrant(
         ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"],
@@ -419,7 +419,7 @@ describe("events, alarms and dashboard", () => {
     });
   });
 
-  it("alarms when the controller's or a node's dead-letter queue is not empty", () => {
+  it("alarms when the controller's or the node queues' shared dead-letter queue is not empty", () => {
     template.hasResourceProperties("AWS::CloudWatch::Alarm", {
       Namespace: "AWS/SQS",
       MetricName: "ApproximateNumberOfMessagesVisible",
@@ -433,7 +433,7 @@ describe("events, alarms and dashboard", () => {
     template.hasResourceProperties("AWS::CloudWatch::Alarm", {
       Namespace: "AWS/SQS",
       MetricName: "ApproximateNumberOfMessagesVisible",
-      Dimensions: [{ Name: "QueueName", Value: "shardguard_orders_n1_dlq" }],
+      Dimensions: [{ Name: "QueueName", Value: "shardguard_dlq" }],
       Statistic: "Maximum",
     });
   });

@@ -1,22 +1,36 @@
 import { describe, expect, it } from "vitest";
-import { queueNames, SQS_QUEUE_NAME_MAX } from "../../src/adapters/queue-names.ts";
+import {
+  deadLetterQueueName,
+  legacyDeadLetterQueueName,
+  queueNames,
+  SQS_QUEUE_NAME_MAX,
+} from "../../src/adapters/queue-names.ts";
 import { ConfigurationError } from "../../src/core/errors.ts";
 
 describe("queue names", () => {
-  it("names a node's queue and dead-letter queue from prefix, shard and node", () => {
+  it("names a node's queue from prefix, shard and node, and the installation's one dead-letter queue", () => {
     expect(queueNames("shardguard", "orders-1", "node-a")).toEqual({
       queue: "shardguard_orders-1_node-a",
-      deadLetterQueue: "shardguard_orders-1_node-a_dlq",
+      deadLetterQueue: "shardguard_dlq",
     });
+    expect(queueNames("shardguard", "orders-2", "node-b").deadLetterQueue).toBe(
+      deadLetterQueueName("shardguard"),
+    );
+    expect(legacyDeadLetterQueueName("shardguard", "orders-1", "node-a")).toBe(
+      "shardguard_orders-1_node-a_dlq",
+    );
   });
 
   it("stays within the SQS limit for the longest prefix and ids allowed", () => {
     // Prepare
     const names = queueNames("p".repeat(20), "s".repeat(24), "n".repeat(24));
+    const legacy = legacyDeadLetterQueueName("p".repeat(20), "s".repeat(24), "n".repeat(24));
 
     // Assess
-    expect(names.deadLetterQueue.length).toBeLessThanOrEqual(SQS_QUEUE_NAME_MAX);
-    expect(names.deadLetterQueue).toMatch(/^[A-Za-z0-9_-]+$/);
+    for (const name of [names.queue, names.deadLetterQueue, legacy]) {
+      expect(name.length).toBeLessThanOrEqual(SQS_QUEUE_NAME_MAX);
+      expect(name).toMatch(/^[A-Za-z0-9_-]+$/);
+    }
   });
 
   it.each([

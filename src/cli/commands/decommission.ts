@@ -5,8 +5,9 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { Command } from "commander";
+import { classifyAwsError } from "../../adapters/aws-errors.ts";
 import { queuePrefixFromEnv } from "../../adapters/env.ts";
-import { QUEUE_NAME_SEPARATOR, queueNames } from "../../adapters/queue-names.ts";
+import { legacyDeadLetterQueueName, QUEUE_NAME_SEPARATOR, queueNames } from "../../adapters/queue-names.ts";
 import { wakeQueueName } from "../../adapters/sqs-wake-queue.ts";
 import { ShardguardError } from "../../core/errors.ts";
 import { withOperatorSession } from "../aws-session.ts";
@@ -21,7 +22,8 @@ interface DecommissionOptions {
 /**
  * Agents create their own queues at run time (docs/deploy.md#queues-agents-create-their-own), so
  * CloudFormation does not know them and `cdk destroy` leaves them: this deletes one retired node's
- * queue and dead-letter queue, or with --all-queues every node queue under the installation's
+ * queue (and the node's own dead-letter queue an older release made; never the installation's
+ * shared one, which other nodes use), or with --all-queues every queue under the installation's
  * prefix (after `cdk destroy`; the wake queue is the stack's own). Needs sqs:DeleteQueue (and sqs:ListQueues for --all-queues), which no
  * Shardguard role has: run it with administrator credentials.
  */
@@ -46,7 +48,9 @@ export function registerDecommission(program: Command): void {
         if (options.allQueues) return deleteUnderPrefix(sqs, prefix);
         if (!options.shard || !options.node) throw new ShardguardError("--shard and --node go together");
         const names = queueNames(prefix, options.shard, options.node);
-        const urls = await Promise.all([names.queue, names.deadLetterQueue].map((name) => urlOf(sqs, name)));
+        // Never the installation's shared dead-letter queue; an old installation's own one of the node.
+        const legacy = legacyDeadLetterQueueName(prefix, options.shard, options.node);
+        const urls = await Promise.all([names.queue, legacy].map((name) => urlOf(sqs, name)));
         return deleteQueues(
           sqs,
           urls.filter((url): url is string => url !== undefined),
@@ -66,7 +70,8 @@ async function urlOf(sqs: SQSClient, name: string): Promise<string | undefined> 
   try {
     return (await sqs.send(new GetQueueUrlCommand({ QueueName: name }))).QueueUrl;
   } catch (error) {
-    if ((error as { name?: string }).name?.includes("NonExistentQueue")) return undefined;
+    // QueueDoesNotExist (JSON protocol) or AWS.SimpleQueueService.NonExistentQueue (query protocol).
+    if (classifyAwsError(error) === "missing_resource") return undefined;
     throw error;
   }
 }
