@@ -113,7 +113,8 @@ export class ShardguardController extends Construct {
   public readonly controllerFailureQueueAlarm: cloudwatch.Alarm;
   /** Read or write throttle events on the table (either billing mode). */
   public readonly tableThrottleAlarm: cloudwatch.Alarm;
-  public readonly dashboard: cloudwatch.Dashboard;
+  /** The control plane's dashboard; undefined with `dashboard: false`. */
+  public readonly dashboard: cloudwatch.Dashboard | undefined;
 
   /** Every alarm of the control plane, the node queues' shared dead-letter queue's among them. */
   public readonly alarms: ControllerAlarms;
@@ -211,14 +212,16 @@ export class ShardguardController extends Construct {
     this.controllerNotRunningAlarm = alarms.controllerNotRunning;
     this.controllerFailureQueueAlarm = alarms.controllerFailureQueue;
     this.tableThrottleAlarm = alarms.tableThrottle;
-    const dashboard = new ControllerDashboard(this, {
-      dashboardName: props.dashboardName,
-      alarms: alarms.all,
-      controllerFunction: this.controllerFunction,
-      controllerFailureQueue: this.controllerFailureQueue,
-      table: this.table,
-    });
-    this.dashboard = dashboard.dashboard;
+    this.dashboard =
+      props.dashboard === false
+        ? undefined
+        : new ControllerDashboard(this, {
+            dashboardName: props.dashboardName,
+            alarms: alarms.all,
+            controllerFunction: this.controllerFunction,
+            controllerFailureQueue: this.controllerFailureQueue,
+            table: this.table,
+          }).dashboard;
   }
 
   /**

@@ -65,7 +65,9 @@ export class ShardguardStack extends Stack {
       value: operatorProfile(this.stackName, this.operatorRole.roleArn, this.region),
       description: "Append to ~/.aws/config: the operator profile, with the stack's region",
     });
-    new CfnOutput(this, "DashboardName", { value: this.controller.dashboard.dashboardName });
+    if (this.controller.dashboard) {
+      new CfnOutput(this, "DashboardName", { value: this.controller.dashboard.dashboardName });
+    }
     for (const identity of props.nodes ?? []) {
       const node = this.controller.addNode(identity);
       new CfnOutput(this, `AgentPolicyArn-${identity.shard}-${identity.node}`, {

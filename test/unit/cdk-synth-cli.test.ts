@@ -76,4 +76,45 @@ describe("cdk synth from the project root", () => {
     );
     expect(`${stdout}${stderr}`).not.toMatch(/AwsSolutions-/);
   }, 120_000);
+
+  it("takes the billing mode, the fleet's size and the dashboard from context", async () => {
+    // Prepare
+    const outdir = path.join(workDir, "cdk.out.provisioned");
+
+    // Act
+    await promisify(execFile)(
+      CDK,
+      [
+        "synth",
+        "--quiet",
+        "--no-notices",
+        "--output",
+        outdir,
+        ...["billingMode=provisioned", "shards=100", "dashboard=false"].flatMap((pair) => [
+          "--context",
+          pair,
+        ]),
+        "--context",
+        "controllerEntry=test/fixtures/controller-handler.ts",
+      ],
+      { cwd: PACKAGE_ROOT, env: offlineEnv(), timeout: 90_000 },
+    );
+
+    // Assess: sized as cdk/table-capacity.ts sizes 100 shards of 3 nodes (docs/cost.md).
+    const template = JSON.parse(readFileSync(path.join(outdir, "Shardguard.template.json"), "utf8"));
+    const resources = Object.values(template.Resources) as Array<{
+      Type: string;
+      Properties: Record<string, unknown>;
+    }>;
+    const table = resources.find((resource) => resource.Type === "AWS::DynamoDB::Table");
+    // (CloudFormation's default billing mode is provisioned: the CDK leaves BillingMode out.)
+    expect(table?.Properties).toMatchObject({
+      ProvisionedThroughput: { ReadCapacityUnits: 103, WriteCapacityUnits: 86 },
+    });
+    expect(resources.filter((resource) => resource.Type === "AWS::CloudWatch::Dashboard")).toEqual([]);
+    expect(
+      resources.filter((resource) => resource.Type === "AWS::CloudWatch::Alarm").length,
+    ).toBeGreaterThanOrEqual(9);
+    expect(Object.keys(template.Outputs)).not.toContain("DashboardName");
+  }, 120_000);
 });
