@@ -12,7 +12,7 @@ export interface ShardguardStackProps extends StackProps {
   /** Props of the controller construct (alarm actions are derived from `alarmTopicArn`). */
   readonly controller?: Omit<ShardguardControllerProps, "alarmActions">;
   /**
-   * Nodes whose agents get a managed policy (its ARN is an output) and a dead-letter alarm.
+   * Nodes whose agents get a managed policy (its ARN is an output).
    * @default - none
    */
   readonly nodes?: readonly AgentIdentity[];

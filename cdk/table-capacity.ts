@@ -12,7 +12,8 @@ import { ShardguardError } from "../src/core/errors.ts";
  * writes one heartbeat (< 1 KB: 1 write unit) and reads its shard's snapshot (one strongly
  * consistent Query of < 4 KB: 1 read unit) at its keepalive while nothing changes (the primary
  * every 2 s, each replica every 20 s at the defaults); the Lambda controller reads each shard's
- * snapshot and the shard index (100 shards a page, 0.5 read units) once a minute, and each shard in
+ * snapshot and the shard index (eventually consistent, about 50 bytes a shard: 0.5 read units per 100
+ * shards or less, counted so per partition) once a minute, and each shard in
  * trouble once a tick (room is left for INCIDENT_SHARDS at once; burst capacity and auto scaling
  * beyond). Auto scaling keeps utilization at 70% between the sized minimum and twice it.
  */

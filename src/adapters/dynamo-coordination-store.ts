@@ -769,7 +769,7 @@ export class DynamoShardIndex extends DynamoTable implements ShardIndex {
    * One page of the index partition (a Query, never a table Scan). Eventually consistent: it costs
    * half, and a shard registered a moment ago is picked up on the next tick.
    */
-  async list(pageToken?: string, pageSize = 100): Promise<{ shards: string[]; nextPageToken?: string }> {
+  async list(pageToken?: string, pageSize = 1000): Promise<{ shards: string[]; nextPageToken?: string }> {
     const out = await this.call("Query (shard index)", () =>
       this.documents.send(
         new QueryCommand({
