@@ -536,7 +536,13 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
     const unknownReplica =
       firstInfo?.role === "primary" &&
       syncedReplicaAddresses(firstInfo, GUARD_MAX_LAG_S).some((address) => !ctx.knownNodes.has(address));
-    if (!unknownReplica && (report === undefined || reportSignature(report) === ctx.writtenSignature)) {
+    // A cycle held up past its keepalive (the agent stalled) reads the topology before the guard
+    // acts on what it last read.
+    if (
+      !unknownReplica &&
+      !storeDue(ctx) &&
+      (report === undefined || reportSignature(report) === ctx.writtenSignature)
+    ) {
       if (firstInfo && (ctx.topologyRead || ctx.dbRestarted)) {
         await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, firstInfo));
       }
@@ -567,6 +573,12 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
         info = undefined;
       }
     }
+  }
+  if (info?.role === "primary" && ctx.confirmed === false && (ctx.topologyRead || ctx.dbRestarted)) {
+    // The topology no longer confirms this primary (offline, a failover away, another named):
+    // fence before the heartbeat goes out, so whoever reads it finds the writes refused already.
+    const current = info;
+    await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, current));
   }
   const probed = await probe;
   trackDoubt(ctx, info, probed);

@@ -162,12 +162,21 @@ describe("chaos: stalled agents", () => {
     const resumedAt = active.aws.clock.now();
     // Its agent fenced the writes (no heartbeat for longer than the fence timeout), then wrote a
     // heartbeat after reading the offline topology.
+    let firstWrittenAt = 0;
     await active.waitFor(
       "node-1's agent to write a heartbeat after its stall",
-      async () =>
-        (active.heartbeatOf(await active.snapshot(), "node-1")?.agent_updated ?? 0) / 1000 > resumedAt,
+      async () => {
+        firstWrittenAt = (active.heartbeatOf(await active.snapshot(), "node-1")?.agent_updated ?? 0) / 1000;
+        return firstWrittenAt > resumedAt;
+      },
       WAIT_MS,
     );
+    // When its agent fenced the database: before it wrote that heartbeat, not after (a client
+    // that sees the heartbeat, as the probes below do, must find the fence up).
+    const fencedAt = active
+      .logLines("agent-node-1.log")
+      .filter((line) => line.message === "writes fenced: this primary refuses writes")
+      .map((line) => Date.parse(String(line.timestamp)));
     // Negative check over four of its heartbeats: node-1 refuses every write while offline.
     const probes: WriteProbe[] = [];
     await holdsFor(
@@ -194,6 +203,10 @@ describe("chaos: stalled agents", () => {
 
     // Assess
     expect(stillOffline?.status).toBe("offline");
+    expect(
+      fencedAt.filter((at) => at >= resumedAt - 1 && at <= firstWrittenAt),
+      `fenced at ${fencedAt.join(", ")}; resumed at ${resumedAt}, first heartbeat after at ${firstWrittenAt}`,
+    ).toHaveLength(1);
     for (const probe of probes) {
       expect(probe).toMatchObject({ role: "master", accepted: false });
       expect(probe.refusal).toMatch(/NOREPLICAS/);
