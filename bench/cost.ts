@@ -39,6 +39,7 @@ import {
   SECONDS_PER_MONTH,
   sqsMonthly,
 } from "./lib/pricing.ts";
+import { median } from "./lib/stats.ts";
 
 const { values } = parseArgs({
   options: {
@@ -113,10 +114,11 @@ const LAMBDA_PLATFORM_LOG_BYTES = 420;
  */
 const ESM_POLLS_PER_SECOND = 5 / 20;
 
-/** One metrics line as Powertools writes it in Lambda (EMF), in bytes. */
-function emfLineBytes(): number {
-  const metrics = new Metrics({ namespace: "Shardguard", serviceName: "shardguard-controller" });
-  metrics.addMetric("shardOffline", MetricUnit.Count, 0);
+/**
+ * Runs `work` with stdout counted instead of printed: what Powertools writes there (log and EMF
+ * lines) is what CloudWatch Logs ingests in Lambda.
+ */
+async function stdoutBytesOf<T>(work: () => T | Promise<T>): Promise<{ result: T; bytes: number }> {
   let bytes = 0;
   const write = process.stdout.write.bind(process.stdout);
   process.stdout.write = ((chunk: string | Uint8Array) => {
@@ -124,11 +126,17 @@ function emfLineBytes(): number {
     return true;
   }) as typeof process.stdout.write;
   try {
-    metrics.publishStoredMetrics();
+    return { result: await work(), bytes };
   } finally {
     process.stdout.write = write;
   }
-  return bytes;
+}
+
+/** One metrics line as Powertools writes it in Lambda (EMF), in bytes. */
+async function emfLineBytes(): Promise<number> {
+  const metrics = new Metrics({ namespace: "Shardguard", serviceName: "shardguard-controller" });
+  metrics.addMetric("shardOffline", MetricUnit.Count, 0);
+  return (await stdoutBytesOf(() => metrics.publishStoredMetrics())).bytes;
 }
 
 function perSecond(counts: Record<string, OperationCount>, seconds: number) {
@@ -180,37 +188,21 @@ async function loadHandler(env: NodeJS.ProcessEnv): Promise<Handler> {
 
 /** One scheduled invocation, as EventBridge's one-minute schedule makes it. */
 async function invoke(handler: Handler, serial: number): Promise<Invocation> {
-  let logBytes = 0;
-  const write = process.stdout.write.bind(process.stdout);
-  process.stdout.write = ((chunk: string | Uint8Array) => {
-    logBytes += Buffer.byteLength(chunk);
-    return true;
-  }) as typeof process.stdout.write;
   const cpu = process.cpuUsage();
   const started = performance.now();
-  let summary: unknown;
-  try {
-    summary = await handler(
+  const { result: summary, bytes: logBytes } = await stdoutBytesOf(() =>
+    handler(
       { source: "aws.events", "detail-type": "Scheduled Event" },
       {
         getRemainingTimeInMillis: () => LAMBDA_TIMEOUT_MS - (performance.now() - started),
         awsRequestId: `bench-cost-${serial}`,
       },
-    );
-  } finally {
-    process.stdout.write = write;
-  }
+    ),
+  );
   const used = process.cpuUsage(cpu);
   return { wallMs: performance.now() - started, cpuMs: (used.user + used.system) / 1000, logBytes, summary };
 }
 
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1
-    ? (sorted[middle] ?? 0)
-    : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
-};
 const sleepUntil = (at: number) =>
   new Promise((resolve) => setTimeout(resolve, Math.max(0, at - performance.now())));
 
@@ -372,7 +364,7 @@ try {
     },
     prices,
   );
-  const emfBytes = emfLineBytes();
+  const emfBytes = await emfLineBytes();
   const logBytesPerSecond = handler
     ? (partitions *
         (median(invocations.map((invocation) => invocation.logBytes)) + LAMBDA_PLATFORM_LOG_BYTES) *

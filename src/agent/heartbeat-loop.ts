@@ -574,9 +574,12 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
       }
     }
   }
-  if (info?.role === "primary" && ctx.confirmed === false && (ctx.topologyRead || ctx.dbRestarted)) {
-    // The topology no longer confirms this primary (offline, a failover away, another named):
-    // fence before the heartbeat goes out, so whoever reads it finds the writes refused already.
+  const guarded = info !== undefined && (ctx.topologyRead || ctx.dbRestarted);
+  // The topology no longer confirms this primary (offline, a failover away, another named): its
+  // fence goes up before the heartbeat goes out, so whoever reads it finds the writes refused
+  // already. Any other guard follows the write (it depends on whether the write went through).
+  const guardFirst = guarded && info?.role === "primary" && ctx.confirmed === false;
+  if (guardFirst && info) {
     const current = info;
     await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, current));
   }
@@ -614,7 +617,7 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
   }
   // Not written (failed, skipped, nothing to write yet): the next cycle tries again.
   if (!written) ctx.storeRequested = true;
-  if (info && (ctx.topologyRead || ctx.dbRestarted)) {
+  if (guarded && !guardFirst && info) {
     const current = info;
     await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, current));
   }

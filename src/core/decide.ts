@@ -150,6 +150,11 @@ export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
   return now - heartbeat.last_updated / 1000;
 }
 
+/** ms since the agent last wrote, whatever its database's state (\`agent_updated\`). */
+function agentAgeMs(heartbeat: Heartbeat, now: number): number {
+  return now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000;
+}
+
 /**
  * A timestamp (µs) counts as recent at `now`: at most `failureTimeoutMs` old and dated at most
  * MAX_CLOCK_SKEW_MS ahead of `now`. So the controller times at which it counts form one interval
@@ -186,7 +191,7 @@ export function isAgentHeard(heartbeat: Heartbeat, config: FailoverConfig, now: 
  * its silence is no evidence of failure until then; its offset, though, is as old as the write.
  */
 export function isReportCurrent(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
-  const ageMs = now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000;
+  const ageMs = agentAgeMs(heartbeat, now);
   return ageMs <= (heartbeat.keepalive_ms ?? 0) + config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
 }
 
@@ -232,8 +237,7 @@ function awaitingDecision(
 }
 
 function describeAgentAge(heartbeat: Heartbeat, now: number): string {
-  const ageMs = Math.round(now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000);
-  return `${Math.max(0, ageMs)} ms ago`;
+  return `${Math.max(0, Math.round(agentAgeMs(heartbeat, now)))} ms ago`;
 }
 
 /**
@@ -695,7 +699,7 @@ function decideOffline(
         node.node_id !== best.node_id &&
         node.db_status === "down" &&
         node.db_crash === undefined &&
-        now - (node.agent_updated ?? node.last_updated) / 1000 <= LAST_COPY_GRACE * config.failureTimeoutMs &&
+        agentAgeMs(node, now) <= LAST_COPY_GRACE * config.failureTimeoutMs &&
         node.repl_id === lineage.repl_id &&
         node.last_txn_id > best.last_txn_id,
     );

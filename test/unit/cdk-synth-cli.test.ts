@@ -27,34 +27,41 @@ function offlineEnv(): NodeJS.ProcessEnv {
   };
 }
 
+interface Template {
+  readonly Resources: Record<string, { Type: string; Properties: Record<string, unknown> }>;
+  readonly Outputs: Record<string, unknown>;
+}
+
+/** `cdk synth` of the app with `context` (key=value) into its own directory; its output and template. */
+async function synth(name: string, context: readonly string[]) {
+  const outdir = path.join(workDir, name);
+  const { stdout, stderr } = await promisify(execFile)(
+    CDK,
+    [
+      "synth",
+      "--quiet",
+      "--no-notices",
+      "--output",
+      outdir,
+      ...["controllerEntry=test/fixtures/controller-handler.ts", ...context].flatMap((pair) => [
+        "--context",
+        pair,
+      ]),
+    ],
+    { cwd: PACKAGE_ROOT, env: offlineEnv(), timeout: 90_000 },
+  );
+  const template = JSON.parse(
+    readFileSync(path.join(outdir, "Shardguard.template.json"), "utf8"),
+  ) as Template;
+  return { output: `${stdout}${stderr}`, template, resources: Object.values(template.Resources) };
+}
+
 describe("cdk synth from the project root", () => {
   it("synthesizes the app through cdk.json offline, with the AwsSolutions checks passing", async () => {
-    // Prepare
-    const outdir = path.join(workDir, "cdk.out");
-
     // Act
-    const { stdout, stderr } = await promisify(execFile)(
-      CDK,
-      [
-        "synth",
-        "--quiet",
-        "--no-notices",
-        "--output",
-        outdir,
-        "--context",
-        "controllerEntry=test/fixtures/controller-handler.ts",
-        "--context",
-        "nodes=orders:n1",
-      ],
-      { cwd: PACKAGE_ROOT, env: offlineEnv(), timeout: 90_000 },
-    );
+    const { output, template, resources } = await synth("cdk.out", ["nodes=orders:n1"]);
 
     // Assess: a nag finding would have failed the command (and the promise) before this point.
-    const template = JSON.parse(readFileSync(path.join(outdir, "Shardguard.template.json"), "utf8"));
-    const resources = Object.values(template.Resources) as Array<{
-      Type: string;
-      Properties: Record<string, unknown>;
-    }>;
     // The scheduled controller and the operator function: the same code, separate concurrency.
     const lambda = expect.objectContaining({
       Properties: expect.objectContaining({ Runtime: "nodejs24.x", Architectures: ["arm64"] }),
@@ -74,38 +81,18 @@ describe("cdk synth from the project root", () => {
         "AgentPolicyArnordersn1",
       ]),
     );
-    expect(`${stdout}${stderr}`).not.toMatch(/AwsSolutions-/);
+    expect(output).not.toMatch(/AwsSolutions-/);
   }, 120_000);
 
   it("takes the billing mode, the fleet's size and the dashboard from context", async () => {
-    // Prepare
-    const outdir = path.join(workDir, "cdk.out.provisioned");
-
     // Act
-    await promisify(execFile)(
-      CDK,
-      [
-        "synth",
-        "--quiet",
-        "--no-notices",
-        "--output",
-        outdir,
-        ...["billingMode=provisioned", "shards=100", "dashboard=false"].flatMap((pair) => [
-          "--context",
-          pair,
-        ]),
-        "--context",
-        "controllerEntry=test/fixtures/controller-handler.ts",
-      ],
-      { cwd: PACKAGE_ROOT, env: offlineEnv(), timeout: 90_000 },
-    );
+    const { template, resources } = await synth("cdk.out.provisioned", [
+      "billingMode=provisioned",
+      "shards=100",
+      "dashboard=false",
+    ]);
 
     // Assess: sized as cdk/table-capacity.ts sizes 100 shards of 3 nodes (docs/cost.md).
-    const template = JSON.parse(readFileSync(path.join(outdir, "Shardguard.template.json"), "utf8"));
-    const resources = Object.values(template.Resources) as Array<{
-      Type: string;
-      Properties: Record<string, unknown>;
-    }>;
     const table = resources.find((resource) => resource.Type === "AWS::DynamoDB::Table");
     // (CloudFormation's default billing mode is provisioned: the CDK leaves BillingMode out.)
     expect(table?.Properties).toMatchObject({
