@@ -1,12 +1,13 @@
 import type { Logger } from "../core/observability.ts";
 import type { CommandBus, CoordinationStore } from "../core/ports.ts";
 import { ApiCallCounter } from "./api-call-counter.ts";
+import { AwsCallJournal, type AwsPrincipal } from "./aws-call-journal.ts";
 import { type AwsClientOptions, type AwsClients, createAwsClients } from "./aws-clients.ts";
 import { AwsClock } from "./clock.ts";
 import { createDynamoCoordinationStore } from "./dynamo-coordination-store.ts";
-import { queuePrefixFromEnv, tableNameFromEnv } from "./env.ts";
+import { ENV, queuePrefixFromEnv, tableNameFromEnv } from "./env.ts";
 import { SqsCommandBus } from "./sqs-command-bus.ts";
-import { SqsWakeQueue } from "./sqs-wake-queue.ts";
+import { SqsWakeQueue, wakeQueueName } from "./sqs-wake-queue.ts";
 
 export interface AwsAdaptersOptions extends AwsClientOptions {
   /** Standard SDK variables (endpoints, region, keys) and SHARDGUARD_* are read from it. @default process.env */
@@ -25,6 +26,12 @@ export interface AwsAdaptersOptions extends AwsClientOptions {
   readonly logger?: Logger;
   /** Create the wake-up queue when missing (the local controller). @default false */
   readonly createWakeQueue?: boolean;
+  /**
+   * The IAM principal these adapters run as in a deployment. With `SHARDGUARD_AWS_CALL_LOG` set in
+   * `env`, every request is journaled under it (src/adapters/aws-call-journal.ts).
+   * @default - no journal
+   */
+  readonly principal?: AwsPrincipal;
 }
 
 export interface AwsAdapters {
@@ -57,16 +64,23 @@ export function createAwsAdapters(options: AwsAdaptersOptions = {}): AwsAdapters
   const counter = new ApiCallCounter();
   let clients: AwsClients | undefined;
   const clock = new AwsClock({ sdkOffset: () => clients?.sdkClockOffset() ?? 0 });
-  clients = createAwsClients(env, counter, clock, options);
+  const tableName = options.tableName ?? tableNameFromEnv(env);
+  const queuePrefix = options.queuePrefix ?? queuePrefixFromEnv(env);
+  const journal = callJournalFromEnv(env, options.principal, {
+    tableName,
+    queuePrefix,
+    provisionedQueues: options.createWakeQueue ? [wakeQueueName(queuePrefix)] : [],
+  });
+  clients = createAwsClients(env, counter, clock, options, journal);
   const store = createDynamoCoordinationStore({
     documents: clients.documents,
-    tableName: options.tableName ?? tableNameFromEnv(env),
+    tableName,
     clock,
     logger: options.logger,
   });
   const bus = new SqsCommandBus({
     sqs: clients.sqs,
-    queuePrefix: options.queuePrefix ?? queuePrefixFromEnv(env),
+    queuePrefix,
     maxReceiveCount: options.maxReceiveCount,
     visibilityTimeoutSeconds: options.visibilityTimeoutSeconds,
     managedSse: options.managedSse,
@@ -74,10 +88,25 @@ export function createAwsAdapters(options: AwsAdaptersOptions = {}): AwsAdapters
   });
   const wake = new SqsWakeQueue({
     sqs: clients.sqs,
-    queuePrefix: options.queuePrefix ?? queuePrefixFromEnv(env),
+    queuePrefix,
     create: options.createWakeQueue,
     logger: options.logger,
   });
   const built = clients;
   return { store, bus, wake, clock, counter, clients: built, destroy: () => built.destroy() };
+}
+
+/** The journal `SHARDGUARD_AWS_CALL_LOG` asks for, when the caller says which principal it runs as. */
+export function callJournalFromEnv(
+  env: NodeJS.ProcessEnv,
+  principal: AwsPrincipal | undefined,
+  names: {
+    readonly tableName?: string;
+    readonly queuePrefix?: string;
+    readonly provisionedQueues?: readonly string[];
+  } = {},
+): AwsCallJournal | undefined {
+  const directory = env[ENV.awsCallLog];
+  if (!directory || !principal) return undefined;
+  return new AwsCallJournal({ directory, principal, ...names });
 }

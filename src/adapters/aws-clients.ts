@@ -2,6 +2,7 @@ import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { SQSClient } from "@aws-sdk/client-sqs";
 import { DynamoDBDocumentClient } from "@aws-sdk/lib-dynamodb";
 import type { ApiCallCounter } from "./api-call-counter.ts";
+import type { AwsCallJournal } from "./aws-call-journal.ts";
 import type { AwsClock } from "./clock.ts";
 
 /** Timeouts and retries of the SDK clients. Short by default: a failover decision cannot wait long. */
@@ -42,6 +43,7 @@ export function createAwsClients(
   counter: ApiCallCounter,
   clock: AwsClock,
   options: AwsClientOptions = {},
+  journal?: AwsCallJournal,
 ): AwsClients {
   const region = env.AWS_REGION || env.AWS_DEFAULT_REGION || undefined;
   const common = {
@@ -73,6 +75,10 @@ export function createAwsClients(
   dynamo.middlewareStack.use(clock.plugin());
   sqs.middlewareStack.use(counter.plugin("SQS"));
   sqs.middlewareStack.use(clock.plugin());
+  if (journal) {
+    dynamo.middlewareStack.use(journal.plugin("dynamodb"));
+    sqs.middlewareStack.use(journal.plugin("sqs"));
+  }
   const documents = DynamoDBDocumentClient.from(dynamo, {
     marshallOptions: { removeUndefinedValues: true, convertClassInstanceToMap: false },
   });

@@ -48,6 +48,8 @@ export const ENV = {
   sentinelPassword: "SHARDGUARD_SENTINEL_PASSWORD",
   sentinelTls: "SHARDGUARD_SENTINEL_TLS",
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
+  /** A directory: every AWS request a component makes is appended there (src/adapters/aws-call-journal.ts). */
+  awsCallLog: "SHARDGUARD_AWS_CALL_LOG",
 } as const;
 
 /**

@@ -1,4 +1,5 @@
 import { type AwsAdapters, createAwsAdapters } from "../adapters/aws-adapters.ts";
+import type { AwsPrincipal } from "../adapters/aws-call-journal.ts";
 import { failoverConfigFromEnv } from "../adapters/env.ts";
 import { silentLogger } from "../adapters/observability.ts";
 import type { FailoverConfig } from "../core/config.ts";
@@ -20,10 +21,21 @@ export interface OperatorSession {
  * the same way against an account, LocalStack or `shardguard local-stack`, and closes them after.
  * Operator commands fail fast (two attempts) rather than retrying for long at 3 a.m.
  */
-export async function withOperatorSession<T>(action: (session: OperatorSession) => Promise<T>): Promise<T> {
+export async function withOperatorSession<T>(
+  action: (session: OperatorSession) => Promise<T>,
+  options: {
+    /**
+     * The principal the session's calls need (the journal's label): the operator role for reads.
+     * `undefined` for commands that need administrator rights (decommission deletes items and queues).
+     * @default operator
+     */
+    readonly principal?: AwsPrincipal | undefined;
+  } = { principal: { component: "operator" } },
+): Promise<T> {
   const config = failoverConfigFromEnv(process.env);
   const aws = createAwsAdapters({
     env: process.env,
+    principal: options.principal,
     maxAttempts: 2,
     // Malformed items are shown in the status output; keep stderr for real errors.
     logger: silentLogger,

@@ -1,5 +1,5 @@
 import { EventBridgeClient } from "@aws-sdk/client-eventbridge";
-import { createAwsAdapters } from "../adapters/aws-adapters.ts";
+import { callJournalFromEnv, createAwsAdapters } from "../adapters/aws-adapters.ts";
 import { ENV, failoverConfigFromEnv } from "../adapters/env.ts";
 import { EventBridgePublisher } from "../adapters/eventbridge-publisher.ts";
 import { logEventPublisher } from "../adapters/observability.ts";
@@ -35,11 +35,19 @@ export function createControllerRuntime(
   if (options.requireEventBus && !eventBusName) {
     throw new ConfigurationError(`${ENV.eventBusName} must name the EventBridge bus for failover events`);
   }
-  const aws = createAwsAdapters({ env, logger: options.log, createWakeQueue: options.createWakeQueue });
+  const principal = { component: "controller" } as const;
+  const aws = createAwsAdapters({
+    env,
+    logger: options.log,
+    createWakeQueue: options.createWakeQueue,
+    principal,
+  });
   let eventBridge: EventBridgeClient | undefined;
   let events: EventPublisher = logEventPublisher(options.log);
   if (eventBusName) {
     eventBridge = new EventBridgeClient({ region: env.AWS_REGION || env.AWS_DEFAULT_REGION || undefined });
+    const journal = callJournalFromEnv(env, principal);
+    if (journal) eventBridge.middlewareStack.use(journal.plugin("events"));
     events = new EventBridgePublisher({ client: eventBridge, eventBusName });
   }
   return {

@@ -41,6 +41,12 @@ export function registerAgent(program: Command): void {
         tableName: config.table,
         queuePrefix: config.queuePrefix,
         logger: adapterLogger,
+        // A generated id has no IAM policy of its own: the journal names it so a check flags it.
+        principal: {
+          component: "agent",
+          shard: config.agent.shard,
+          node: config.agent.nodeId ?? "(generated)",
+        },
       });
       // Listen before starting: a SIGTERM during start-up must still stop the agent cleanly.
       const signalled = untilSignal();

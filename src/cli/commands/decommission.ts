@@ -43,19 +43,23 @@ export function registerDecommission(program: Command): void {
       if (options.allQueues === (options.shard !== undefined || options.node !== undefined)) {
         throw new ShardguardError("give either --shard and --node, or --all-queues");
       }
-      const deleted = await withOperatorSession(async ({ aws }) => {
-        const sqs = aws.clients.sqs;
-        if (options.allQueues) return deleteUnderPrefix(sqs, prefix);
-        if (!options.shard || !options.node) throw new ShardguardError("--shard and --node go together");
-        const names = queueNames(prefix, options.shard, options.node);
-        // Never the installation's shared dead-letter queue; an old installation's own one of the node.
-        const legacy = legacyDeadLetterQueueName(prefix, options.shard, options.node);
-        const urls = await Promise.all([names.queue, legacy].map((name) => urlOf(sqs, name)));
-        return deleteQueues(
-          sqs,
-          urls.filter((url): url is string => url !== undefined),
-        );
-      });
+      const deleted = await withOperatorSession(
+        async ({ aws }) => {
+          const sqs = aws.clients.sqs;
+          if (options.allQueues) return deleteUnderPrefix(sqs, prefix);
+          if (!options.shard || !options.node) throw new ShardguardError("--shard and --node go together");
+          const names = queueNames(prefix, options.shard, options.node);
+          // Never the installation's shared dead-letter queue; an old installation's own one of the node.
+          const legacy = legacyDeadLetterQueueName(prefix, options.shard, options.node);
+          const urls = await Promise.all([names.queue, legacy].map((name) => urlOf(sqs, name)));
+          return deleteQueues(
+            sqs,
+            urls.filter((url): url is string => url !== undefined),
+          );
+          // Deleting queues is an administrator's job (docs/deploy.md), not the operator role's.
+        },
+        { principal: undefined },
+      );
       process.stdout.write(
         options.json
           ? `${JSON.stringify({ deleted })}\n`

@@ -1,6 +1,7 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
 import type { Command } from "commander";
+import { callJournalFromEnv } from "../../adapters/aws-adapters.ts";
 import { ENV } from "../../adapters/env.ts";
 import { discardMetrics, powertoolsLogger } from "../../adapters/observability.ts";
 import {
@@ -58,6 +59,8 @@ async function invokeController(
   wait: boolean,
 ): Promise<OperatorResponse | undefined> {
   const lambda = new LambdaClient({ maxAttempts: OPERATOR_INVOKE_ATTEMPTS });
+  const journal = callJournalFromEnv(process.env, { component: "operator" });
+  if (journal) lambda.middlewareStack.use(journal.plugin("lambda"));
   try {
     const result = await lambda.send(
       new InvokeCommand({
