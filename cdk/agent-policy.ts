@@ -24,10 +24,20 @@ export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity): Qu
 }
 
 /**
- * The agent's own shard partition: Query (the snapshot: topology, its fencing epoch), PutItem (its
- * heartbeat), UpdateItem (ADD/DELETE on its replica set as primary).
+ * The agent's own shard partition: Query (the snapshot: topology, its fencing epoch), GetItem (the
+ * topology a command is checked against before it is applied), PutItem (its heartbeat), UpdateItem
+ * (ADD/DELETE on its replica set as primary), ConditionCheckItem (the topology check inside the
+ * replica-set shrink's TransactWriteItems: IAM authorizes a transaction item by item, and a
+ * `ConditionCheck` needs this action of its own). Proven from recorded calls:
+ * test/integration/iam-recorded-calls.test.ts.
  */
-export const AGENT_SHARD_ACTIONS = ["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"] as const;
+export const AGENT_SHARD_ACTIONS = [
+  "dynamodb:Query",
+  "dynamodb:GetItem",
+  "dynamodb:PutItem",
+  "dynamodb:UpdateItem",
+  "dynamodb:ConditionCheckItem",
+] as const;
 /** Registration of the shard in the shard index (`pk = SHARDS`), so the controller finds it. */
 export const AGENT_SHARD_INDEX_ACTIONS = ["dynamodb:PutItem"] as const;
 /**

@@ -51,7 +51,10 @@ export const CONTROLLER_SERVICE_NAME = "shardguard-controller";
 /**
  * What the controller does with the table: Query (shard snapshots, shard index), GetItem (topology),
  * PutItem (lock, topology compare-and-set, history), UpdateItem (lock renewal), DeleteItem (lock
- * release; the old primary's items, through TransactWriteItems, which IAM authorizes per item action).
+ * release; the old primary's items), ConditionCheckItem (the lock check every fenced
+ * TransactWriteItems carries). IAM authorizes a transaction item by item: Put/Update/Delete as
+ * PutItem/UpdateItem/DeleteItem, a ConditionCheck as ConditionCheckItem. Proven from recorded calls:
+ * test/integration/iam-recorded-calls.test.ts.
  */
 export const CONTROLLER_TABLE_ACTIONS = [
   "dynamodb:GetItem",
@@ -59,6 +62,7 @@ export const CONTROLLER_TABLE_ACTIONS = [
   "dynamodb:PutItem",
   "dynamodb:UpdateItem",
   "dynamodb:DeleteItem",
+  "dynamodb:ConditionCheckItem",
 ] as const;
 /**
  * Sending PROMOTE / REPLICAOF to a node's queue (SqsCommandBus.send: GetQueueUrl, then SendMessage).

@@ -84,11 +84,19 @@ export class AwsCallJournal {
       applyToStack: (stack) => {
         stack.add(
           (next, context) => async (args) => {
-            const request = (args as { request?: { body?: unknown; path?: string } }).request;
+            const request = (
+              args as { request?: { body?: unknown; path?: string; headers?: Record<string, string> } }
+            ).request;
+            // The wire operation (`DynamoDB_20120810.TransactWriteItems`), not the command class: the
+            // document client's `TransactWriteCommand` is IAM's TransactWriteItems.
+            const target = Object.entries(request?.headers ?? {}).find(
+              ([name]) => name.toLowerCase() === "x-amz-target",
+            )?.[1];
             const operation =
-              typeof context.commandName === "string"
+              target?.split(".").at(-1) ??
+              (typeof context.commandName === "string"
                 ? context.commandName.replace(/Command$/, "")
-                : "Unknown";
+                : "Unknown");
             this.#append(describeRequest(service, operation, request?.body, request?.path));
             return next(args);
           },
@@ -126,10 +134,12 @@ export function describeRequest(
   const input = parseBody(body);
   if (service === "dynamodb") return { action, ...dynamoResources(operation, input) };
   if (service === "sqs") {
+    // SQS authorizes a batch by its single action (there is no sqs:DeleteMessageBatch permission).
+    const single = action.replace(/Batch$/, "");
     const queueUrl = typeof input.QueueUrl === "string" ? input.QueueUrl : undefined;
     const queue =
       typeof input.QueueName === "string" ? input.QueueName : queueUrl?.split("/").filter(Boolean).at(-1);
-    return { action, queue, items: [] };
+    return { action: single, queue, items: [] };
   }
   if (service === "events") {
     const entries = Array.isArray(input.Entries) ? (input.Entries as Json[]) : [];
@@ -144,9 +154,18 @@ export function describeRequest(
 }
 
 function parseBody(body: unknown): Json {
-  if (typeof body !== "string" || body.length === 0) return {};
+  // The SDK hands the JSON protocols' body over as a string, bytes, or an adapter object over bytes.
+  const text =
+    typeof body === "string"
+      ? body
+      : body instanceof Uint8Array
+        ? new TextDecoder().decode(body)
+        : body && typeof body === "object"
+          ? String(body)
+          : "";
+  if (text.length === 0) return {};
   try {
-    const parsed = JSON.parse(body);
+    const parsed = JSON.parse(text);
     return parsed && typeof parsed === "object" ? (parsed as Json) : {};
   } catch {
     return {};

@@ -76,7 +76,7 @@ describe("IAM: the synthesized policies allow every call the code makes", () => 
       JSON.stringify([switchover, pause]),
     ).toEqual([0, 0, 0, 0]);
     // What makes the check meaningful: the calls that need each grant were made.
-    expect(report.actionsSeen).toEqual(
+    expect(report.actionsSeen, report.actionsSeen.join(", ")).toEqual(
       expect.arrayContaining([
         "agent dynamodb:GetItem",
         "agent dynamodb:PutItem",

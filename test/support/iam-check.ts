@@ -209,12 +209,18 @@ export async function checkCalls(calls: readonly AwsCallRecord[]): Promise<Permi
   for (const call of checked) {
     const resource = policies.resourceArn(call);
     const checks = call.action.startsWith("dynamodb:Transact")
-      ? call.items
+      ? call.items.length > 0
+        ? call.items
+        : [{ action: call.action, pk: undefined }]
       : [{ action: call.action, pk: call.items[0]?.pk }];
     for (const check of checks) {
       seen.add(`${call.principal.component} ${check.action}`);
       const key = JSON.stringify([call.principal, check.action, resource, check.pk]);
       let result = decided.get(key);
+      if (result === undefined && check.action.startsWith("dynamodb:") && check.pk === undefined) {
+        // Without the key, a `ForAllValues` condition would pass vacuously: fail closed instead.
+        result = "no partition key recorded";
+      }
       if (result === undefined) {
         result = await simulate(
           policies.policiesOf(call.principal),

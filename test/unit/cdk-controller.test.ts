@@ -289,6 +289,7 @@ describe("IAM", () => {
           "dynamodb:PutItem",
           "dynamodb:UpdateItem",
           "dynamodb:DeleteItem",
+          "dynamodb:ConditionCheckItem",
         ],
         [tableArn()],
       ),
@@ -318,9 +319,19 @@ describe("IAM", () => {
       "WakeController",
     ]);
     expect(statements.map(grantOf)).toEqual([
-      expectedGrant(["dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"], [tableArn()], {
-        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] },
-      }),
+      expectedGrant(
+        [
+          "dynamodb:Query",
+          "dynamodb:GetItem",
+          "dynamodb:PutItem",
+          "dynamodb:UpdateItem",
+          "dynamodb:ConditionCheckItem",
+        ],
+        [tableArn()],
+        {
+          "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] },
+        },
+      ),
       expectedGrant(["dynamodb:PutItem"], [tableArn()], {
         "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] },
       }),
@@ -357,7 +368,13 @@ describe("IAM", () => {
     ).Properties.PolicyDocument.Statement;
     expect(granted.map((statement) => [actionsOf(statement), statement.Condition ?? null])).toEqual([
       [
-        ["dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"],
+        [
+          "dynamodb:ConditionCheckItem",
+          "dynamodb:GetItem",
+          "dynamodb:PutItem",
+          "dynamodb:Query",
+          "dynamodb:UpdateItem",
+        ],
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
       ],
       [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
