@@ -46,7 +46,12 @@ export const ENV = {
   sentinelPort: "SHARDGUARD_SENTINEL_PORT",
   sentinelBind: "SHARDGUARD_SENTINEL_BIND",
   sentinelPassword: "SHARDGUARD_SENTINEL_PASSWORD",
+  sentinelPasswordFile: "SHARDGUARD_SENTINEL_PASSWORD_FILE",
+  sentinelProtectedMode: "SHARDGUARD_SENTINEL_PROTECTED_MODE",
   sentinelTls: "SHARDGUARD_SENTINEL_TLS",
+  sentinelCert: "SHARDGUARD_SENTINEL_CERT",
+  sentinelKey: "SHARDGUARD_SENTINEL_KEY",
+  sentinelCa: "SHARDGUARD_SENTINEL_CA",
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
   /** A directory: every AWS request a component makes is appended there (src/adapters/aws-call-journal.ts). */
   awsCallLog: "SHARDGUARD_AWS_CALL_LOG",

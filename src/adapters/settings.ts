@@ -54,12 +54,21 @@ export function readJsonConfigFile(
   try {
     json = JSON.parse(text);
   } catch (error) {
-    throw new ConfigurationError(`config file ${path} is not valid JSON: ${errorMessage(error)}`);
+    throw new ConfigurationError(`config file ${path} is not valid JSON: ${jsonSyntaxProblem(error)}`);
   }
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
     throw new ConfigurationError(`config file ${path} must hold one JSON object`);
   }
   return json as Record<string, unknown>;
+}
+
+/**
+ * Why JSON.parse refused a text, without quoting any of it: V8's message carries an excerpt, and
+ * the file may be a password or key file named by mistake.
+ */
+export function jsonSyntaxProblem(error: unknown): string {
+  const where = /at position \d+(?: \(line \d+ column \d+\))?/.exec(errorMessage(error))?.[0];
+  return `syntax error${where ? ` ${where}` : ""} (the content is not shown: it may be a secret)`;
 }
 
 /**

@@ -302,13 +302,60 @@ export const AGENT_SETTINGS = [
     description: "Password Sentinel clients must give; deliberately no flag.",
   },
   {
+    key: "sentinelPasswordFile",
+    kind: "string",
+    flag: "--sentinel-password-file",
+    placeholder: "<file>",
+    env: ENV.sentinelPasswordFile,
+    default: "none",
+    description:
+      "A file holding the Sentinel password (one trailing newline ignored), read at start. Exclusive with `sentinelPassword`.",
+  },
+  {
+    key: "sentinelProtectedMode",
+    kind: "boolean",
+    flag: "--sentinel-protected-mode",
+    placeholder: "<yes|no>",
+    env: ENV.sentinelProtectedMode,
+    default: "`true`",
+    description:
+      "With no Sentinel password and no `--sentinel-bind`, listen on `127.0.0.1` only ([protected mode](sentinel.md#protected-mode)); `no` serves the default address without a password.",
+  },
+  {
     key: "sentinelTls",
     kind: "boolean",
     flag: "--sentinel-tls",
     env: ENV.sentinelTls,
     default: "`false`",
+    description: "Serve the Sentinel endpoint over TLS with `--sentinel-cert` / `--sentinel-key`.",
+  },
+  {
+    key: "sentinelCert",
+    kind: "string",
+    flag: "--sentinel-cert",
+    placeholder: "<file>",
+    env: ENV.sentinelCert,
+    default: "none",
     description:
-      "Serve the Sentinel endpoint over TLS with the agent's `--redis-cert` / `--redis-key` (which then must name the endpoint's address).",
+      "PEM server certificate of the Sentinel endpoint (it must name the address clients dial); with `--sentinel-key`.",
+  },
+  {
+    key: "sentinelKey",
+    kind: "string",
+    flag: "--sentinel-key",
+    placeholder: "<file>",
+    env: ENV.sentinelKey,
+    default: "none",
+    description: "PEM private key of `--sentinel-cert`.",
+  },
+  {
+    key: "sentinelCa",
+    kind: "string",
+    flag: "--sentinel-ca",
+    placeholder: "<file>",
+    env: ENV.sentinelCa,
+    default: "none: no client certificate asked",
+    description: "PEM CA bundle: Sentinel clients must present a certificate it signed (mutual TLS).",
   },
 ] as const satisfies readonly Setting[];
 
@@ -348,7 +395,12 @@ const agentOptionFields = z.object({
   sentinelPort: z.number().int().min(0).max(65535).optional(),
   sentinelBind: z.string().min(1).optional(),
   sentinelPassword: z.string().min(1).optional(),
+  sentinelPasswordFile: z.string().min(1).optional(),
+  sentinelProtectedMode: z.boolean().default(true),
   sentinelTls: z.boolean().default(false),
+  sentinelCert: z.string().min(1).optional(),
+  sentinelKey: z.string().min(1).optional(),
+  sentinelCa: z.string().min(1).optional(),
 });
 
 type AgentFields = z.output<typeof agentOptionFields>;
@@ -369,11 +421,7 @@ function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
         problem(key, "needs {redisTls} true (or a rediss:// address in {redis})");
     }
   }
-  if (options.sentinelTls && (options.sentinelPort === undefined || options.redisCert === undefined))
-    problem(
-      "sentinelTls",
-      "needs {sentinelPort} and {redisCert} with {redisKey} (the certificate it serves)",
-    );
+  checkSentinelOptions(options, problem);
   if (options.redisCert !== undefined && options.redisKey === undefined)
     problem("redisCert", "needs {redisKey} (a client certificate and its key go together)");
   if (options.redisKey !== undefined && options.redisCert === undefined)
@@ -392,6 +440,26 @@ function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
     );
   if (replicaKeepaliveMs < primaryKeepaliveMs)
     problem("replicaKeepaliveMs", `must be at least {primaryKeepaliveMs} (${primaryKeepaliveMs} ms)`);
+}
+
+function checkSentinelOptions(
+  options: AgentFields,
+  problem: (key: keyof AgentFields, message: string) => void,
+): void {
+  if (options.sentinelPassword !== undefined && options.sentinelPasswordFile !== undefined)
+    problem("sentinelPasswordFile", "names a second password beside {sentinelPassword}: give only one");
+  if (options.sentinelTls && options.sentinelPort === undefined)
+    problem("sentinelTls", "needs {sentinelPort}");
+  if (options.sentinelTls && (options.sentinelCert === undefined || options.sentinelKey === undefined))
+    problem(
+      "sentinelTls",
+      "needs {sentinelCert} and {sentinelKey}, the endpoint's own server certificate (the agent's --redis-cert is a client certificate)",
+    );
+  if (!options.sentinelTls) {
+    for (const key of ["sentinelCert", "sentinelKey", "sentinelCa"] as const) {
+      if (options[key] !== undefined) problem(key, "needs {sentinelTls} true");
+    }
+  }
 }
 
 function toAgentOptions({ redis, ...options }: AgentFields) {

@@ -4,10 +4,13 @@ import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import type { Logger } from "../core/observability.ts";
 import type { AgentDeps } from "./context.ts";
 import { redisConnectSettings } from "./database.ts";
-import type { AgentOptions } from "./options.ts";
+import { type AgentOptions, settingLabel } from "./options.ts";
 import { evictApplicationClients } from "./sentinel-eviction.ts";
 import { SentinelFeed } from "./sentinel-feed.ts";
-import { announcedAddress, SentinelServer } from "./sentinel-server.ts";
+import { announcedAddress, SentinelServer, type SentinelTls } from "./sentinel-server.ts";
+
+/** Where a protected endpoint listens: only this host's processes can reach it. */
+export const PROTECTED_BIND = "127.0.0.1";
 
 /**
  * How often, at most, a client's question makes the endpoint read the shard itself rather than
@@ -50,7 +53,14 @@ export class SentinelEndpoint {
   constructor(init: { options: AgentOptions; nodeId: string; deps: AgentDeps; logger: Logger }) {
     const { options, deps, logger } = init;
     this.#advertised = options.address ?? options.redis;
-    this.#bind = options.sentinelBind ?? parseAddress(this.#advertised).host;
+    const password = sentinelPassword(options);
+    const plan = sentinelBind(options, password !== undefined);
+    this.#bind = plan.host;
+    if (plan.protectedMode)
+      logger.warn(
+        `sentinel endpoint in protected mode: no Sentinel password is set, so it listens on ${PROTECTED_BIND} only and other hosts cannot reach it; set ${settingLabel("sentinelPasswordFile")} or ${settingLabel("sentinelPassword")}, or choose an address with ${settingLabel("sentinelBind")}, or turn this off with --sentinel-protected-mode no`,
+        { bind: PROTECTED_BIND, wouldBind: plan.unprotectedHost },
+      );
     this.#port = options.sentinelPort ?? 0;
     const monotonicNow = deps.monotonicNow ?? (() => performance.now());
     this.#feed = new SentinelFeed({
@@ -68,8 +78,8 @@ export class SentinelEndpoint {
       shard: options.shard,
       host: this.#bind,
       port: this.#port,
-      password: options.sentinelPassword,
-      tls: options.sentinelTls ? sentinelCertificate(options) : undefined,
+      password,
+      tls: options.sentinelTls ? sentinelTls(options) : undefined,
       feed: this.#feed,
       logger,
       limits: { maxConnections: maxSentinelConnections() },
@@ -126,14 +136,55 @@ export class SentinelEndpoint {
   }
 }
 
-/** The endpoint serves the agent's own certificate (--redis-cert / --redis-key), as read for its database connections. */
-function sentinelCertificate(options: AgentOptions): { cert: string; key: string } {
-  const tls = redisConnectSettings(options).redisOptions.tls;
-  if (typeof tls?.cert !== "string" || typeof tls.key !== "string")
+type SentinelFileSetting = "sentinelPasswordFile" | "sentinelCert" | "sentinelKey" | "sentinelCa";
+
+/** Reads a file a setting names; the error names the setting and the file, never its content. */
+function readSettingFile(key: SentinelFileSetting, path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (error) {
+    throw new ConfigurationError(`${settingLabel(key)}: cannot read ${path}: ${errorMessage(error)}`);
+  }
+}
+
+/** The password clients must give: the variable, or the file read once at start. */
+export function sentinelPassword(options: AgentOptions): string | undefined {
+  if (options.sentinelPasswordFile === undefined) return options.sentinelPassword;
+  const password = readSettingFile("sentinelPasswordFile", options.sentinelPasswordFile).replace(
+    /\r?\n$/,
+    "",
+  );
+  if (password === "")
     throw new ConfigurationError(
-      "--sentinel-tls: needs --redis-cert and --redis-key, the certificate it serves",
+      `${settingLabel("sentinelPasswordFile")}: ${options.sentinelPasswordFile} is empty`,
     );
-  return { cert: tls.cert, key: tls.key };
+  return password;
+}
+
+/**
+ * Where the endpoint listens. As Redis and Sentinel do, an endpoint nobody chose to expose stays
+ * local: with no password and no `--sentinel-bind`, only loopback, unless protected mode is off.
+ */
+export function sentinelBind(
+  options: Pick<AgentOptions, "sentinelBind" | "sentinelProtectedMode" | "address" | "redis">,
+  hasPassword: boolean,
+): { host: string; protectedMode: boolean; unprotectedHost: string } {
+  const unprotectedHost = options.sentinelBind ?? parseAddress(options.address ?? options.redis).host;
+  const protectedMode = options.sentinelProtectedMode && !hasPassword && options.sentinelBind === undefined;
+  return { host: protectedMode ? PROTECTED_BIND : unprotectedHost, protectedMode, unprotectedHost };
+}
+
+/** The endpoint's own server certificate, and the CA its clients' certificates must chain to. */
+function sentinelTls(options: AgentOptions): SentinelTls {
+  if (options.sentinelCert === undefined || options.sentinelKey === undefined)
+    throw new ConfigurationError(
+      `${settingLabel("sentinelTls")}: needs ${settingLabel("sentinelCert")} and ${settingLabel("sentinelKey")}`,
+    );
+  return {
+    cert: readSettingFile("sentinelCert", options.sentinelCert),
+    key: readSettingFile("sentinelKey", options.sentinelKey),
+    ca: options.sentinelCa === undefined ? undefined : readSettingFile("sentinelCa", options.sentinelCa),
+  };
 }
 
 /** "<name> <old-ip> <old-port> <new-ip> <new-port>" -> "old-ip:old-port". */

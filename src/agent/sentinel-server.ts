@@ -14,6 +14,7 @@ import {
 import type { SentinelFeed } from "./sentinel-feed.ts";
 import { encodeFrame, type Frame, RequestReader } from "./sentinel-resp.ts";
 import { SentinelSession } from "./sentinel-session.ts";
+import { AuthThrottle, type AuthThrottlePolicy } from "./sentinel-throttle.ts";
 
 export interface SentinelLimits {
   readonly maxConnections: number;
@@ -21,6 +22,7 @@ export interface SentinelLimits {
   readonly maxArguments: number;
   readonly maxQueuedCommands: number;
   readonly maxOutputBytes: number;
+  readonly idleTimeoutMs: number;
 }
 
 /** Limits that keep a misbehaving or hostile client from costing the agent more than a bounded amount. */
@@ -34,7 +36,20 @@ export const SENTINEL_LIMITS: SentinelLimits = {
   maxQueuedCommands: 32,
   /** Replies and messages a client has not read; past it the connection is closed (slow subscriber). */
   maxOutputBytes: 1024 * 1024,
+  /**
+   * A connection that is not subscribed and sends nothing for this long is closed, so idle
+   * connections cannot hold the slots; subscribers are idle by nature and are kept. 0 = never.
+   */
+  idleTimeoutMs: 60_000,
 };
+
+/** TLS for the endpoint: its own server certificate, and optionally client certificates. */
+export interface SentinelTls {
+  readonly cert: string;
+  readonly key: string;
+  /** When set, clients must present a certificate this CA bundle (PEM) signed. */
+  readonly ca?: string | undefined;
+}
 
 export interface SentinelServerOptions {
   readonly shard: string;
@@ -43,10 +58,12 @@ export interface SentinelServerOptions {
   readonly port: number;
   readonly password: string | undefined;
   /** Serve TLS with this certificate and key (PEM) instead of plain TCP. */
-  readonly tls?: { readonly cert: string; readonly key: string } | undefined;
+  readonly tls?: SentinelTls | undefined;
   readonly feed: SentinelFeed;
   readonly logger: Logger;
   readonly limits?: Partial<SentinelLimits>;
+  /** Back-off for wrong passwords (per client address). @default AUTH_THROTTLE_POLICY */
+  readonly authThrottle?: Partial<AuthThrottlePolicy>;
   /** Called with the events of each topology move, after they were published. */
   readonly onEvents?: (events: readonly SentinelEvent[]) => void;
 }
@@ -70,6 +87,7 @@ export class SentinelServer {
   readonly #limits: SentinelLimits;
   readonly #server: Server;
   readonly #connections = new Set<Connection>();
+  readonly #throttle: AuthThrottle;
   #nextId = 1;
   #memory: EventMemory = INITIAL_EVENT_MEMORY;
   #lastRefusalLog = Number.NEGATIVE_INFINITY;
@@ -78,11 +96,22 @@ export class SentinelServer {
   constructor(options: SentinelServerOptions) {
     this.#options = options;
     this.#limits = { ...SENTINEL_LIMITS, ...options.limits };
+    this.#throttle = new AuthThrottle(() => performance.now(), options.authThrottle);
     const socketOptions = { noDelay: true, keepAlive: true, keepAliveInitialDelay: 60_000 };
     const accept = (socket: Socket) => this.#accept(socket);
+    const tls = options.tls;
     // A TLS client is accepted once its handshake is done; one that never finishes it is dropped after 5 s.
-    this.#server = options.tls
-      ? createTlsServer({ ...socketOptions, ...options.tls, handshakeTimeout: 5000 }, accept)
+    this.#server = tls
+      ? createTlsServer(
+          {
+            ...socketOptions,
+            cert: tls.cert,
+            key: tls.key,
+            handshakeTimeout: 5000,
+            ...(tls.ca === undefined ? {} : { ca: tls.ca, requestCert: true, rejectUnauthorized: true }),
+          },
+          accept,
+        )
       : createServer(socketOptions, accept);
     this.#server.on("error", (error) =>
       options.logger.error("sentinel endpoint error", { error: errorMessage(error) }),
@@ -163,13 +192,32 @@ export class SentinelServer {
       socket.destroySoon();
       return;
     }
+    const peer = socket.remoteAddress ?? "unknown";
+    const throttle = this.#throttle;
     const session = new SentinelSession(this.#nextId++, {
       password: this.#options.password,
       view: () => this.#options.feed.view(),
       subscribed: () => void this.#options.feed.refresh(),
+      authThrottle: {
+        allowed: () => throttle.blockedFor(peer) === 0,
+        failed: () => {
+          throttle.failed(peer);
+          const blockedMs = throttle.blockedFor(peer);
+          if (blockedMs > 0)
+            this.#options.logger.warn("sentinel endpoint: wrong passwords, address blocked", {
+              client: peer,
+              blockedMs,
+            });
+        },
+        succeeded: () => throttle.succeeded(peer),
+      },
     });
     const connection: Connection = { socket, session, queue: [], busy: false, closing: false };
     this.#connections.add(connection);
+    this.#armIdleTimeout(connection);
+    socket.on("timeout", () => {
+      if (connection.session.subscriptions === 0) this.#end(connection);
+    });
     const reader = new RequestReader({
       maxPendingBytes: this.#limits.maxPendingBytes,
       maxArguments: this.#limits.maxArguments,
@@ -212,6 +260,7 @@ export class SentinelServer {
           this.#end(connection);
           return;
         }
+        this.#armIdleTimeout(connection);
       }
     } finally {
       connection.busy = false;
@@ -229,6 +278,12 @@ export class SentinelServer {
       connection.closing = true;
       connection.socket.destroy();
     }
+  }
+
+  /** Subscribers wait for events, so only a connection with no subscription times out. */
+  #armIdleTimeout(connection: Connection): void {
+    const idle = connection.session.subscriptions === 0 ? this.#limits.idleTimeoutMs : 0;
+    connection.socket.setTimeout(idle);
   }
 
   #end(connection: Connection): void {

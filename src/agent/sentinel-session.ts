@@ -1,9 +1,22 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { answerSentinel, reply, type SentinelReply, type SentinelView } from "../core/sentinel.ts";
+import { compileGlob, globMatch } from "../core/glob.ts";
+import {
+  answerSentinel,
+  reply,
+  SENTINEL_CHANNELS,
+  type SentinelReply,
+  type SentinelView,
+} from "../core/sentinel.ts";
 import type { Frame, Protocol } from "./sentinel-resp.ts";
 
 /** Most channels plus patterns one connection may subscribe to (bounded memory per connection). */
 export const MAX_SUBSCRIPTIONS = 64;
+
+/** Longest channel name or pattern accepted, in bytes (event channels are at most 14). */
+export const MAX_PATTERN_BYTES = 256;
+
+/** Failed password attempts one connection may make; the last one closes it. */
+export const MAX_AUTH_FAILURES_PER_CONNECTION = 3;
 
 /** What a session needs from the endpoint. */
 export interface SessionHost {
@@ -13,6 +26,11 @@ export interface SessionHost {
   readonly password: string | undefined;
   /** A client subscribed while nothing was subscribed before: watch the topology. */
   subscribed(): void;
+  /**
+   * Whether a password attempt may be checked now (false: too many recent failures from this
+   * client's address) and, after a wrong one, a report of it. @default always allowed
+   */
+  readonly authThrottle?: { allowed(): boolean; failed(): void; succeeded(): void };
 }
 
 export interface Outcome {
@@ -35,32 +53,13 @@ function digest(text: string): Buffer {
   return createHash("sha256").update(text).digest();
 }
 
-/** Redis glob (`*`, `?`, `[...]`, `[^...]`, `\x`) as a regular expression. */
-export function globToRegExp(pattern: string): RegExp {
-  let source = "";
-  for (let index = 0; index < pattern.length; index++) {
-    const char = pattern[index] as string;
-    if (char === "*") source += ".*";
-    else if (char === "?") source += ".";
-    else if (char === "\\" && index + 1 < pattern.length) source += escapeChar(pattern[++index] as string);
-    else if (char === "[") {
-      const end = pattern.indexOf("]", index + 2);
-      if (end === -1) {
-        source += "\\[";
-        continue;
-      }
-      let body = pattern.slice(index + 1, end);
-      const negated = body.startsWith("^");
-      if (negated) body = body.slice(1);
-      source += `[${negated ? "^" : ""}${body.replace(/[\\\]]/g, "\\$&")}]`;
-      index = end;
-    } else source += escapeChar(char);
-  }
-  return new RegExp(`^${source}$`, "s");
-}
-
-function escapeChar(char: string): string {
-  return char.replace(/[.*+?^${}()|[\]\\/-]/g, "\\$&");
+/**
+ * The event channels a pattern matches, found once when it is subscribed: publishing an event
+ * is then a set lookup, whatever the pattern (no per-event matching a client could make slow).
+ */
+export function channelsMatching(pattern: string): ReadonlySet<string> {
+  const glob = compileGlob(pattern);
+  return new Set(SENTINEL_CHANNELS.filter((channel) => globMatch(glob, channel)));
 }
 
 /**
@@ -73,9 +72,11 @@ export class SentinelSession {
   protocol: Protocol = 2;
   name: string | undefined;
   readonly channels = new Set<string>();
-  readonly patterns = new Map<string, RegExp>();
+  /** Each pattern with the event channels it matches. */
+  readonly patterns = new Map<string, ReadonlySet<string>>();
   readonly #host: SessionHost;
   #authenticated: boolean;
+  #authFailures = 0;
 
   constructor(id: number, host: SessionHost) {
     this.id = id;
@@ -93,8 +94,8 @@ export class SentinelSession {
     if (this.channels.has(channel)) {
       frames.push({ type: "push", items: [reply.bulk("message"), reply.bulk(channel), reply.bulk(message)] });
     }
-    for (const [pattern, regexp] of this.patterns) {
-      if (!regexp.test(channel)) continue;
+    for (const [pattern, channels] of this.patterns) {
+      if (!channels.has(channel)) continue;
       frames.push({
         type: "push",
         items: [reply.bulk("pmessage"), reply.bulk(pattern), reply.bulk(channel), reply.bulk(message)],
@@ -124,9 +125,9 @@ export class SentinelSession {
       case "quit":
         return { frames: [reply.status("OK")], close: true };
       case "auth":
-        return one(this.#auth(rest));
+        return this.#auth(rest);
       case "hello":
-        return one(this.#hello(rest));
+        return this.#hello(rest);
       case "client":
         return one(this.#client(rest));
       case "command":
@@ -169,35 +170,58 @@ export class SentinelSession {
     return rest.length === 1 ? reply.bulk(rest[0] as string) : reply.status("PONG");
   }
 
-  #passwordMatches(user: string | undefined, password: string): boolean {
+  /**
+   * Checks a password attempt; undefined when it is right. A wrong one counts against the
+   * connection (the last allowed one closes it) and against the client's address (back-off).
+   */
+  #attempt(user: string | undefined, password: string): Outcome | undefined {
     const expected = this.#host.password;
-    if (expected === undefined) return true;
-    if (user !== undefined && user !== "default") return false;
-    return timingSafeEqual(digest(password), digest(expected));
+    if (expected === undefined) return undefined;
+    const throttle = this.#host.authThrottle;
+    if (throttle && !throttle.allowed()) {
+      return {
+        frames: [reply.error("ERR too many failed authentication attempts from this address; retry later")],
+        close: true,
+      };
+    }
+    const right =
+      (user === undefined || user === "default") && timingSafeEqual(digest(password), digest(expected));
+    if (right) {
+      throttle?.succeeded();
+      return undefined;
+    }
+    throttle?.failed();
+    this.#authFailures++;
+    return {
+      frames: [reply.error("WRONGPASS invalid username-password pair or user is disabled.")],
+      close: this.#authFailures >= MAX_AUTH_FAILURES_PER_CONNECTION,
+    };
   }
 
-  #auth(rest: readonly string[]): SentinelReply {
-    if (rest.length < 1 || rest.length > 2) return arity("auth");
+  #auth(rest: readonly string[]): Outcome {
+    if (rest.length < 1 || rest.length > 2) return one(arity("auth"));
     if (this.#host.password === undefined) {
-      return reply.error(
-        "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+      return one(
+        reply.error(
+          "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        ),
       );
     }
     const [user, password] =
       rest.length === 2 ? [rest[0], rest[1] as string] : [undefined, rest[0] as string];
-    if (!this.#passwordMatches(user, password)) {
-      return reply.error("WRONGPASS invalid username-password pair or user is disabled.");
-    }
+    const refused = this.#attempt(user, password);
+    if (refused) return refused;
     this.#authenticated = true;
-    return reply.status("OK");
+    return one(reply.status("OK"));
   }
 
-  #hello(rest: readonly string[]): SentinelReply {
+  #hello(rest: readonly string[]): Outcome {
     let protocol: Protocol = this.protocol;
     if (rest.length > 0) {
       const asked = rest[0] as string;
-      if (!/^\d+$/.test(asked)) return reply.error("ERR Protocol version is not an integer or out of range");
-      if (asked !== "2" && asked !== "3") return reply.error("NOPROTO unsupported protocol version");
+      if (!/^\d+$/.test(asked))
+        return one(reply.error("ERR Protocol version is not an integer or out of range"));
+      if (asked !== "2" && asked !== "3") return one(reply.error("NOPROTO unsupported protocol version"));
       protocol = asked === "3" ? 3 : 2;
     }
     let auth: { user: string; password: string } | undefined;
@@ -211,27 +235,28 @@ export class SentinelSession {
         setName = rest[index + 1] as string;
         index += 1;
       } else {
-        return reply.error(`ERR Syntax error in HELLO option '${(rest[index] as string).slice(0, 64)}'`);
+        return one(reply.error(`ERR Syntax error in HELLO option '${(rest[index] as string).slice(0, 64)}'`));
       }
     }
     if (auth !== undefined) {
-      if (!this.#passwordMatches(auth.user, auth.password)) {
-        return reply.error("WRONGPASS invalid username-password pair or user is disabled.");
-      }
+      const refused = this.#attempt(auth.user, auth.password);
+      if (refused) return refused;
       this.#authenticated = true;
     }
     if (!this.#authenticated) {
-      return reply.error(
-        "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+      return one(
+        reply.error(
+          "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        ),
       );
     }
     if (setName !== undefined) {
       if (!validName(setName))
-        return reply.error("ERR Client names cannot contain spaces, newlines or special characters.");
+        return one(reply.error("ERR Client names cannot contain spaces, newlines or special characters."));
       this.name = setName;
     }
     this.protocol = protocol;
-    return {
+    return one({
       type: "map",
       entries: [
         ["server", reply.bulk("redis")],
@@ -242,7 +267,7 @@ export class SentinelSession {
         ["role", reply.bulk("sentinel")],
         ["modules", reply.array([])],
       ],
-    };
+    });
   }
 
   #client(rest: readonly string[]): SentinelReply {
@@ -278,8 +303,16 @@ export class SentinelSession {
         frames.push(reply.error(`ERR more than ${MAX_SUBSCRIPTIONS} subscriptions on one connection`));
         continue;
       }
+      if (Buffer.byteLength(target) > MAX_PATTERN_BYTES) {
+        frames.push(
+          reply.error(
+            `ERR ${kind === "subscribe" ? "channel" : "pattern"} longer than ${MAX_PATTERN_BYTES} bytes`,
+          ),
+        );
+        continue;
+      }
       if (kind === "subscribe") this.channels.add(target);
-      else this.patterns.set(target, globToRegExp(target));
+      else if (!known) this.patterns.set(target, channelsMatching(target));
       frames.push(this.#ack(kind, target));
     }
     if (wasIdle && this.subscriptions > 0) this.#host.subscribed();

@@ -12,6 +12,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { jsonSyntaxProblem } from "../adapters/settings.ts";
 import { describeIssues } from "../core/config.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
 import { idSchema } from "../core/model.ts";
@@ -187,15 +188,22 @@ export class StateDir {
 
   private write(state: AgentState): void {
     const target = join(this.dir, STATE_FILE);
-    const temporary = `${target}.${process.pid}.tmp`;
-    const fd = openSync(temporary, "w", 0o600);
+    // A fresh name opened exclusively: never a file or symlink someone placed there (O_EXCL
+    // refuses an existing path, a symlink included), never a predictable name to plant one at.
+    const temporary = `${target}.${randomBytes(8).toString("hex")}.tmp`;
+    const fd = openSync(temporary, "wx", 0o600);
     try {
-      writeSync(fd, `${JSON.stringify(state, null, 2)}\n`);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
+      try {
+        writeSync(fd, `${JSON.stringify(state, null, 2)}\n`);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      renameSync(temporary, target);
+    } catch (error) {
+      rmSync(temporary, { force: true });
+      throw error;
     }
-    renameSync(temporary, target);
     // The rename is durable only once the directory entry is on disk.
     const dirFd = openSync(this.dir, "r");
     try {
@@ -221,7 +229,7 @@ function readState(dir: string): AgentState | undefined {
   } catch (error) {
     // Never replace a damaged identity silently: a new id would make this node a stranger to its shard.
     throw new ConfigurationError(
-      `state file ${file} is not valid JSON (${errorMessage(error)}); repair or remove it`,
+      `state file ${file} is not valid JSON (${jsonSyntaxProblem(error)}); repair or remove it`,
     );
   }
   const parsed = agentStateSchema.safeParse(json);

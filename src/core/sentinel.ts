@@ -258,9 +258,17 @@ export function answerSentinel(command: string, args: readonly string[], view: S
   }
 }
 
+/**
+ * Every channel an event is ever published on (`sentinelEvents`). A pattern subscription is
+ * matched against these once, when it is made, never against each event.
+ */
+export const SENTINEL_CHANNELS = ["+switch-master", "+sdown", "+odown", "-sdown", "-odown"] as const;
+
+export type SentinelChannel = (typeof SENTINEL_CHANNELS)[number];
+
 /** One Sentinel event: published on channel `channel` with payload `message`. */
 export interface SentinelEvent {
-  readonly channel: string;
+  readonly channel: SentinelChannel;
   readonly message: string;
 }
 

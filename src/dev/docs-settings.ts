@@ -20,6 +20,12 @@ export interface DocTable {
 export const DOC_TABLES: readonly DocTable[] = [
   { file: "docs/agent.md", name: "agent", settings: AGENT_SETTINGS, flags: true },
   { file: "docs/controller.md", name: "controller", settings: FAILOVER_SETTINGS, flags: false },
+  {
+    file: "docs/sentinel.md",
+    name: "sentinel",
+    settings: AGENT_SETTINGS.filter((setting) => setting.key.startsWith("sentinel")),
+    flags: true,
+  },
 ];
 
 /** `text` with the table between the markers written afresh; throws when a marker is missing. */

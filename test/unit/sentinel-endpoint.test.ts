@@ -1,19 +1,28 @@
+import { readFileSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { Redis, type RedisOptions } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
 import { silentLogger } from "../../src/adapters/observability.ts";
-import { resolveAgentOptions } from "../../src/agent/options.ts";
-import { maxSentinelConnections } from "../../src/agent/sentinel-endpoint.ts";
+import type { AgentDeps } from "../../src/agent/context.ts";
+import { parseAgentOptions, resolveAgentOptions } from "../../src/agent/options.ts";
+import { maxSentinelConnections, SentinelEndpoint, sentinelBind } from "../../src/agent/sentinel-endpoint.ts";
 import { applicationClientIds } from "../../src/agent/sentinel-eviction.ts";
 import { SentinelFeed } from "../../src/agent/sentinel-feed.ts";
 import { encodeFrame, RequestReader } from "../../src/agent/sentinel-resp.ts";
-import { announcedAddress, SentinelServer } from "../../src/agent/sentinel-server.ts";
-import { globToRegExp } from "../../src/agent/sentinel-session.ts";
+import {
+  announcedAddress,
+  type SentinelLimits,
+  SentinelServer,
+  type SentinelTls,
+} from "../../src/agent/sentinel-server.ts";
+import type { AuthThrottlePolicy } from "../../src/agent/sentinel-throttle.ts";
 import type { Topology } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
+import { RecordingLogger } from "../support/agent-harness.ts";
 import { aHeartbeat, NOW } from "../support/builders.ts";
 import { aTopology } from "../support/sentinel-builders.ts";
-import { waitFor } from "../support/wait.ts";
+import { TestCertificates } from "../support/tls-certs.ts";
+import { holdsFor, waitFor } from "../support/wait.ts";
 
 /**
  * The Sentinel endpoint over real sockets with a scripted shard: what clients see on the wire
@@ -61,7 +70,14 @@ afterEach(async () => {
 });
 
 async function anEndpoint(
-  options: { password?: string; maxConnections?: number; refreshMs?: number } = {},
+  options: {
+    password?: string;
+    maxConnections?: number;
+    refreshMs?: number;
+    limits?: Partial<SentinelLimits>;
+    authThrottle?: Partial<AuthThrottlePolicy>;
+    tls?: SentinelTls;
+  } = {},
 ): Promise<{ shard: ScriptedShard; feed: SentinelFeed; server: SentinelServer; port: number }> {
   const shard = new ScriptedShard();
   const feed = new SentinelFeed({
@@ -82,7 +98,12 @@ async function anEndpoint(
     password: options.password,
     feed,
     logger: silentLogger,
-    limits: options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections },
+    limits: {
+      ...options.limits,
+      ...(options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections }),
+    },
+    authThrottle: options.authThrottle,
+    tls: options.tls,
   });
   feeds.push(feed);
   servers.push(server);
@@ -327,19 +348,6 @@ describe("Sentinel endpoint: bad input costs a reply or a connection, never the 
 });
 
 describe("Sentinel endpoint helpers", () => {
-  it.each([
-    ["*", "+switch-master", true],
-    ["+s*", "+sdown", true],
-    ["+s*", "-sdown", false],
-    ["+?down", "+odown", true],
-    ["+[so]down", "+odown", true],
-    ["+[^so]down", "+odown", false],
-    ["\\*", "*", true],
-    ["a.b", "axb", false],
-  ])("glob %s %s matching %s", (pattern, channel, matches) => {
-    expect(globToRegExp(pattern).test(channel)).toBe(matches);
-  });
-
   it("writes maps as flat arrays in RESP2 and as maps in RESP3; nulls as each protocol spells them", () => {
     const map = { type: "map", entries: [["ip", { type: "bulk", value: "h" }]] } as const;
     expect(encodeFrame(map, 2)).toBe("*2\r\n$2\r\nip\r\n$1\r\nh\r\n");
@@ -415,3 +423,185 @@ describe("Sentinel endpoint options", () => {
     ).toThrow(/SHARDGUARD_SENTINEL_PORT/);
   });
 });
+
+describe("Sentinel endpoint: limits a hostile client meets", () => {
+  it("refuses a pattern or channel longer than 256 bytes and keeps the connection", async () => {
+    // Prepare
+    const { port } = await anEndpoint();
+    const long = `${"*".repeat(300)}X`;
+
+    // Act
+    const answer = await raw(
+      port,
+      `*2\r\n$10\r\nPSUBSCRIBE\r\n$${long.length}\r\n${long}\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$${long.length}\r\n${long}\r\n*1\r\n$4\r\nPING\r\n`,
+      300,
+    );
+
+    // Assess
+    expect(answer.text).toBe(
+      "-ERR pattern longer than 256 bytes\r\n-ERR channel longer than 256 bytes\r\n+PONG\r\n",
+    );
+    expect(answer.closed).toBe(false);
+  });
+
+  it("publishes to a pattern subscriber at once beside 60 malicious patterns (CVE-2022-36021 shape)", async () => {
+    // Prepare
+    const { shard, feed, port } = await anEndpoint();
+    const subscriber = aClient(port, { protocol: 2 });
+    const messages: string[] = [];
+    subscriber.on("pmessage", (pattern: string, channel: string) => messages.push(`${pattern} ${channel}`));
+    const malicious = Array.from({ length: 60 }, (_, n) => `${"*".repeat(100)}X${n}`);
+    await subscriber.psubscribe(...malicious, "+s*");
+    await feed.refresh();
+
+    // Act
+    const started = performance.now();
+    shard.topology = { ...ONLINE, epoch: 4, status: "failing_over" };
+    await feed.refresh();
+    const elapsedMs = performance.now() - started;
+    await waitFor(() => messages.length >= 1, "+sdown published", 2000, 10);
+
+    // Assess
+    expect(messages).toEqual(["+s* +sdown"]);
+    expect(elapsedMs).toBeLessThan(100);
+  });
+
+  it("closes a connection that stays idle without a subscription, and keeps an idle subscriber", async () => {
+    // Prepare
+    const { server, port } = await anEndpoint({ limits: { idleTimeoutMs: 200 } });
+    const subscriber = aClient(port, { protocol: 2 });
+    await subscriber.subscribe("+switch-master");
+
+    // Act
+    const idle = await raw(port, "*1\r\n$4\r\nPING\r\n", 5000);
+
+    // Assess
+    expect(idle).toEqual({ text: "+PONG\r\n", closed: true });
+    await holdsFor(() => server.subscribers === 1, "the subscriber kept", 600);
+    expect(await subscriber.ping()).toEqual(["pong", ""]);
+  });
+
+  it("closes a connection after its third wrong password", async () => {
+    // Prepare
+    const { port } = await anEndpoint({ password: "s3cret" });
+    const auth = "*2\r\n$4\r\nAUTH\r\n$4\r\nnope\r\n";
+
+    // Act
+    const answer = await raw(port, `${auth}${auth}${auth}*1\r\n$4\r\nPING\r\n`);
+
+    // Assess
+    expect(answer.text).toBe("-WRONGPASS invalid username-password pair or user is disabled.\r\n".repeat(3));
+    expect(answer.closed).toBe(true);
+  });
+
+  it("refuses every password from an address past its free failures, the right one too, on new connections", async () => {
+    // Prepare
+    const { port } = await anEndpoint({
+      password: "s3cret",
+      authThrottle: { freeFailures: 2, baseBlockMs: 60_000 },
+    });
+    const auth = (password: string) => `*2\r\n$4\r\nAUTH\r\n$${password.length}\r\n${password}\r\n`;
+
+    // Act
+    const failures = [];
+    for (let attempt = 0; attempt < 3; attempt++) failures.push(await raw(port, auth("nope"), 300));
+    const blocked = await raw(port, auth("s3cret"));
+
+    // Assess
+    expect(failures.map((answer) => answer.text)).toEqual(
+      Array(3).fill("-WRONGPASS invalid username-password pair or user is disabled.\r\n"),
+    );
+    expect(blocked.text).toBe(
+      "-ERR too many failed authentication attempts from this address; retry later\r\n",
+    );
+    expect(blocked.closed).toBe(true);
+  });
+
+  it("verifies client certificates against --sentinel-ca and serves its own certificate", async () => {
+    // Prepare
+    const certs = new TestCertificates();
+    try {
+      const server = certs.issue("sentinel", 2);
+      const { port } = await anEndpoint({
+        tls: {
+          cert: readFileSync(server.certFile, "utf8"),
+          key: readFileSync(server.keyFile, "utf8"),
+          ca: readFileSync(certs.caFile, "utf8"),
+        },
+      });
+      const ca = readFileSync(certs.caFile);
+      const withCert = aClient(port, {
+        protocol: 2,
+        tls: { ca, cert: readFileSync(certs.agent.certFile), key: readFileSync(certs.agent.keyFile) },
+      });
+      const withoutCert = aClient(port, { protocol: 2, tls: { ca } });
+
+      // Act
+      await withCert.connect();
+      const answered = await withCert.call("SENTINEL", "get-master-addr-by-name", "s1");
+      const refused = await withoutCert.connect().then(
+        () => withoutCert.ping(),
+        (error: unknown) => error,
+      );
+
+      // Assess
+      expect(answered).toEqual(["10.0.0.1", "6379"]);
+      expect(String(refused)).toMatch(/certificate|closed|ECONNRESET|alert/i);
+    } finally {
+      certs.destroy();
+    }
+  });
+});
+
+describe("Sentinel endpoint: protected mode", () => {
+  const base = { address: "10.0.1.17:6379", redis: "127.0.0.1:6379", sentinelProtectedMode: true };
+
+  it.each([
+    ["no password, no bind", {}, false, "127.0.0.1", true],
+    ["a password", {}, true, "10.0.1.17", false],
+    ["an explicit bind", { sentinelBind: "0.0.0.0" }, false, "0.0.0.0", false],
+    ["protected mode off", { sentinelProtectedMode: false }, false, "10.0.1.17", false],
+  ] as const)("with %s listens on the expected host", (_what, options, hasPassword, host, protectedMode) => {
+    expect(sentinelBind({ ...base, ...options }, hasPassword)).toMatchObject({ host, protectedMode });
+  });
+
+  it("listens on loopback only and says so once at start when no password is set", async () => {
+    // Prepare: 127.0.0.2 is this host's too, but not the protected address.
+    const logger = new RecordingLogger();
+    const shard = new ScriptedShard();
+    const options = parseAgentOptions({ shard: "s1", redis: "127.0.0.2:6379", sentinelPort: 0 });
+    const endpoint = new SentinelEndpoint({
+      options,
+      nodeId: "p1",
+      deps: { heartbeats: { snapshot: shard.snapshot }, clock: { now: () => NOW } } as unknown as AgentDeps,
+      logger,
+    });
+    try {
+      // Act
+      await endpoint.listen();
+      const port = Number(endpoint.address?.split(":")[1]);
+      const elsewhere = await canConnect("127.0.0.2", port);
+      const local = await canConnect("127.0.0.1", port);
+
+      // Assess
+      expect(endpoint.address).toBe(`127.0.0.1:${port}`);
+      expect(local).toBe(true);
+      expect(elsewhere).toBe(false);
+      const said = logger.lines.filter((line) => /protected mode/.test(line.message));
+      expect(said).toHaveLength(1);
+      expect(said[0]?.message).toMatch(/listens on 127\.0\.0\.1 only/);
+    } finally {
+      await endpoint.close();
+    }
+  });
+});
+
+function canConnect(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, host, () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.on("error", () => resolve(false));
+  });
+}
