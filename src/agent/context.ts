@@ -12,6 +12,7 @@ import type {
 import type { WakeSender } from "../core/wake.ts";
 import type { Database } from "./database.ts";
 import type { AgentOptions } from "./options.ts";
+import { PauseWatch } from "./pause-watch.ts";
 import { PrimaryProbe } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import { Mutex } from "./scheduling.ts";
@@ -48,6 +49,8 @@ export class AgentContext {
   readonly storeTimeoutMs: number;
   /** Held while the database's role or write fence changes, so that no two changes interleave. */
   readonly roleLock = new Mutex();
+  /** Times this process did not run for a heartbeat interval (run by the heartbeat loop). */
+  readonly pauses: PauseWatch;
 
   /** Bumped on every change of role; a heartbeat built before a change is not written after it. */
   roleGeneration = 0;
@@ -152,6 +155,7 @@ export class AgentContext {
     this.logger = init.logger;
     this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
+    this.pauses = new PauseWatch(this.monotonicNow, init.options.heartbeatIntervalMs);
     this.lastHeartbeatWrittenAt = this.monotonicNow();
     // What the previous agent process knew of the database: a database restarted while this agent
     // was down too is still judged, and a restart it fenced stays fenced.

@@ -505,11 +505,22 @@ export interface CycleOptions {
   readonly force?: boolean;
 }
 
-export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): Promise<HeartbeatCycleResult> {
+export function runCycle(ctx: AgentContext, options: CycleOptions = {}): Promise<HeartbeatCycleResult> {
+  return cycle(ctx, options, false);
+}
+
+/** One cycle; `again`: it re-runs one that found the process paused (a second pause writes nothing). */
+async function cycle(
+  ctx: AgentContext,
+  options: CycleOptions,
+  again: boolean,
+): Promise<HeartbeatCycleResult> {
   // Captured before INFO: a role change after this point makes this cycle's heartbeat stale.
   let generation = ctx.roleGeneration;
   const planned = options.force === true || storeDue(ctx);
   ctx.storeRequested = false;
+  // When the topology read this cycle relies on began (monotonic): see the pause gate below.
+  let readFrom = ctx.pauses.mark();
   const [read, early] = await Promise.all([
     readInfo(ctx).then((read) => guardNewProcess(ctx, read)),
     planned ? readSnapshot(ctx) : Promise.resolve(undefined),
@@ -548,6 +559,7 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
       }
       return { dbUp: firstInfo !== undefined, storeUp: ctx.storeUp, heartbeatWritten: false, quiet: true };
     }
+    readFrom = ctx.pauses.mark();
     snapshot = await readSnapshot(ctx);
   }
   ctx.topologyFresh = snapshot !== undefined;
@@ -587,6 +599,23 @@ export async function runCycle(ctx: AgentContext, options: CycleOptions = {}): P
   trackDoubt(ctx, info, probed);
   const now = ctx.deps.clock.now();
   const heartbeat = buildHeartbeat(ctx, info, snapshot, now, probed, read?.answeredFrom);
+  // The pause gate. The process stopped (SIGSTOP, a frozen VM, CPU starvation) after this cycle's
+  // topology read began, and before `now` was taken: the read is from before the pause, the
+  // heartbeat says "now", and the controller may have acted on the silence meanwhile (marked the
+  // shard offline: a primary must fence before claiming itself alive then). The cycle runs again
+  // with a fresh read; a pause after `now` leaves the heartbeat stamped before it, true as it is.
+  const pausedMs = snapshot === undefined ? undefined : ctx.pauses.pausedSince(readFrom);
+  if (pausedMs !== undefined) {
+    ctx.storeRequested = true;
+    ctx.logger.warn("the agent paused after its topology read: no heartbeat goes out on that read", {
+      ...ctx.epochContext,
+      pausedMs: Math.round(pausedMs),
+      // At once, or (paused again) at the next cycle.
+      rereadNow: !again,
+    });
+    if (!again) return cycle(ctx, { force: true }, true);
+    return { dbUp: info !== undefined, storeUp: ctx.storeUp, heartbeatWritten: false };
+  }
   const resumedAt = storeResumedAt(ctx, now);
   let written = false;
   if (heartbeat === undefined) {
@@ -713,6 +742,7 @@ export async function runHeartbeatLoop(ctx: AgentContext, signal: AbortSignal): 
     floorMs: 20,
   });
   let wake = new AbortController();
+  ctx.pauses.start();
   ctx.wakeHeartbeat = () => {
     // What woke it (a crash seen, a replica parked) is reported now, not at the keepalive.
     ctx.storeRequested = true;
@@ -740,6 +770,7 @@ export async function runHeartbeatLoop(ctx: AgentContext, signal: AbortSignal): 
       if (wake.signal.aborted) wake = new AbortController();
     }
   } finally {
+    ctx.pauses.stop();
     ctx.wakeHeartbeat = () => {};
   }
 }

@@ -207,6 +207,19 @@ export class AgentFixture {
     if (!written) throw new Error(`topology of ${this.shard} is not at epoch ${expectedEpoch}`);
   }
 
+  /** One redis-server node, primary `nodeId` of the shard's topology: online at epoch 0. */
+  async onlinePrimary(nodeId = "n1"): Promise<RedisNode> {
+    const [node] = await this.startRedis(1);
+    if (!node) throw new Error("redis node missing");
+    await this.setTopology(undefined, {
+      epoch: 0,
+      primary_node_id: nodeId,
+      primary_address: node.address,
+      status: "online",
+    });
+    return node;
+  }
+
   async stopAgent(agent: TestAgent): Promise<void> {
     await agent.handle.stop();
     this.agents.splice(this.agents.indexOf(agent), 1);
