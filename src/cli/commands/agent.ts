@@ -1,6 +1,5 @@
 import type { Command } from "commander";
 import { createAwsAdapters } from "../../adapters/aws-adapters.ts";
-import { GENERATED_NODE_ID } from "../../adapters/aws-call-journal.ts";
 import { jsonLineLogger } from "../../adapters/observability.ts";
 import { startAgent } from "../../agent/agent.ts";
 import {
@@ -42,11 +41,11 @@ export function registerAgent(program: Command): void {
         tableName: config.table,
         queuePrefix: config.queuePrefix,
         logger: adapterLogger,
-        // A generated id has no IAM policy of its own: the journal marks it as such.
+        // A generated id has no IAM policy of its own: the journal names it so a check flags it.
         principal: {
           component: "agent",
           shard: config.agent.shard,
-          node: config.agent.nodeId ?? GENERATED_NODE_ID,
+          node: config.agent.nodeId ?? "(generated)",
         },
       });
       // Listen before starting: a SIGTERM during start-up must still stop the agent cleanly.
