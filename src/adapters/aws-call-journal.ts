@@ -12,6 +12,9 @@ export type AwsPrincipal =
   | { readonly component: "controller" }
   | { readonly component: "operator" };
 
+/** The journal's node id for an agent started without `--node-id` (it generates one; no IAM policy names it). */
+export const GENERATED_NODE_ID = "(generated)";
+
 /** One item a DynamoDB call reads or writes: the IAM action that authorizes it and its partition key. */
 export interface JournalItem {
   readonly action: string;
