@@ -73,12 +73,14 @@ export interface ShardguardControllerProps extends TableCapacityProps {
    * (1-20 letters, digits or '-': no '_', the separator, so one installation's `<prefix>_*` never
    * matches another's queues; at most 20 so the longest name fits SQS's 80 characters). Agents create
    * their own queues under it; the controller may send only to queues under it.
-   * @default - derived from the stack's name (`Shardguard` -> `shardguard`, `Shardguard-Staging` ->
-   * `shardguard-staging`; longer names are cut and end in a hash), so two stacks never share queues
+   * @default - the stack's name as it is, case kept (`Shardguard`, `Shardguard-Staging`); a name over
+   * 20 characters is cut to 13 and ends in `-` and 6 hex digits of its hash, so two stacks never share queues
    */
   readonly queuePrefix?: string;
   /**
-   * How often each agent writes its heartbeat.
+   * Each agent's cycle: how often it checks its database (it writes its heartbeat on a change, every
+   * cycle while in doubt, otherwise at its keepalive). Agents read it as SHARDGUARD_HEARTBEAT_INTERVAL_MS
+   * (the stack's AgentEnvironment output, `agentTimingEnvironment`).
    * @default Duration.seconds(1)
    */
   readonly heartbeatInterval?: Duration;
@@ -89,7 +91,8 @@ export interface ShardguardControllerProps extends TableCapacityProps {
   readonly failureTimeout?: Duration;
   /**
    * A primary that cannot write its heartbeat for this long fences itself. Must be below `failureTimeout`.
-   * @default Duration.seconds(2)
+   * Agents read it (and `failureTimeout`) from their environment: give them `agentTimingEnvironment(config)`.
+   * @default Duration.millis(2500)
    */
   readonly fenceTimeout?: Duration;
   /**

@@ -5,6 +5,7 @@
  */
 
 export { EVENT_SOURCE, EVENT_TYPES, type EventType } from "../src/core/observability.ts";
+export { AGENT_TIMING_FIELDS, agentTimingEnvironment } from "./agent-environment.ts";
 export type { AgentIdentity } from "./agent-policy.ts";
 export { ControllerAlarms, type ControllerAlarmsProps, controllerMetric } from "./controller-alarms.ts";
 export { ControllerDashboard, type ControllerDashboardProps } from "./controller-dashboard.ts";

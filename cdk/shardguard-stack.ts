@@ -5,6 +5,7 @@ import * as sns from "aws-cdk-lib/aws-sns";
 import type { Construct } from "constructs";
 import { ENV } from "../src/adapters/env.ts";
 import { ConfigurationError } from "../src/core/errors.ts";
+import { agentTimingEnvironment, environmentFileText } from "./agent-environment.ts";
 import type { AgentIdentity } from "./agent-policy.ts";
 import { ShardguardController, type ShardguardControllerProps } from "./shardguard-controller.ts";
 
@@ -50,6 +51,14 @@ export class ShardguardStack extends Stack {
     new CfnOutput(this, "QueuePrefix", {
       value: this.controller.queuePrefix,
       description: `Command queue prefix: set ${ENV.queuePrefix} to it for agents`,
+    });
+    new CfnOutput(this, "AgentEnvironment", {
+      value: environmentFileText({
+        ...this.controller.agentEnvironment(),
+        ...agentTimingEnvironment(this.controller.config),
+      }),
+      description:
+        "Every agent's environment file (systemd EnvironmentFile=): the table, the queue prefix and the controller's timings",
     });
     new CfnOutput(this, "ControllerFunctionName", {
       value: this.controller.controllerFunction.functionName,

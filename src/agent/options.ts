@@ -427,6 +427,14 @@ function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
   if (options.redisKey !== undefined && options.redisCert === undefined)
     problem("redisKey", "needs {redisCert} (a client certificate and its key go together)");
   checkTimings(options, ctx);
+  if (
+    options.failureTimeoutMs <= options.heartbeatIntervalMs ||
+    options.fenceTimeoutMs >= options.failureTimeoutMs
+  )
+    problem(
+      "failureTimeoutMs",
+      "the agent's timings must be the controller's: set {heartbeatIntervalMs}, {failureTimeoutMs} and {fenceTimeoutMs} as the stack's AgentEnvironment output lists them (docs/deploy.md#agent-timings)",
+    );
   const { primaryKeepaliveMs, replicaKeepaliveMs } = keepalives(options);
   if (primaryKeepaliveMs < options.heartbeatIntervalMs)
     problem(
@@ -546,6 +554,24 @@ export function parseAgentOptions(input: AgentOptionsInput): AgentOptions {
   const result = agentOptionsSchema.safeParse(input);
   if (!result.success) throw new ConfigurationError(`invalid agent options: ${describeIssues(result.error)}`);
   return result.data;
+}
+
+/**
+ * Against AWS the agent must be told its node id: each node's IAM policy (the construct's `nodes`
+ * entry, `addNode`, `grantAgent`) names the queue `<prefix>_<shard>_<node>`, so a generated
+ * `node-<hex>` has no rights there. Only with every endpoint on this host (the local stack,
+ * LocalStack on loopback), where no IAM applies, may the agent generate one.
+ */
+export function requireNodeIdAgainstAws(
+  agent: Pick<AgentOptions, "shard" | "nodeId">,
+  env: NodeJS.ProcessEnv,
+): void {
+  if (agent.nodeId !== undefined || localEndpoints(env)) return;
+  throw new ConfigurationError(
+    `--node-id (${ENV.nodeId}) is required against AWS: the agent policy of each node names its id ` +
+      `(the \`nodes\` context entry ${agent.shard}:<node-id>, or addNode / grantAgent), and a generated id has none. ` +
+      "Give the id the node's policy was deployed with (docs/ec2.md)",
+  );
 }
 
 /** Where `resolveAdvertisedAddress` may look; injectable for tests. */

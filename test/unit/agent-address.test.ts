@@ -182,7 +182,7 @@ describe("advertised address", () => {
     // Act
     const failure = await promisify(execFile)(
       process.execPath,
-      ["src/cli/main.ts", "agent", "--shard", "orders", "--redis", "127.0.0.1:6379"],
+      ["src/cli/main.ts", "agent", "--shard", "orders", "--node-id", "n1", "--redis", "127.0.0.1:6379"],
       { env: { PATH: process.env.PATH, HOME: process.env.HOME, AWS_EC2_METADATA_DISABLED: "true" } },
     ).then(
       () => undefined,

@@ -1,3 +1,5 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_STATE_DIR, resolveAgentOptions } from "../../src/agent/options.ts";
 
@@ -101,4 +103,22 @@ describe("agent options from flags, environment and config file", () => {
       resolveAgentOptions({ flags: {}, env: {}, configFile: "/x.json", readFile: () => "shard = s1" }),
     ).toThrowError(/config file \/x.json is not valid JSON/);
   });
+
+  it("stops `shardguard agent` without --node-id against AWS, before it touches AWS", async () => {
+    // Act: no endpoint variables, so the SDK's own (AWS) endpoints.
+    const failure = await promisify(execFile)(
+      process.execPath,
+      ["src/cli/main.ts", "agent", "--shard", "orders", "--redis", "10.0.1.11:6379"],
+      { env: { PATH: process.env.PATH, HOME: process.env.HOME, AWS_EC2_METADATA_DISABLED: "true" } },
+    ).then(
+      () => undefined,
+      (error: { code?: number; stderr?: string }) => error,
+    );
+
+    // Assess
+    expect(failure?.code).toBe(1);
+    expect(failure?.stderr).toMatch(
+      /^shardguard: --node-id \(SHARDGUARD_NODE_ID\) is required against AWS: the agent policy of each node names its id \(the `nodes` context entry orders:<node-id>/,
+    );
+  }, 30_000);
 });

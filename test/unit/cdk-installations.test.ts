@@ -4,6 +4,7 @@ import { Stack } from "aws-cdk-lib";
 import { Match, Template } from "aws-cdk-lib/assertions";
 import * as ecs from "aws-cdk-lib/aws-ecs";
 import { beforeAll, describe, expect, it } from "vitest";
+import { agentTimingEnvironment } from "../../cdk/agent-environment.ts";
 import { ShardguardController } from "../../cdk/shardguard-controller.ts";
 import { operatorProfile, ShardguardStack } from "../../cdk/shardguard-stack.ts";
 import { defaultQueuePrefix, queueNames, validateQueuePrefix } from "../../src/adapters/queue-names.ts";
@@ -212,7 +213,7 @@ describe("the ECS example of docs/deploy.md", () => {
     task.addContainer("shardguard-agent", {
       image: ecs.ContainerImage.fromRegistry("shardguard-agent"),
       command: ["shardguard", "agent", "--shard", "orders", "--node-id", "n1", "--redis", "127.0.0.1:6379"],
-      environment: shardguard.agentEnvironment(),
+      environment: { ...shardguard.agentEnvironment(), ...agentTimingEnvironment(shardguard.config) },
       memoryLimitMiB: 256,
     });
     shardguard.grantAgent(task.taskRole, { shard: "orders", node: "n1" });
@@ -222,7 +223,9 @@ describe("the ECS example of docs/deploy.md", () => {
 
     // Assess: the test's task is the page's.
     expect(example).toContain("networkMode: ecs.NetworkMode.AWS_VPC");
-    expect(example).toContain("environment: shardguard.agentEnvironment(),");
+    expect(example).toContain(
+      "environment: { ...shardguard.agentEnvironment(), ...agentTimingEnvironment(shardguard.config) },",
+    );
     expect(example).toContain(
       'command: ["shardguard", "agent", "--shard", "orders", "--node-id", "n1", "--redis", "127.0.0.1:6379"],',
     );
@@ -235,6 +238,8 @@ describe("the ECS example of docs/deploy.md", () => {
           Environment: Match.arrayWith([
             { Name: "SHARDGUARD_TABLE", Value: { Ref: Match.stringLikeRegexp("ShardguardTable") } },
             { Name: "SHARDGUARD_QUEUE_PREFIX", Value: "Ecs" },
+            { Name: "SHARDGUARD_FAILURE_TIMEOUT_MS", Value: String(shardguard.config.failureTimeoutMs) },
+            { Name: "SHARDGUARD_FENCE_TIMEOUT_MS", Value: String(shardguard.config.fenceTimeoutMs) },
           ]),
         }),
       ]),

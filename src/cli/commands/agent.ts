@@ -5,6 +5,7 @@ import { startAgent } from "../../agent/agent.ts";
 import {
   AGENT_SETTINGS,
   CONFIG_ENV,
+  requireNodeIdAgainstAws,
   resolveAdvertisedAddress,
   resolveAgentOptions,
 } from "../../agent/options.ts";
@@ -23,6 +24,8 @@ export function registerAgent(program: Command): void {
     .action(async (flags: Record<string, string | boolean | undefined>) => {
       const configFile = typeof flags.config === "string" ? flags.config : undefined;
       const resolved = resolveAgentOptions({ flags, env: process.env, configFile });
+      // Against AWS a generated node id would have no IAM policy: refuse before touching anything.
+      requireNodeIdAgainstAws(resolved.agent, process.env);
       // A loopback --redis without --address: derive the address other nodes reach (ECS, EC2) or refuse.
       const advertised = await resolveAdvertisedAddress(resolved.agent, { env: process.env });
       const config = { ...resolved, agent: { ...resolved.agent, address: advertised.address } };
