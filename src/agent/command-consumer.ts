@@ -2,7 +2,7 @@ import { errorMessage } from "../core/errors.ts";
 import type { Command } from "../core/model.ts";
 import type { ReceivedCommand } from "../core/ports.ts";
 import { Backoff, sleep } from "./backoff.ts";
-import { needsTopology, screenCommand } from "./command-screen.ts";
+import { screenCommand } from "./command-screen.ts";
 import type { AgentContext } from "./context.ts";
 import { runCycle } from "./heartbeat-loop.ts";
 import { becomePrimary, becomeReplicaOf } from "./node-control.ts";
@@ -20,9 +20,6 @@ function commandContext(command: Command): Record<string, unknown> {
   };
 }
 
-/** Longest a REPORT keeps an agent reporting every cycle, whatever it asks: a typo costs no more. */
-const MAX_REPORT_MS = 10 * 60_000;
-
 /** Runs one command against the database and records it; the caller holds the role lock. */
 async function applyCommand(ctx: AgentContext, command: Command): Promise<void> {
   switch (command.type) {
@@ -38,15 +35,14 @@ async function applyCommand(ctx: AgentContext, command: Command): Promise<void> 
       return;
     }
     case "PAUSE_WRITES":
+      // The schema bounds timeout_ms (MAX_COMMAND_TIMEOUT_MS) and the screen checked that a
+      // switchover away from this node is under way at this very epoch.
       await ctx.db.pauseWrites(command.timeout_ms as number);
       ctx.state.recordApplied(command.command_id, command.epoch);
       return;
     case "REPORT":
       // Not recorded as applied: it raises no epoch, and running it twice only reports longer.
-      ctx.reportUntil = Math.max(
-        ctx.reportUntil,
-        ctx.monotonicNow() + Math.min(command.timeout_ms as number, MAX_REPORT_MS),
-      );
+      ctx.reportUntil = Math.max(ctx.reportUntil, ctx.monotonicNow() + (command.timeout_ms as number));
       return;
   }
 }
@@ -59,13 +55,14 @@ async function applyCommand(ctx: AgentContext, command: Command): Promise<void> 
 export async function handleMessage(ctx: AgentContext, message: ReceivedCommand): Promise<boolean> {
   const bus = ctx.deps.commands;
   try {
-    // A change of role is checked against the topology as it is now (strongly consistent read): a
+    // Every command is checked against the topology as it is now (strongly consistent read): a
     // read that fails or outlasts the store timeout leaves the message for redelivery. It is read
     // before the role lock is taken: a store that hangs must not hold the lock that parking this
     // replica needs (nemesis seed 3116: a PROMOTE waited 11 s on a GetItem during a store outage
     // while holding it; the replica's park came 5 s after its primary died, the primary had
     // restarted empty meanwhile, the replica full-synced from it and every write was lost).
-    const topology = needsTopology(message.command)
+    // A malformed message needs no read: it goes to the dead-letter queue whatever the topology.
+    const topology = message.command
       ? await withStoreTimeout(ctx.deps.topology.read(ctx.shard), ctx.storeTimeoutMs, "topology read")
       : undefined;
     const outcome = await ctx.roleLock.run(async () => {
@@ -77,6 +74,7 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
         highestEpoch: ctx.highestEpoch,
         hasApplied: (id) => ctx.state.hasApplied(id),
         topology,
+        now: ctx.deps.clock.now(),
       });
       if (screening.action === "apply") {
         await applyCommand(ctx, screening.command);
@@ -96,6 +94,15 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
       ctx.logger.info("command ignored", {
         ...commandContext(outcome.command),
         reason: outcome.reason,
+        ...ctx.epochContext,
+      });
+    } else if (outcome.action === "refuse") {
+      // No controller sends it for this topology: deleted at once, so that it cannot fit a later one.
+      ctx.logger.warn("command refused; deleted", {
+        ...commandContext(outcome.command),
+        reason: outcome.reason,
+        receiveCount: message.receiveCount,
+        body: message.body.slice(0, BODY_IN_LOG),
         ...ctx.epochContext,
       });
     } else {

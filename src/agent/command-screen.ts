@@ -5,13 +5,19 @@ import type { ReceivedCommand } from "../core/ports.ts";
 /**
  * What to do with one received message, decided before anything touches the database:
  * - apply: run it;
- * - ignore: stale or duplicate; delete it with a log line (it must never run again);
+ * - ignore: stale or duplicate, as a controller's late or repeated send is; delete it with a log
+ *   line (it must never run again);
+ * - refuse: well-formed but not what any controller sends for the topology as it is (an epoch
+ *   above the topology's, a target it does not name, no switchover for a pause, a time in the
+ *   future): forged or misdirected. Deleted with a warning that quotes it, so it can never fit a
+ *   later topology either, and nothing of it is kept (no epoch, no id);
  * - reject: invalid; leave it, so that after maxReceiveCount it lands in the dead-letter queue
  *   where an operator can read it.
  */
 export type Screening =
   | { readonly action: "apply"; readonly command: Command }
   | { readonly action: "ignore"; readonly command: Command; readonly reason: string }
+  | { readonly action: "refuse"; readonly command: Command; readonly reason: string }
   | { readonly action: "reject"; readonly reason: string };
 
 export interface ScreenContext {
@@ -21,26 +27,38 @@ export interface ScreenContext {
   readonly highestEpoch: number;
   readonly hasApplied: (commandId: string) => boolean;
   /**
-   * The topology read (strongly consistent) just before screening; required for PROMOTE and
-   * REPLICAOF, which run only when their epoch and target match it.
+   * The topology read (strongly consistent) just before screening; undefined when the shard has
+   * none. Every command runs only when it fits it: its epoch is the topology's and its target the
+   * one the topology names.
    */
-  readonly topology?: Topology | undefined;
+  readonly topology: Topology | undefined;
+  /** ms on the AWS-aligned clock, as the controller stamps `issued_at`. */
+  readonly now: number;
 }
 
-/** The commands that change who is primary: obeyed only when epoch and target match the topology. */
-export function needsTopology(command: Command | undefined): boolean {
-  return command?.type === "PROMOTE" || command?.type === "REPLICAOF";
-}
+/**
+ * How far in the future a command's `issued_at` may be. Controller and agents stamp with the
+ * AWS-aligned clock (docs/coordination.md#clocks: within 1.5 s of each other), so a minute is
+ * slack for a bad offset measurement, not a window for a post-dated command.
+ */
+export const MAX_ISSUED_AHEAD_MS = 60_000;
 
+/**
+ * The gates, in order. Malformed, misaddressed and self-replicating messages go to the dead-letter
+ * queue; a duplicate or a stale epoch is ignored; then the command must fit the topology. Nothing
+ * but a command that passed every gate raises `highest_epoch`, and it passes only at the
+ * topology's own epoch (Guarantees 4 and 6: a command an agent obeys fits the topology).
+ */
 export function screenCommand(message: ReceivedCommand, context: ScreenContext): Screening {
   const command = message.command;
   if (command === undefined) {
     return { action: "reject", reason: `malformed command: ${message.error ?? "no command in the message"}` };
   }
+  const id = command.command_id;
   if (command.shard !== context.shard) {
     return {
       action: "reject",
-      reason: `command ${command.command_id} is for shard ${command.shard}, this node serves shard ${context.shard}`,
+      reason: `command ${id} is for shard ${command.shard}, this node serves shard ${context.shard}`,
     };
   }
   if (
@@ -49,44 +67,92 @@ export function screenCommand(message: ReceivedCommand, context: ScreenContext):
   ) {
     return {
       action: "reject",
-      reason: `command ${command.command_id} asks this node to replicate from itself (${command.primary?.node_id})`,
+      reason: `command ${id} asks this node to replicate from itself (${command.primary?.node_id})`,
     };
   }
-  if (context.hasApplied(command.command_id)) {
-    return { action: "ignore", command, reason: `command ${command.command_id} was already applied` };
+  if (command.issued_at > context.now + MAX_ISSUED_AHEAD_MS) {
+    return {
+      action: "refuse",
+      command,
+      reason: `command ${id} is issued at ${command.issued_at}, ${command.issued_at - context.now} ms in the future`,
+    };
+  }
+  if (context.hasApplied(id)) {
+    return { action: "ignore", command, reason: `command ${id} was already applied` };
   }
   if (command.epoch < context.highestEpoch) {
     return {
       action: "ignore",
       command,
-      reason: `command ${command.command_id} has epoch ${command.epoch}, below the highest applied epoch ${context.highestEpoch}`,
+      reason: `command ${id} has epoch ${command.epoch}, below the highest applied epoch ${context.highestEpoch}`,
     };
   }
-  if (needsTopology(command)) {
-    const mismatch = topologyMismatch(command, context);
-    if (mismatch) return { action: "ignore", command, reason: `command ${command.command_id} ${mismatch}` };
+  const topology = context.topology;
+  const current = topology?.epoch ?? 0;
+  const atEpoch =
+    topology === undefined ? "the shard has no topology (epoch 0)" : `the topology is at epoch ${current}`;
+  if (command.epoch > current) {
+    // A controller bumps the topology's epoch before it sends (strongly consistent both ways): an
+    // epoch above it was never sent by one, and must never become this node's highest epoch.
+    return { action: "refuse", command, reason: `command ${id} has epoch ${command.epoch}, ${atEpoch}` };
+  }
+  if (command.epoch < current) {
+    // A controller paused past its lease sends the plan it had: every change of plan moves the epoch.
+    return { action: "ignore", command, reason: `command ${id} has epoch ${command.epoch}, ${atEpoch}` };
+  }
+  const misfit = targetMisfit(command, context);
+  if (misfit !== undefined) return { action: "refuse", command, reason: `command ${id} ${misfit}` };
+  if (
+    (command.type === "PAUSE_WRITES" || command.type === "REPORT") &&
+    command.issued_at + (command.timeout_ms ?? 0) <= context.now
+  ) {
+    return {
+      action: "ignore",
+      command,
+      reason: `command ${id} expired ${context.now - command.issued_at - (command.timeout_ms ?? 0)} ms ago (issued at ${command.issued_at} for ${command.timeout_ms} ms)`,
+    };
   }
   return { action: "apply", command };
 }
 
 /**
- * Why a PROMOTE/REPLICAOF does not match the topology, or undefined when it does. A controller
- * that was paused past its lease may still send what it planned; every change of plan moves the
- * epoch, so its orders carry an epoch the topology has left, or name a node the topology does
- * not name for that epoch.
+ * Why a command at the topology's epoch is not one the controller sends for it, or undefined
+ * when it is: PROMOTE goes to the node the topology names (the plan's target while failing over,
+ * else its primary), REPLICAOF names that node at its address, PAUSE_WRITES goes to the old
+ * primary of a switchover under way. REPORT changes nothing in the database: its epoch suffices.
  */
-function topologyMismatch(command: Command, context: ScreenContext): string | undefined {
+function targetMisfit(command: Command, context: ScreenContext): string | undefined {
   const topology = context.topology;
-  // No topology at all: no controller manages the shard yet, so no controller can have sent it
-  // (a controller writes the topology before any command); an operator's command by hand runs.
-  if (topology === undefined) return undefined;
-  if (command.epoch !== topology.epoch) {
-    return `has epoch ${command.epoch}, the topology is at epoch ${topology.epoch}`;
+  const epoch = topology?.epoch ?? 0;
+  const target = topology === undefined ? undefined : planTarget(topology);
+  switch (command.type) {
+    case "PROMOTE":
+      return target === context.nodeId
+        ? undefined
+        : `names ${context.nodeId} as primary, the topology names ${target ?? "none"} at epoch ${epoch}`;
+    case "REPLICAOF": {
+      const named = command.primary?.node_id;
+      if (named !== target)
+        return `names ${named} as primary, the topology names ${target ?? "none"} at epoch ${epoch}`;
+      const address = topology === undefined ? undefined : planAddress(topology);
+      return command.primary?.address === address
+        ? undefined
+        : `names ${named} at ${command.primary?.address}, the topology has it at ${address ?? "no address"} at epoch ${epoch}`;
+    }
+    case "PAUSE_WRITES": {
+      const failover = topology?.status === "failing_over" ? topology.failover : undefined;
+      return failover?.kind === "switchover" && failover.old_primary_node_id === context.nodeId
+        ? undefined
+        : `pauses writes, but the topology has no switchover away from ${context.nodeId} at epoch ${epoch}`;
+    }
+    case "REPORT":
+      return undefined;
   }
-  const target = planTarget(topology);
-  const named = command.type === "PROMOTE" ? context.nodeId : command.primary?.node_id;
-  if (named !== target) {
-    return `names ${named} as primary, the topology names ${target ?? "none"} at epoch ${topology.epoch}`;
-  }
-  return undefined;
+}
+
+/** The address of the node `planTarget` names. */
+function planAddress(topology: Topology): string | undefined {
+  return topology.status === "failing_over"
+    ? topology.failover?.new_primary_address
+    : topology.primary_address;
 }

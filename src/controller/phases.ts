@@ -1,6 +1,6 @@
 import { PHASE_MARGIN_MS, timeNeeded } from "../core/budget.ts";
 import { targetConfirmed } from "../core/continuation.ts";
-import type { Command, CommandType, FailoverPhase } from "../core/model.ts";
+import { type Command, type CommandType, type FailoverPhase, MAX_COMMAND_TIMEOUT_MS } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { type Outcome, OutOfTime, PhaseTimeout, sleepOf } from "./deps.ts";
 import { complete, type Run, recordPhase, stateOf } from "./transitions.ts";
@@ -133,7 +133,10 @@ async function waitFor(
 async function catchUp(run: Run): Promise<void> {
   const state = stateOf(run);
   const old = state.old_primary_node_id as string;
-  const pauseMs = run.timeouts.catch_up + run.timeouts.promote + run.timeouts.confirm;
+  const pauseMs = Math.min(
+    run.timeouts.catch_up + run.timeouts.promote + run.timeouts.confirm,
+    MAX_COMMAND_TIMEOUT_MS,
+  );
   await run.deps.bus.send(run.shard, old, command(run, "PAUSE_WRITES", old, { timeout_ms: pauseMs }));
   await waitFor(run, "catch_up", run.timeouts.catch_up, (snapshot) => {
     const primary = snapshot.nodes.find((node) => node.node_id === old);

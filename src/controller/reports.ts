@@ -1,6 +1,6 @@
 import { awaitingReports } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
-import type { Command } from "../core/model.ts";
+import { type Command, MAX_COMMAND_TIMEOUT_MS } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { type ControllerDeps, sleepOf } from "./deps.ts";
 
@@ -34,7 +34,8 @@ export async function requestReports(
         epoch,
         command_id: `${shard}:${epoch}:REPORT:${node}:${issuedAt}`,
         issued_at: issuedAt,
-        timeout_ms: timeoutMs,
+        // A longer lease than the schema's bound asks for no more than it: the command stays valid.
+        timeout_ms: Math.min(timeoutMs, MAX_COMMAND_TIMEOUT_MS),
       };
       try {
         await deps.bus.send(shard, node, command);

@@ -218,17 +218,26 @@ export type HistoryRecord = z.output<typeof historyRecordSchema>;
 export const COMMAND_TYPES = ["PROMOTE", "REPLICAOF", "PAUSE_WRITES", "REPORT"] as const;
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
+/**
+ * The longest `timeout_ms` a command may carry (10 min). A switchover's pause lasts its catch_up,
+ * promote and confirm bounds (19 s with the defaults) and a REPORT the lock's lease (60 s): both
+ * far below. A command past it fails the schema, so a forged "pause for 1,000 days" is refused
+ * before anything reads it (issue 38).
+ */
+export const MAX_COMMAND_TIMEOUT_MS = 10 * 60_000;
+
 export const commandSchema = z
   .object({
     type: z.enum(COMMAND_TYPES),
     shard: idSchema,
+    /** A safe integer (zod's `int()`): past 2^53 `epoch + 1` no longer changes the number. */
     epoch: z.number().int().nonnegative(),
     command_id: z.string().min(1).max(128),
-    /** ms */
-    issued_at: z.number().int(),
+    /** ms on the sender's AWS-aligned clock. */
+    issued_at: z.number().int().nonnegative(),
     primary: z.object({ node_id: idSchema, address: addressSchema }).optional(),
     /** PAUSE_WRITES: how long the database holds writes; REPORT: how long the agent reports every cycle. */
-    timeout_ms: z.number().int().positive().optional(),
+    timeout_ms: z.number().int().positive().max(MAX_COMMAND_TIMEOUT_MS).optional(),
   })
   .superRefine((command, ctx) => {
     if (command.type === "REPLICAOF" && !command.primary) {

@@ -1,44 +1,18 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { silentLogger } from "../../src/adapters/observability.ts";
-import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
-import { parseFailoverConfig } from "../../src/core/config.ts";
 import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
 import { cycleUntil } from "../support/controller-cycles.ts";
-import { MemoryEventPublisher, MemoryMetrics } from "../support/controller-fakes.ts";
+import { controllerOverAgents } from "../support/controller-fakes.ts";
 
 /**
  * The agent against the real controller (decide + orchestrator), real redis-server processes
  * and the local stack: the contract between the two, end to end.
  */
 
-const CONFIG = parseFailoverConfig({
-  heartbeatIntervalMs: FAST_TIMINGS.heartbeatIntervalMs,
-  failureTimeoutMs: FAST_TIMINGS.failureTimeoutMs,
-  fenceTimeoutMs: FAST_TIMINGS.fenceTimeoutMs,
-  tickIntervalMs: 200,
-  lockLeaseMs: 5000,
-  maxLagOnFailover: 10 * 1024 * 1024,
-  quorum: "majority",
-  cooldownMs: 60_000,
-});
-
 let fixture: AgentFixture;
 
 afterEach(async () => {
   await fixture.close();
 });
-
-function controllerDeps(): ControllerDeps {
-  return {
-    store: fixture.aws.store,
-    bus: fixture.aws.bus,
-    clock: fixture.aws.clock,
-    config: CONFIG,
-    log: silentLogger,
-    events: new MemoryEventPublisher(),
-    metrics: new MemoryMetrics(),
-  };
-}
 
 describe("agents under the controller", () => {
   it("fail over to the preferred replica when the primary dies, and take the old primary back as a replica", async () => {
@@ -51,7 +25,7 @@ describe("agents under the controller", () => {
     await fixture.startAgent(otherNode, { nodeId: "n3", priority: 50 });
     await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
     await fixture.waitForHeartbeat("n3", (hb) => hb.primary_link === "up", "n3 linked");
-    const deps = controllerDeps();
+    const deps = controllerOverAgents(fixture.aws, FAST_TIMINGS);
     await cycleUntil(deps, fixture.shard, (result) => result.outcome === "initialized", 20_000);
     await cycleUntil(
       deps,

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { GetQueueAttributesCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import { afterEach, describe, expect, it } from "vitest";
 import { RedisDatabase } from "../../src/agent/database.ts";
+import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { AgentFixture, RecordingLogger, redisRole } from "../support/agent-harness.ts";
 import { sqsClient } from "../support/aws.ts";
 import { holdsFor, waitFor } from "../support/wait.ts";
@@ -28,6 +29,38 @@ class GatedPromotion extends RedisDatabase {
 afterEach(async () => {
   await fixture.close();
 });
+
+/**
+ * What a controller writes before it sends a change's commands (an agent obeys a command only when
+ * it fits the topology): the shard `kind` from `from` to `to` at `epoch`, with no topology before.
+ */
+async function planChange(
+  kind: "failover" | "switchover",
+  epoch: number,
+  from: { readonly id: string; readonly address: string },
+  to: { readonly id: string; readonly address: string },
+): Promise<void> {
+  await fixture.setTopology(undefined, {
+    epoch,
+    primary_node_id: from.id,
+    primary_address: from.address,
+    status: "failing_over",
+    phase: kind === "switchover" ? "catch_up" : "promote",
+    failover: {
+      kind,
+      old_primary_node_id: from.id,
+      new_primary_node_id: to.id,
+      new_primary_address: to.address,
+      reason: "test",
+      started_at: Date.now(),
+      candidates: [],
+      phase_started: {},
+    },
+  });
+}
+
+const failoverAt1 = (from: RedisNode, to: RedisNode) =>
+  planChange("failover", 1, { id: "n1", address: from.address }, { id: "n2", address: to.address });
 
 describe("agent heartbeats", () => {
   it("reports the primary's and the replica's replication state, offsets moving with writes", async () => {
@@ -142,6 +175,7 @@ describe("agent commands", () => {
     const oldPrimary = await fixture.startAgent(oldNode, { nodeId: "n1" });
     const candidate = await fixture.startAgent(newNode, { nodeId: "n2" });
     await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "replica link up");
+    await failoverAt1(oldNode, newNode);
 
     // Act
     await fixture.send("n2", fixture.command("PROMOTE", 1));
@@ -174,6 +208,12 @@ describe("agent commands", () => {
     fixture = new AgentFixture();
     const [primaryNode, replicaNode] = await fixture.startRedis(2);
     if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
+    await fixture.setTopology(undefined, {
+      epoch: 2,
+      primary_node_id: "n1",
+      primary_address: primaryNode.address,
+      status: "online",
+    });
     await fixture.startAgent(primaryNode, { nodeId: "n1" });
     const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
     await fixture.send(
@@ -203,6 +243,7 @@ describe("agent commands", () => {
     if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
     await fixture.startAgent(primaryNode, { nodeId: "n1" });
     const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
+    await failoverAt1(primaryNode, replicaNode);
     const promote = fixture.command("PROMOTE", 1);
     await fixture.send("n2", promote);
     await fixture.waitForHeartbeat("n2", (hb) => hb.role === "primary", "n2 primary");
@@ -230,6 +271,7 @@ describe("agent commands", () => {
     const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" });
     const queueUrl = await fixture.aws.bus.ensureQueue(fixture.shard, "n2");
     const sqs = sqsClient();
+    await failoverAt1(primaryNode, replicaNode);
 
     // Act
     for (const body of [
@@ -273,6 +315,7 @@ describe("agent commands", () => {
     await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "replica link up");
     replicaNode.signal("SIGKILL");
     await fixture.waitForHeartbeat("n2", (hb) => hb.db_status === "down", "reported down");
+    await failoverAt1(primaryNode, replicaNode);
 
     // Act
     await fixture.send("n2", fixture.command("PROMOTE", 1));
@@ -297,6 +340,7 @@ describe("agent commands", () => {
     const go = Promise.withResolvers<void>();
     const gated = new GatedPromotion(replicaNode.address, promotionStarted.resolve, go.promise);
     const replica = await fixture.startAgent(replicaNode, { nodeId: "n2" }, fixture.aws, { database: gated });
+    await failoverAt1(primaryNode, replicaNode);
     const promote = fixture.command("PROMOTE", 1);
 
     // Act: stop while PROMOTE is mid-command, then let the promotion finish.
@@ -326,19 +370,27 @@ describe("agent commands", () => {
     });
   });
 
-  it("holds writes on PAUSE_WRITES for the given time", async () => {
+  it("holds writes on PAUSE_WRITES of a switchover away from the node for the given time", async () => {
     // Prepare
     fixture = new AgentFixture();
     const [primaryNode] = await fixture.startRedis(1);
     if (!primaryNode) throw new Error("redis node missing");
     const primary = await fixture.startAgent(primaryNode, { nodeId: "n1" });
+    await planChange(
+      "switchover",
+      1,
+      { id: "n1", address: primaryNode.address },
+      { id: "n2", address: "127.0.0.1:1" },
+    );
 
     // Act
-    await fixture.send("n1", fixture.command("PAUSE_WRITES", 0, { timeout_ms: 1500 }));
+    await fixture.send("n1", fixture.command("PAUSE_WRITES", 1, { timeout_ms: 1500 }));
     await waitFor(() => primary.logger.find("command applied"), "PAUSE_WRITES applied");
     const client = primaryNode.client();
     const started = Date.now();
-    await client.set("paused", "1");
+    // PUBLISH: held by a write pause like every command that may replicate, but not refused by the
+    // write fence (NOREPLICAS) that the agent puts on a primary with a failover away from it.
+    await client.publish("paused", "1");
     const heldMs = Date.now() - started;
     client.disconnect();
 

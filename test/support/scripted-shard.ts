@@ -2,7 +2,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { afterEach } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { silentLogger } from "../../src/adapters/observability.ts";
-import { needsTopology, type Screening, screenCommand } from "../../src/agent/command-screen.ts";
+import { type Screening, screenCommand } from "../../src/agent/command-screen.ts";
 import type { ControllerDeps, PhaseTimeouts } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { isFresh } from "../../src/core/decide.ts";
@@ -188,9 +188,7 @@ export class ScriptedShard {
 
   /** The agent's screening, with the topology read the way the agent reads it. */
   async #screen(node: NodeScript, message: ReceivedCommand): Promise<Screening> {
-    const topology = needsTopology(message.command)
-      ? await this.aws.store.topology.read(this.shard)
-      : undefined;
+    const topology = message.command ? await this.aws.store.topology.read(this.shard) : undefined;
     if (message.command) node.received.push(message.command);
     return screenCommand(message, {
       shard: this.shard,
@@ -199,6 +197,7 @@ export class ScriptedShard {
       highestEpoch: node.epoch,
       hasApplied: (commandId) => node.applied.has(commandId),
       topology,
+      now: this.aws.clock.now(),
     });
   }
 
