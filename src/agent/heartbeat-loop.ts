@@ -600,11 +600,12 @@ async function cycle(
   const now = ctx.deps.clock.now();
   const heartbeat = buildHeartbeat(ctx, info, snapshot, now, probed, read?.answeredFrom);
   // The pause gate. The process stopped (SIGSTOP, a frozen VM, CPU starvation) after this cycle's
-  // topology read began, and before `now` was taken: the read is from before the pause, the
-  // heartbeat says "now", and the controller may have acted on the silence meanwhile (marked the
+  // topology read began, and before `now` was taken: the read answered from before the pause, or
+  // its timeout fired on resume (the cycle would go on with the last confirmation), while the
+  // heartbeat says "now" and the controller may have acted on the silence meanwhile (marked the
   // shard offline: a primary must fence before claiming itself alive then). The cycle runs again
   // with a fresh read; a pause after `now` leaves the heartbeat stamped before it, true as it is.
-  const pausedMs = snapshot === undefined ? undefined : ctx.pauses.pausedSince(readFrom);
+  const pausedMs = ctx.pauses.pausedSince(readFrom);
   if (pausedMs !== undefined) {
     ctx.storeRequested = true;
     ctx.logger.warn("the agent paused after its topology read: no heartbeat goes out on that read", {

@@ -60,6 +60,8 @@ class GatedStore implements HeartbeatStore {
   }
 }
 
+const STORE_TIMEOUT_MS = 1000;
+
 /**
  * n1 alone, primary of an online shard, policy keep-serving: nothing but the topology fences it
  * (no fence timeout), so a fence seen is the topology's.
@@ -76,6 +78,7 @@ async function primaryAlone(): Promise<{ node: RedisNode; store: GatedStore; log
       stateDir: fixture.newStateDir(),
       nodeId: "n1",
       fencePolicy: "keep-serving",
+      storeTimeoutMs: STORE_TIMEOUT_MS,
       ...FAST_TIMINGS,
     },
     fixture.depsFrom(fixture.aws, store, logger),
@@ -94,34 +97,43 @@ function markOffline(): Promise<void> {
 const PAUSE_MESSAGE = "the agent paused after its topology read: no heartbeat goes out on that read";
 
 describe("the pause gate", () => {
-  it("a primary paused with a topology read in hand fences before its next heartbeat goes out", async () => {
-    // Prepare
-    const { store, logger } = await primaryAlone();
-    let resumedAt = 0;
-    const pauseMs = 3 * FAST_TIMINGS.heartbeatIntervalMs;
+  it.each([
+    { read: "answered before it", pauseMs: 3 * FAST_TIMINGS.heartbeatIntervalMs },
+    // The read's timeout fires first on resume (timers before I/O): the cycle goes on without a
+    // topology, on the confirmation it read last (the other way chaos-agent-stall failed).
+    { read: "timed out during it", pauseMs: STORE_TIMEOUT_MS + FAST_TIMINGS.heartbeatIntervalMs },
+  ])(
+    "a primary paused with its topology read $read fences before its next heartbeat goes out",
+    async ({ pauseMs }) => {
+      // Prepare
+      const { store, logger } = await primaryAlone();
+      let resumedAt = 0;
 
-    // Act: the read answers "online, n1"; the shard goes offline; the agent's process stops.
-    store.holdNextRead(async () => {
-      await markOffline();
-      freezeThread(pauseMs);
-      resumedAt = fixture.aws.clock.now();
-    });
-    const first = await waitFor(
-      () => store.written.find((w) => resumedAt > 0 && (w.heartbeat.agent_updated ?? 0) / 1000 >= resumedAt),
-      "n1's first heartbeat stamped after the pause",
-      10_000,
-      10,
-    );
+      // Act: the read answers "online, n1"; the shard goes offline; the agent's process stops.
+      store.holdNextRead(async () => {
+        await markOffline();
+        freezeThread(pauseMs);
+        resumedAt = fixture.aws.clock.now();
+        await delay(0); // after the timers due on resume
+      });
+      const first = await waitFor(
+        () =>
+          store.written.find((w) => resumedAt > 0 && (w.heartbeat.agent_updated ?? 0) / 1000 >= resumedAt),
+        "n1's first heartbeat stamped after the pause",
+        10_000,
+        10,
+      );
 
-    // Assess
-    expect(first, JSON.stringify(logger.lines.slice(-10))).toMatchObject({
-      fenced: true,
-      heartbeat: { role: "primary", db_status: "up" },
-    });
-    expect(logger.find(PAUSE_MESSAGE)?.attributes).toMatchObject({ rereadNow: true });
-    expect(Number(logger.find(PAUSE_MESSAGE)?.attributes.pausedMs)).toBeGreaterThanOrEqual(pauseMs - 50);
-    expect(logger.find(/^writes fenced/)?.attributes.reason).toMatch(/offline/);
-  });
+      // Assess
+      expect(first, JSON.stringify(logger.lines.slice(-10))).toMatchObject({
+        fenced: true,
+        heartbeat: { role: "primary", db_status: "up" },
+      });
+      expect(logger.find(PAUSE_MESSAGE)?.attributes).toMatchObject({ rereadNow: true });
+      expect(Number(logger.find(PAUSE_MESSAGE)?.attributes.pausedMs)).toBeGreaterThanOrEqual(pauseMs - 50);
+      expect(logger.find(/^writes fenced/)?.attributes.reason).toMatch(/offline/);
+    },
+  );
 
   it("a slow topology read is no pause: the heartbeat goes out on it, without a second read", async () => {
     // Prepare
