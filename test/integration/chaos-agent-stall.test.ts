@@ -24,8 +24,12 @@ import { holdsFor } from "../support/wait.ts";
 
 let cluster: LocalCluster | undefined;
 let stopWriter: (() => Promise<void>) | undefined;
+/** What a failed test prints, read before the cluster (and its logs) are gone. */
+let evidence: (() => string) | undefined;
 
-afterEach(async () => {
+afterEach(async ({ task }) => {
+  if (task.result?.state === "fail" && evidence) console.error(evidence());
+  evidence = undefined;
   await stopWriter?.();
   await cluster?.stop();
   stopWriter = undefined;
@@ -63,6 +67,36 @@ function stubbornWriter(active: LocalCluster, id: string): { acked: string[]; st
       client.disconnect();
     },
   };
+}
+
+const FENCED = "writes fenced: this primary refuses writes";
+
+/** When node-1's agent logged its fence, ms (the log's clock: the host's, as the AWS-aligned one here). */
+function fencesLogged(active: LocalCluster): number[] {
+  return active
+    .logLines("agent-node-1.log")
+    .filter((line) => line.message === FENCED)
+    .map((line) => Date.parse(String(line.timestamp)));
+}
+
+/**
+ * What a failure of the fence-order check needs to be judged: node-1's agent log around its
+ * resume (ms relative to it) and every probe's answer.
+ */
+function stallEvidence(
+  active: LocalCluster,
+  seen: { resumedAt: number; firstWrittenAt: number; fencedAt: number[]; probes: WriteProbe[] },
+): string {
+  const lines = active
+    .logLines("agent-node-1.log")
+    .filter((line) => Date.parse(String(line.timestamp)) >= seen.resumedAt - 3000)
+    .map((line) => `  ${Date.parse(String(line.timestamp)) - seen.resumedAt} ms ${JSON.stringify(line)}`);
+  return [
+    `resumed at ${seen.resumedAt}; first heartbeat after at ${seen.firstWrittenAt} (+${(seen.firstWrittenAt - seen.resumedAt).toFixed(1)} ms); fences logged at ${seen.fencedAt.join(", ") || "none"}`,
+    "node-1's agent log from 3 s before its resume (ms after it):",
+    ...lines,
+    `probes: ${JSON.stringify(seen.probes)}`,
+  ].join("\n");
 }
 
 describe("chaos: stalled agents", () => {
@@ -163,6 +197,9 @@ describe("chaos: stalled agents", () => {
     // Its agent fenced the writes (no heartbeat for longer than the fence timeout), then wrote a
     // heartbeat after reading the offline topology.
     let firstWrittenAt = 0;
+    let fencedAt: number[] = [];
+    const probes: WriteProbe[] = [];
+    evidence = () => stallEvidence(active, { resumedAt, firstWrittenAt, fencedAt, probes });
     await active.waitFor(
       "node-1's agent to write a heartbeat after its stall",
       async () => {
@@ -172,13 +209,19 @@ describe("chaos: stalled agents", () => {
       WAIT_MS,
     );
     // When its agent fenced the database: before it wrote that heartbeat, not after (a client
-    // that sees the heartbeat, as the probes below do, must find the fence up).
-    const fencedAt = active
-      .logLines("agent-node-1.log")
-      .filter((line) => line.message === "writes fenced: this primary refuses writes")
-      .map((line) => Date.parse(String(line.timestamp)));
+    // that sees the heartbeat, as the probes below do, must find the fence up). The log line
+    // reaches the file through a pipe and this process: it may land after the heartbeat is seen.
+    await active
+      .waitFor(
+        "node-1's agent to log its fence",
+        () => {
+          fencedAt = fencesLogged(active);
+          return fencedAt.length > 0;
+        },
+        5000,
+      )
+      .catch(() => undefined);
     // Negative check over four of its heartbeats: node-1 refuses every write while offline.
-    const probes: WriteProbe[] = [];
     await holdsFor(
       async () => {
         const probe = await probeWrite(active.node("node-1"), `offline-probe:${probes.length}`);
