@@ -33,6 +33,7 @@ export const ENV = {
   storeTimeoutMs: "SHARDGUARD_STORE_TIMEOUT_MS",
   redisTimeoutMs: "SHARDGUARD_REDIS_TIMEOUT_MS",
   commandWaitSeconds: "SHARDGUARD_COMMAND_WAIT_SECONDS",
+  commandSenders: "SHARDGUARD_COMMAND_SENDERS",
   redisUsername: "SHARDGUARD_REDIS_USERNAME",
   redisPassword: "SHARDGUARD_REDIS_PASSWORD",
   redisPasswordFile: "SHARDGUARD_REDIS_PASSWORD_FILE",

@@ -17,6 +17,34 @@ export const QUEUE_PREFIX_RULE = `must be 1-${QUEUE_PREFIX_MAX} letters, digits 
 export const queuePrefixSchema = z.string().regex(QUEUE_PREFIX_PATTERN, QUEUE_PREFIX_RULE);
 export const DLQ_SUFFIX = "_dlq";
 
+/** Room for the senders of a large installation, well within SQS's 20,480-byte queue policy. */
+export const MAX_COMMAND_SENDERS = 50;
+/** An IAM principal's ARN as `aws:PrincipalArn` carries it (a role's, not its session's); `*` and `?` match as in `ArnLike`. */
+const PRINCIPAL_ARN = /^arn:aws[a-z-]*:(iam|sts)::(\d{12}|\*):[\w+=,.@/*?-]+$/;
+
+/** Why `senders` cannot be the principals a node's queue policy lets send, or undefined when it can. */
+export function checkCommandSenders(senders: readonly string[]): string | undefined {
+  if (senders.length > MAX_COMMAND_SENDERS)
+    return `at most ${MAX_COMMAND_SENDERS} ARNs, got ${senders.length}`;
+  const bad = senders.filter((arn) => !PRINCIPAL_ARN.test(arn));
+  if (bad.length === 0) return undefined;
+  return `${bad.map((arn) => JSON.stringify(arn)).join(", ")}: not an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)`;
+}
+
+/**
+ * The principals that may send commands, as a setting gives them: a comma-separated string (a
+ * flag, a variable) or a list (a config file, an in-process caller).
+ */
+export const commandSendersSchema = z
+  .union([z.string(), z.array(z.string())])
+  .transform((value) =>
+    (typeof value === "string" ? value.split(",") : value).map((arn) => arn.trim()).filter(Boolean),
+  )
+  .superRefine((senders, ctx) => {
+    const problem = checkCommandSenders(senders);
+    if (problem) ctx.addIssue({ code: "custom", message: problem });
+  });
+
 export interface QueueNames {
   readonly queue: string;
   /** The installation's one dead-letter queue, shared by every node queue (`deadLetterQueueName`). */

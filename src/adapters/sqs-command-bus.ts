@@ -7,16 +7,17 @@ import {
   type Message,
   ReceiveMessageCommand,
   SendMessageCommand,
+  SetQueueAttributesCommand,
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { describeIssues } from "../core/config.ts";
 import { ConfigurationError, CoordinationUnavailable } from "../core/errors.ts";
 import { type Command, commandSchema } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
-import type { CommandBus, ReceivedCommand } from "../core/ports.ts";
+import type { CommandBus, QueueAccess, ReceivedCommand } from "../core/ports.ts";
 import { classifyAwsError, toCoordinationError } from "./aws-errors.ts";
 import { stderrLogger } from "./observability.ts";
-import { queueNames, validateQueuePrefix } from "./queue-names.ts";
+import { checkCommandSenders, queueNames, validateQueuePrefix } from "./queue-names.ts";
 
 export interface SqsCommandBusOptions {
   readonly sqs: SQSClient;
@@ -38,6 +39,87 @@ export interface SqsCommandBusOptions {
 }
 
 const MAX_WAIT_SECONDS = 20;
+
+/** Statements of a queue policy that this bus writes, and replaces; other statements are kept. */
+const SID_PREFIX = "Shardguard";
+/**
+ * The policy of a command queue (or of the shared dead-letter queue, with no senders): AWS's
+ * baseline for SQS (issue 38, docs/security.md#commands).
+ * - `ShardguardDenyInsecureTransport`: every request without TLS is denied, as on the stack's own
+ *   queues (`enforceSSL`).
+ * - `ShardguardOnlyCommandSenders`, when `senders` are known: `sqs:SendMessage` is denied to every
+ *   principal whose `aws:PrincipalArn` is not one of them (`ArnNotLike`, so a request without a
+ *   principal is denied too). An identity policy's broad `sqs:SendMessage` in the account then no
+ *   longer reaches a node's queue.
+ * Statements of `existing` whose Sid does not start with "Shardguard" (an operator's own) are kept.
+ */
+export function commandQueuePolicy(
+  queueArn: string,
+  access: QueueAccess = {},
+  existing?: string,
+): Record<string, unknown> {
+  const senders = access.senders ?? [];
+  const problem = checkCommandSenders(senders);
+  if (problem) throw new ConfigurationError(`command senders: ${problem}`);
+  const ours: Record<string, unknown>[] = [
+    {
+      Sid: `${SID_PREFIX}DenyInsecureTransport`,
+      Effect: "Deny",
+      Principal: { AWS: "*" },
+      Action: "sqs:*",
+      Resource: queueArn,
+      Condition: { Bool: { "aws:SecureTransport": "false" } },
+    },
+  ];
+  if (senders.length > 0) {
+    ours.push({
+      Sid: `${SID_PREFIX}OnlyCommandSenders`,
+      Effect: "Deny",
+      Principal: { AWS: "*" },
+      Action: "sqs:SendMessage",
+      Resource: queueArn,
+      Condition: { ArnNotLike: { "aws:PrincipalArn": [...senders] } },
+    });
+  }
+  const kept = foreignStatements(existing);
+  return { Version: "2012-10-17", Statement: [...kept, ...ours] };
+}
+
+/** The statements of a stored policy that this bus did not write; none when it is absent or unreadable. */
+function foreignStatements(policy: string | undefined): Record<string, unknown>[] {
+  if (!policy) return [];
+  try {
+    const statements = (JSON.parse(policy) as { Statement?: unknown }).Statement;
+    const list = Array.isArray(statements) ? statements : statements ? [statements] : [];
+    return list.filter(
+      (statement): statement is Record<string, unknown> =>
+        typeof statement === "object" &&
+        statement !== null &&
+        !String((statement as { Sid?: unknown }).Sid ?? "").startsWith(SID_PREFIX),
+    );
+  } catch {
+    return [];
+  }
+}
+
+/** Whether two policies say the same, whatever the key order or spacing SQS hands back. */
+function samePolicy(stored: string | undefined, wanted: Record<string, unknown>): boolean {
+  if (!stored) return false;
+  try {
+    return canonical(JSON.parse(stored)) === canonical(wanted);
+  } catch {
+    return false;
+  }
+}
+
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1));
+    return `{${entries.map(([key, item]) => `${JSON.stringify(key)}:${canonical(item)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
 /** Dead-lettered commands are kept for the longest SQS allows, for inspection. */
 const DLQ_RETENTION_SECONDS = 14 * 86_400;
 /** Slack on top of a long poll before the HTTP request is considered hung. */
@@ -59,6 +141,8 @@ export class SqsCommandBus implements CommandBus {
   readonly #logger: Logger;
   /** `<shard>/<node>` -> queue URL (a promise, so concurrent first calls create once). */
   readonly #urls = new Map<string, Promise<string>>();
+  /** `<shard>/<node>` -> who may send, as the node's agent said: a queue created again gets it too. */
+  readonly #access = new Map<string, QueueAccess>();
 
   constructor(options: SqsCommandBusOptions) {
     validateQueuePrefix(options.queuePrefix);
@@ -83,8 +167,19 @@ export class SqsCommandBus implements CommandBus {
     this.#logger = options.logger ?? stderrLogger;
   }
 
-  /** Idempotent: an existing queue costs one GetQueueUrl, then the URL is cached. */
-  async ensureQueue(shard: string, nodeId: string): Promise<string> {
+  /**
+   * Idempotent: creates the queue (and the shared dead-letter queue) with its policy
+   * (`commandQueuePolicy`), or finds it and brings its policy and the dead-letter queue's up to date
+   * (SetQueueAttributes, only when they differ: an upgrade, other senders). A policy that cannot be
+   * written is logged as an error and the queue is used all the same: commands keep flowing while
+   * an IAM grant is missing. Then the URL is cached.
+   */
+  async ensureQueue(shard: string, nodeId: string, access?: QueueAccess): Promise<string> {
+    if (access !== undefined) {
+      const problem = checkCommandSenders(access.senders ?? []);
+      if (problem) throw new ConfigurationError(`command senders: ${problem}`);
+      this.#access.set(`${shard}/${nodeId}`, access);
+    }
     return this.#url(shard, nodeId, true);
   }
 
@@ -235,9 +330,13 @@ export class SqsCommandBus implements CommandBus {
     const key = `${shard}/${nodeId}`;
     let url = this.#urls.get(key);
     if (!url) {
-      url = this.#lookUp(names.queue).then((found) => {
-        if (found) return found;
-        if (create) return this.#create(names.queue, names.deadLetterQueue);
+      const access = this.#access.get(key) ?? {};
+      url = this.#lookUp(names.queue).then(async (found) => {
+        if (found) {
+          if (create) await this.#updatePolicies(found, names.deadLetterQueue, access);
+          return found;
+        }
+        if (create) return this.#create(names.queue, names.deadLetterQueue, access);
         throw new CoordinationUnavailable(
           `SQS queue ${names.queue} does not exist: the agent of node ${nodeId} (shard ${shard}) creates it when it starts`,
         );
@@ -276,19 +375,17 @@ export class SqsCommandBus implements CommandBus {
     }
   }
 
-  async #create(queueName: string, deadLetterQueueName: string): Promise<string> {
+  async #create(queueName: string, deadLetterQueueName: string, access: QueueAccess): Promise<string> {
     const sse: Record<string, string> = this.#managedSse ? { SqsManagedSseEnabled: "true" } : {};
     try {
       const dlqUrl = await this.#sharedDeadLetterQueue(deadLetterQueueName, {
         MessageRetentionPeriod: String(DLQ_RETENTION_SECONDS),
         ...sse,
       });
-      const attributes = await this.#sqs.send(
-        new GetQueueAttributesCommand({ QueueUrl: dlqUrl, AttributeNames: ["QueueArn"] }),
-      );
-      const deadLetterTargetArn = attributes.Attributes?.QueueArn;
-      if (!deadLetterTargetArn)
-        throw new CoordinationUnavailable(`SQS returned no ARN for ${deadLetterQueueName}`);
+      if (!dlqUrl) throw new CoordinationUnavailable(`SQS returned no URL for ${deadLetterQueueName}`);
+      const deadLetterTargetArn = await this.#updatePolicy(dlqUrl, deadLetterQueueName, {});
+      // Same account and region as the dead-letter queue: the queue's policy is set as it is created.
+      const queueArn = deadLetterTargetArn.replace(/[^:]+$/, queueName);
       const queue = await this.#sqs.send(
         new CreateQueueCommand({
           QueueName: queueName,
@@ -296,6 +393,7 @@ export class SqsCommandBus implements CommandBus {
             VisibilityTimeout: String(this.#visibilityTimeoutSeconds),
             MessageRetentionPeriod: String(this.#retentionSeconds),
             RedrivePolicy: JSON.stringify({ deadLetterTargetArn, maxReceiveCount: this.#maxReceiveCount }),
+            Policy: JSON.stringify(commandQueuePolicy(queueArn, access)),
             ...sse,
           },
         }),
@@ -305,6 +403,55 @@ export class SqsCommandBus implements CommandBus {
     } catch (error) {
       throw this.#mapError(error, `CreateQueue (${queueName})`);
     }
+  }
+
+  /** An existing queue: its policy and the shared dead-letter queue's brought up to date. */
+  async #updatePolicies(queueUrl: string, deadLetterQueueName: string, access: QueueAccess): Promise<void> {
+    const queueName = queueUrl.slice(queueUrl.lastIndexOf("/") + 1);
+    try {
+      await this.#updatePolicy(queueUrl, queueName, access);
+      const dlqUrl = await this.#lookUp(deadLetterQueueName);
+      if (dlqUrl) await this.#updatePolicy(dlqUrl, deadLetterQueueName, {});
+    } catch (error) {
+      // A refused write is logged in #updatePolicy; this is a failed read. The queue is used all the
+      // same, and the next start checks again.
+      this.#logger.error("could not read the command queues' policies; the queue is used as it is", {
+        queue: queueName,
+        error: error instanceof Error ? error.message : String(error),
+      });
+    }
+  }
+
+  /**
+   * Reads the queue's ARN and policy, writes the policy when it differs from the one it should
+   * have (SetQueueAttributes), and returns the ARN. A write SQS refuses (most likely the agent's
+   * role lacks sqs:SetQueueAttributes: an upgrade whose IAM is not deployed yet) is logged as an
+   * error, not thrown: the queue carries commands without its policy, as before the upgrade.
+   */
+  async #updatePolicy(queueUrl: string, queueName: string, access: QueueAccess): Promise<string> {
+    const attributes = await this.#sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ["QueueArn", "Policy"] }),
+    );
+    const arn = attributes.Attributes?.QueueArn;
+    if (!arn) throw new CoordinationUnavailable(`SQS returned no ARN for ${queueName}`);
+    const stored = attributes.Attributes?.Policy;
+    const wanted = commandQueuePolicy(arn, access, stored);
+    if (samePolicy(stored, wanted)) return arn;
+    try {
+      await this.#sqs.send(
+        new SetQueueAttributesCommand({ QueueUrl: queueUrl, Attributes: { Policy: JSON.stringify(wanted) } }),
+      );
+      this.#logger.info("queue policy written", {
+        queue: queueName,
+        statements: (wanted.Statement as unknown[]).length,
+      });
+    } catch (error) {
+      this.#logger.error(
+        "could not write the queue's policy (TLS only, command senders); the queue works without it: grant the agent sqs:SetQueueAttributes on it",
+        { queue: queueName, error: error instanceof Error ? error.message : String(error) },
+      );
+    }
+    return arn;
   }
 
   async #call<T>(operation: string, shard: string, nodeId: string, send: () => Promise<T>): Promise<T> {

@@ -132,7 +132,7 @@ export async function runCommandConsumer(ctx: AgentContext, signal: AbortSignal)
   const backoff = new Backoff({ baseMs: 200, capMs: 5000, floorMs: 50 });
   while (!signal.aborted) {
     try {
-      const url = await bus.ensureQueue(ctx.shard, ctx.nodeId);
+      const url = await bus.ensureQueue(ctx.shard, ctx.nodeId, { senders: ctx.options.commandSenders });
       ctx.logger.info("command queue ready", { queueUrl: url });
       backoff.reset();
       break;

@@ -2,7 +2,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { ENV } from "../adapters/env.ts";
-import { queuePrefixSchema } from "../adapters/queue-names.ts";
+import { commandSendersSchema, queuePrefixSchema } from "../adapters/queue-names.ts";
 import {
   settingLabel as labelOf,
   loadSettings,
@@ -168,6 +168,16 @@ export const AGENT_SETTINGS = [
     env: ENV.commandWaitSeconds,
     default: "`20`",
     description: "SQS long-poll wait (0–20).",
+  },
+  {
+    key: "commandSenders",
+    kind: "string",
+    flag: "--command-senders",
+    placeholder: "<arns>",
+    env: ENV.commandSenders,
+    default: "none: any principal the account's IAM lets send",
+    description:
+      "Comma-separated ARNs of the roles that may send commands (the controller's, the operators'): the node queue's policy denies `sqs:SendMessage` to every other principal ([commands](#commands)).",
   },
   {
     key: "redisUsername",
@@ -383,6 +393,8 @@ const agentOptionFields = z.object({
   /** @default max(heartbeatIntervalMs, 1000) */
   redisTimeoutMs: z.number().int().min(50).optional(),
   commandWaitSeconds: z.number().int().min(0).max(20).default(20),
+  /** Who may send to this node's queue (its policy); empty: whoever the account's IAM lets. */
+  commandSenders: commandSendersSchema.default([]),
   redisUsername: z.string().min(1).optional(),
   redisPassword: z.string().min(1).optional(),
   redisPasswordFile: z.string().min(1).optional(),

@@ -153,9 +153,22 @@ export interface ReceivedCommand {
   readonly body: string;
 }
 
+/** Who may use a node's command queue, beyond the account's IAM (the queue's policy). */
+export interface QueueAccess {
+  /**
+   * ARNs of the principals (roles) allowed to send commands: the controller's, the operators'.
+   * Empty or absent: any principal whose IAM grants sqs:SendMessage may (every request still needs TLS).
+   */
+  readonly senders?: readonly string[];
+}
+
 export interface CommandBus {
-  /** Creates the node's queue and its dead-letter queue if missing; returns the queue URL. */
-  ensureQueue(shard: string, nodeId: string): Promise<string>;
+  /**
+   * Creates the node's queue and its dead-letter queue if missing, each with its policy (TLS only;
+   * `access.senders` alone may send to the node's queue), or brings an existing one's policy up to
+   * date; returns the queue URL.
+   */
+  ensureQueue(shard: string, nodeId: string, access?: QueueAccess): Promise<string>;
   send(shard: string, nodeId: string, command: Command): Promise<void>;
   /** Long poll (WaitTimeSeconds 20 by default); resolves with [] promptly when `signal` aborts. */
   receive(

@@ -1,8 +1,10 @@
 import {
+  CreateQueueCommand,
   GetQueueAttributesCommand,
   GetQueueUrlCommand,
   ReceiveMessageCommand,
   SendMessageCommand,
+  type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { afterAll, describe, expect, it } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
@@ -89,6 +91,98 @@ describe("queues", () => {
     const { bus } = adapters({ queuePrefix: prefix() });
     await expect(bus.ensureQueue("s1", "node.1")).rejects.toThrow(ConfigurationError);
     await expect(bus.ensureQueue("s1", "node.1")).rejects.toThrow(/node id "node.1"/);
+  });
+});
+
+/** The queue's policy as SQS stores it. */
+async function policyOf(sqs: SQSClient, queueUrl: string | undefined): Promise<{ Statement: unknown[] }> {
+  const { Attributes } = await sqs.send(
+    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ["Policy", "QueueArn"] }),
+  );
+  return JSON.parse(Attributes?.Policy ?? '{"Statement":[]}');
+}
+
+const CONTROLLER = "arn:aws:iam::123456789012:role/shardguard-controller";
+const OPERATOR = "arn:aws:iam::123456789012:role/shardguard-operator";
+
+describe("queue policies", () => {
+  it("creates a node's queue with TLS required and only the named senders allowed to send, and the dead-letter queue with TLS required", async () => {
+    // Prepare
+    const queuePrefix = prefix();
+    const { bus, clients } = adapters({ queuePrefix });
+
+    // Act
+    const url = await bus.ensureQueue("s1", "n1", { senders: [CONTROLLER, OPERATOR] });
+    const queue = await policyOf(clients.sqs, url);
+    const dlqUrl = (
+      await clients.sqs.send(
+        new GetQueueUrlCommand({ QueueName: queueNames(queuePrefix, "s1", "n1").deadLetterQueue }),
+      )
+    ).QueueUrl;
+    const deadLetters = await policyOf(clients.sqs, dlqUrl);
+
+    // Assess
+    const tlsOnly = (queueName: string) => ({
+      Sid: "ShardguardDenyInsecureTransport",
+      Effect: "Deny",
+      Principal: { AWS: "*" },
+      Action: "sqs:*",
+      Resource: expect.stringMatching(new RegExp(`^arn:aws:sqs:[^:]+:\\d+:${queueName}$`)),
+      Condition: { Bool: { "aws:SecureTransport": "false" } },
+    });
+    expect(queue.Statement).toEqual([
+      tlsOnly(`${queuePrefix}_s1_n1`),
+      {
+        Sid: "ShardguardOnlyCommandSenders",
+        Effect: "Deny",
+        Principal: { AWS: "*" },
+        Action: "sqs:SendMessage",
+        Resource: expect.stringMatching(new RegExp(`:${queuePrefix}_s1_n1$`)),
+        Condition: { ArnNotLike: { "aws:PrincipalArn": [CONTROLLER, OPERATOR] } },
+      },
+    ]);
+    expect(deadLetters.Statement).toEqual([tlsOnly(`${queuePrefix}_dlq`)]);
+  });
+
+  it("gives the queues of an earlier release their policy when the agent starts, once, keeping an operator's own statements", async () => {
+    // Prepare: a queue and dead-letter queue as a release before issue 38 left them (no policy),
+    // and an operator's statement on the queue.
+    const queuePrefix = prefix();
+    const { bus, clients, counter } = adapters({ queuePrefix });
+    const names = queueNames(queuePrefix, "s1", "n2");
+    const operators = {
+      Sid: "AuditorsMayRead",
+      Effect: "Allow",
+      Principal: { AWS: "arn:aws:iam::123456789012:role/auditor" },
+      Action: "sqs:GetQueueAttributes",
+      Resource: "*",
+    };
+    await clients.sqs.send(new CreateQueueCommand({ QueueName: names.deadLetterQueue }));
+    const url = (
+      await clients.sqs.send(
+        new CreateQueueCommand({
+          QueueName: names.queue,
+          Attributes: { Policy: JSON.stringify({ Version: "2012-10-17", Statement: [operators] }) },
+        }),
+      )
+    ).QueueUrl;
+    const before = counter.snapshot()["SQS.SetQueueAttributes"]?.calls ?? 0;
+
+    // Act
+    await bus.ensureQueue("s1", "n2", { senders: [CONTROLLER] });
+    const written = (counter.snapshot()["SQS.SetQueueAttributes"]?.calls ?? 0) - before;
+    await adapters({ queuePrefix }).bus.ensureQueue("s1", "n2", { senders: [CONTROLLER] });
+    const writtenOnRestart = (counter.snapshot()["SQS.SetQueueAttributes"]?.calls ?? 0) - before - written;
+    const queue = await policyOf(clients.sqs, url);
+
+    // Assess
+    expect(written).toBe(2);
+    expect(writtenOnRestart).toBe(0);
+    expect(queue.Statement.map((statement) => (statement as { Sid: string }).Sid)).toEqual([
+      "AuditorsMayRead",
+      "ShardguardDenyInsecureTransport",
+      "ShardguardOnlyCommandSenders",
+    ]);
   });
 });
 
