@@ -230,27 +230,44 @@ describe("agent over TLS on one node: the Sentinel endpoint, and bad input repor
     return errorsSince(from, pattern);
   }
 
-  it("serves the Sentinel protocol over TLS with the agent's certificate when --sentinel-tls is on", {
+  it("serves the Sentinel protocol over TLS with its own certificate, to clients with a certificate --sentinel-ca signed", {
     timeout: 40_000,
   }, async () => {
     // Prepare
     const from = cluster.logLines("agent-node-1.log").length;
-    cluster.startAgent("node-1", { env: { SHARDGUARD_SENTINEL_PORT: "0", SHARDGUARD_SENTINEL_TLS: "true" } });
+    const served = certs.issue("sentinel-endpoint", 2);
+    cluster.startAgent("node-1", {
+      env: {
+        SHARDGUARD_SENTINEL_PORT: "0",
+        SHARDGUARD_SENTINEL_TLS: "true",
+        SHARDGUARD_SENTINEL_CERT: served.certFile,
+        SHARDGUARD_SENTINEL_KEY: served.keyFile,
+        SHARDGUARD_SENTINEL_CA: certs.caFile,
+      },
+    });
     const listening = () =>
       cluster
         .logLines("agent-node-1.log")
         .slice(from)
         .find((line) => line.message === "sentinel endpoint listening");
     await cluster.waitFor("the Sentinel endpoint listening", () => listening() !== undefined, WAIT_MS);
-    const sentinel = new Redis({
-      host: "127.0.0.1",
-      port: Number(listening()?.port),
-      tls: { ca: readFileSync(certs.caFile) },
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
+    const client = (tls: { cert?: Buffer; key?: Buffer }) => {
+      const connection = new Redis({
+        host: "127.0.0.1",
+        port: Number(listening()?.port),
+        tls: { ca: readFileSync(certs.caFile), ...tls },
+        lazyConnect: true,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+      });
+      connection.on("error", () => {});
+      return connection;
+    };
+    const sentinel = client({
+      cert: readFileSync(certs.agent.certFile),
+      key: readFileSync(certs.agent.keyFile),
     });
-    sentinel.on("error", () => {});
+    const anonymous = client({});
 
     // Act
     let primary: unknown;
@@ -267,9 +284,15 @@ describe("agent over TLS on one node: the Sentinel endpoint, and bad input repor
     } finally {
       sentinel.disconnect();
     }
+    const refused = await anonymous.connect().then(
+      () => anonymous.ping(),
+      (error: unknown) => error,
+    );
+    anonymous.disconnect();
 
     // Assess
     expect(primary).toEqual(["127.0.0.1", String(node.port)]);
+    expect(String(refused)).toMatch(/certificate|closed|ECONNRESET|alert/i);
     cluster.startAgent("node-1");
     await expectUp();
   });
