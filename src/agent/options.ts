@@ -301,8 +301,9 @@ export const AGENT_SETTINGS = [
     flag: "--sentinel-bind",
     placeholder: "<host>",
     env: ENV.sentinelBind,
-    default: "host of `--address`",
-    description: "Address the Sentinel endpoint listens on.",
+    default:
+      "host of `--address`; `127.0.0.1` when no Sentinel password is set ([protected mode](sentinel.md#protected-mode))",
+    description: "Address the Sentinel endpoint listens on; giving it turns protected mode off.",
   },
   {
     key: "sentinelPassword",
