@@ -7,6 +7,7 @@
  * - dist/src/cli/main.js: the `shardguard` command (bin/shardguard.js runs it);
  * - dist/cdk/index.js: the construct and the stack (cdk/index.ts), with aws-cdk-lib, constructs and
  *   cdk-nag left to the consumer's app (peer dependencies);
+ * - dist/client/index.js: the primary resolver for applications (src/client/index.ts, `shardguard/client`);
  * - dist/controller-lambda/index.mjs: the controller Lambda, deployed as it is by the packed
  *   construct (no esbuild, no lock file in the consumer's app);
  * - dist/types/: declarations (tsc -p tsconfig.build.json, run before this script).
@@ -35,7 +36,8 @@ const common: BuildOptions = {
 };
 const dist = (...parts: string[]) => path.join(PACKAGE_ROOT, "dist", ...parts);
 
-for (const dir of ["src", "cdk", "controller-lambda"]) rmSync(dist(dir), { recursive: true, force: true });
+for (const dir of ["src", "cdk", "client", "controller-lambda"])
+  rmSync(dist(dir), { recursive: true, force: true });
 await Promise.all([
   build({
     ...common,
@@ -51,8 +53,15 @@ await Promise.all([
   }),
   build({
     ...common,
+    entryPoints: [path.join(PACKAGE_ROOT, "src", "client", "index.ts")],
+    outfile: dist("client", "index.js"),
+  }),
+  build({
+    ...common,
     entryPoints: [DEFAULT_CONTROLLER_ENTRY],
     outfile: path.join(CONTROLLER_BUNDLE_DIR, "index.mjs"),
   }),
 ]);
-process.stdout.write("built dist/src/cli/main.js, dist/cdk/index.js, dist/controller-lambda/index.mjs\n");
+process.stdout.write(
+  "built dist/src/cli/main.js, dist/cdk/index.js, dist/client/index.js, dist/controller-lambda/index.mjs\n",
+);

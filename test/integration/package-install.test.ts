@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 
 /**
  * The production path of issue 17 end to end: `npm pack` (prepack builds dist/), the tarball
@@ -129,6 +130,40 @@ describe("the packed package installed with --omit=dev (an agent node)", () => {
     expect(() => JSON.parse(stdout)).not.toThrow();
   });
 
+  it("gives an application the shard's primary through `shardguard/client`", async () => {
+    // Prepare: a shard whose topology names n1, written with this checkout's adapters.
+    const shard = `client-${Math.random().toString(36).slice(2, 8)}`;
+    const aws = createAwsAdapters({ env: inject("awsEnv") });
+    await aws.store.topology.compareAndSet(shard, undefined, {
+      shard,
+      epoch: 1,
+      primary_node_id: "n1",
+      primary_address: "10.0.1.11:6379",
+      status: "online",
+      updated_at: aws.clock.now(),
+    });
+    aws.destroy();
+    writeFileSync(
+      path.join(appDir, "client.mjs"),
+      [
+        'import { createPrimaryClient } from "shardguard/client";',
+        "const client = createPrimaryClient();",
+        "const primary = await client.resolver.resolve(process.argv[2]);",
+        "client.destroy();",
+        "process.stdout.write(JSON.stringify(primary));",
+      ].join("\n"),
+    );
+
+    // Act
+    const { stdout } = await run(process.execPath, ["client.mjs", shard], {
+      cwd: appDir,
+      env: cleanEnv(inject("awsEnv")),
+    });
+
+    // Assess
+    expect(JSON.parse(stdout)).toEqual({ shard, epoch: 1, nodeId: "n1", address: "10.0.1.11:6379" });
+  });
+
   it("refuses `shardguard local-stack` with the dev dependencies to install", async () => {
     // Act
     const failure = await run(process.execPath, [installedCli(), "local-stack"], {
@@ -198,10 +233,15 @@ describe("another CDK app using the installed construct", () => {
     const source = (props: string) =>
       [
         'import { App, Duration, Stack } from "aws-cdk-lib";',
-        'import { ShardguardController } from "shardguard/cdk";',
+        'import { agentTimingEnvironment, ShardguardController } from "shardguard/cdk";',
+        'import { createPrimaryClient, type PrimaryEndpoint } from "shardguard/client";',
         'const stack = new Stack(new App(), "ConsumerStack");',
         `const shardguard = new ShardguardController(stack, "Shardguard", ${props});`,
-        "export const env: Record<string, string> = shardguard.agentEnvironment();",
+        "export const env: Record<string, string> = {",
+        "  ...shardguard.agentEnvironment(),",
+        "  ...agentTimingEnvironment(shardguard.config),",
+        "};",
+        'export const primary: Promise<PrimaryEndpoint | undefined> = createPrimaryClient().resolver.resolve("orders");',
         "export const operator: string = shardguard.operatorFunction.functionName;",
       ].join("\n");
     writeFileSync(path.join(appDir, "good.ts"), source("{ failureTimeout: Duration.seconds(5) }"));
