@@ -1,6 +1,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { type AgentHandle, startAgent } from "../../src/agent/agent.ts";
+import type { AgentOptionsInput } from "../../src/agent/options.ts";
 import type { HeartbeatInput } from "../../src/core/model.ts";
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
@@ -60,13 +61,16 @@ class GatedStore implements HeartbeatStore {
   }
 }
 
+/** The agent's store timeout, unless a test says otherwise. */
 const STORE_TIMEOUT_MS = 1000;
 
 /**
  * n1 alone, primary of an online shard, policy keep-serving: nothing but the topology fences it
  * (no fence timeout), so a fence seen is the topology's.
  */
-async function primaryAlone(): Promise<{ node: RedisNode; store: GatedStore; logger: RecordingLogger }> {
+async function primaryAlone(
+  timings: Partial<AgentOptionsInput> = {},
+): Promise<{ node: RedisNode; store: GatedStore; logger: RecordingLogger }> {
   fixture = new AgentFixture();
   const node = await fixture.onlinePrimary("n1");
   const store = new GatedStore(fixture.aws.store.heartbeats);
@@ -78,8 +82,9 @@ async function primaryAlone(): Promise<{ node: RedisNode; store: GatedStore; log
       stateDir: fixture.newStateDir(),
       nodeId: "n1",
       fencePolicy: "keep-serving",
-      storeTimeoutMs: STORE_TIMEOUT_MS,
       ...FAST_TIMINGS,
+      storeTimeoutMs: STORE_TIMEOUT_MS,
+      ...timings,
     },
     fixture.depsFrom(fixture.aws, store, logger),
   );
@@ -136,10 +141,12 @@ describe("the pause gate", () => {
   );
 
   it("a slow topology read is no pause: the heartbeat goes out on it, without a second read", async () => {
-    // Prepare
-    const { store, logger } = await primaryAlone();
+    // Prepare: a store timeout far above the read's time, and a cycle (the pause threshold) that a
+    // loaded machine's scheduling does not reach.
+    const heartbeatIntervalMs = 500;
+    const { store, logger } = await primaryAlone({ heartbeatIntervalMs, storeTimeoutMs: 10_000 });
     let answeredAt = 0;
-    const slowMs = 3 * FAST_TIMINGS.heartbeatIntervalMs;
+    const slowMs = 3 * heartbeatIntervalMs;
 
     // Act: the read takes three cycles to answer, the process running all along.
     store.holdNextRead(async () => {
