@@ -22,6 +22,9 @@ import { median } from "./lib/stats.ts";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const VITEST = join(ROOT, "node_modules", "vitest", "vitest.mjs");
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: terminal colour codes are what it removes
+const ANSI = /\u001b\[[0-9;]*m/g;
+
 interface RunResult {
   readonly run: number;
   readonly passed: boolean;
@@ -45,7 +48,7 @@ function runOnce(files: readonly string[], extra: readonly string[], log: string
     const out = createWriteStream(log);
     const child = spawn(process.execPath, [VITEST, "run", ...files, ...extra], {
       cwd: ROOT,
-      env: { ...process.env, FORCE_COLOR: "0" },
+      env: { ...process.env, NO_COLOR: "1", FORCE_COLOR: "0" },
       stdio: ["ignore", "pipe", "pipe"],
     });
     child.stdout.pipe(out, { end: false });
@@ -58,6 +61,7 @@ function runOnce(files: readonly string[], extra: readonly string[], log: string
 /** The lines of a failed run's output that say what failed. */
 function failureLines(log: string): string[] {
   return readFileSync(log, "utf8")
+    .replace(ANSI, "")
     .split("\n")
     .filter((line) => /^\s*(FAIL|×)\s|Error:/.test(line))
     .slice(0, 6)
