@@ -1,9 +1,12 @@
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { Duration, Stack } from "aws-cdk-lib";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_CONTROLLER_ENTRY, resolveControllerProps } from "../../cdk/controller-props.ts";
 import { ShardguardController, type ShardguardControllerProps } from "../../cdk/shardguard-controller.ts";
 import { parseNodeList } from "../../cdk/shardguard-stack.ts";
+import { defaultQueuePrefix } from "../../src/adapters/queue-names.ts";
+import { DEFAULT_CONFIG } from "../../src/core/config.ts";
 import { ConfigurationError } from "../../src/core/errors.ts";
 import { cdkApp, FIXTURE_ENTRY } from "../fixtures/cdk-app.ts";
 
@@ -141,5 +144,47 @@ describe("agent identities", () => {
       { shard: "orders", node: "n2" },
     ]);
     expect(() => parseNodeList("orders")).toThrowError(/nodes: "orders" must be shard:node/);
+  });
+
+  it("documents the timing defaults it applies and a queue prefix that keeps the stack name's case", () => {
+    // Prepare: each timing prop's `@default Duration.<unit>(n)` in the props' doc comments.
+    const source = readFileSync(
+      path.join(import.meta.dirname, "..", "..", "cdk", "controller-props.ts"),
+      "utf8",
+    );
+    const msPer = { millis: 1, seconds: 1000, minutes: 60_000 } as const;
+    const documented = (prop: string) => {
+      const [, unit, amount] =
+        new RegExp(
+          `@default Duration\\.(millis|seconds|minutes)\\((\\d+)\\)\\n\\s*\\*/\\n\\s*readonly ${prop}\\?`,
+        ).exec(source) ?? [];
+      return Number(amount) * msPer[unit as keyof typeof msPer];
+    };
+
+    // Act
+    const config = build({}).config;
+
+    // Assess
+    expect({
+      heartbeatIntervalMs: documented("heartbeatInterval"),
+      failureTimeoutMs: documented("failureTimeout"),
+      fenceTimeoutMs: documented("fenceTimeout"),
+      tickIntervalMs: documented("tickInterval"),
+      lockLeaseMs: documented("lockLease"),
+      cooldownMs: documented("cooldown"),
+    }).toEqual({
+      heartbeatIntervalMs: config.heartbeatIntervalMs,
+      failureTimeoutMs: config.failureTimeoutMs,
+      fenceTimeoutMs: config.fenceTimeoutMs,
+      tickIntervalMs: config.tickIntervalMs,
+      lockLeaseMs: config.lockLeaseMs,
+      cooldownMs: config.cooldownMs,
+    });
+    expect(config).toMatchObject(DEFAULT_CONFIG);
+    expect(source).toContain("`Shardguard`, `Shardguard-Staging`");
+    expect([defaultQueuePrefix("Shardguard"), defaultQueuePrefix("Shardguard-Staging")]).toEqual([
+      "Shardguard",
+      "Shardguard-Staging",
+    ]);
   });
 });
