@@ -49,6 +49,8 @@ export class SentinelEndpoint {
   readonly #bind: string;
   readonly #port: number;
   #announced: string | undefined;
+  /** Protected mode on a node other hosts reach: the loopback endpoint is not for them to list. */
+  readonly #unlisted: boolean;
 
   constructor(init: { options: AgentOptions; nodeId: string; deps: AgentDeps; logger: Logger }) {
     const { options, deps, logger } = init;
@@ -56,6 +58,7 @@ export class SentinelEndpoint {
     const password = sentinelPassword(options);
     const plan = sentinelBind(options, password !== undefined);
     this.#bind = plan.host;
+    this.#unlisted = plan.protectedMode && !isLoopback(parseAddress(this.#advertised).host);
     if (plan.protectedMode)
       logger.warn(
         `sentinel endpoint in protected mode: no Sentinel password is set, so it listens on ${PROTECTED_BIND} only and other hosts cannot reach it; set ${settingLabel("sentinelPasswordFile")} or ${settingLabel("sentinelPassword")}, or choose an address with ${settingLabel("sentinelBind")}, or turn this off with --sentinel-protected-mode no`,
@@ -92,9 +95,13 @@ export class SentinelEndpoint {
     });
   }
 
-  /** The agent's ports with the heartbeat store tapped. */
+  /**
+   * The agent's ports with the heartbeat store tapped. Heartbeats carry the endpoint's address
+   * unless it is protected on a node other hosts reach (their clients would dial their own loopback).
+   */
   wrap(deps: AgentDeps): AgentDeps {
-    return { ...deps, heartbeats: this.#feed.tap(deps.heartbeats, () => this.#announced) };
+    const listed = () => (this.#unlisted ? undefined : this.#announced);
+    return { ...deps, heartbeats: this.#feed.tap(deps.heartbeats, listed) };
   }
 
   /** host:port clients and other agents reach the endpoint on (after `listen`). */
@@ -185,6 +192,11 @@ function sentinelTls(options: AgentOptions): SentinelTls {
     key: readSettingFile("sentinelKey", options.sentinelKey),
     ca: options.sentinelCa === undefined ? undefined : readSettingFile("sentinelCa", options.sentinelCa),
   };
+}
+
+function isLoopback(host: string): boolean {
+  const bare = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return bare === "localhost" || bare === "::1" || /^127\.\d+\.\d+\.\d+$/.test(bare);
 }
 
 /** "<name> <old-ip> <old-port> <new-ip> <new-port>" -> "old-ip:old-port". */

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import fc from "fast-check";
 import { Redis, type RedisOptions } from "ioredis";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/adapters/observability.ts";
 import type { AgentDeps } from "../../src/agent/context.ts";
 import { parseAgentOptions, resolveAgentOptions } from "../../src/agent/options.ts";
@@ -656,6 +656,48 @@ describe("Sentinel endpoint: protected mode", () => {
       const said = logger.lines.filter((line) => /protected mode/.test(line.message));
       expect(said).toHaveLength(1);
       expect(said[0]?.message).toMatch(/listens on 127\.0\.0\.1 only/);
+    } finally {
+      await endpoint.close();
+    }
+  });
+});
+
+describe("Sentinel endpoint: what heartbeats announce", () => {
+  it.each([
+    ["protected on a node other hosts reach", "10.0.1.17:6379", {}, undefined],
+    ["protected on a loopback-only node", "127.0.0.1:6379", {}, "127.0.0.1"],
+    ["bound by the operator", "10.0.1.17:6379", { sentinelBind: "127.0.0.1" }, "127.0.0.1"],
+  ] as const)("%s: %s", async (_what, address, extra, announcedHost) => {
+    // Prepare
+    const shard = new ScriptedShard();
+    const put = vi.fn(async () => {});
+    const options = parseAgentOptions({
+      shard: "s1",
+      redis: "127.0.0.1:6379",
+      address,
+      sentinelPort: 0,
+      ...extra,
+    });
+    const endpoint = new SentinelEndpoint({
+      options,
+      nodeId: "p1",
+      deps: {
+        heartbeats: { snapshot: shard.snapshot, put },
+        clock: { now: () => NOW },
+      } as unknown as AgentDeps,
+      logger: silentLogger,
+    });
+    try {
+      await endpoint.listen();
+
+      // Act
+      await endpoint
+        .wrap({ heartbeats: { snapshot: shard.snapshot, put } } as unknown as AgentDeps)
+        .heartbeats.put(aHeartbeat({ node_id: "p1" }));
+
+      // Assess
+      const sent = (put.mock.calls[0] as unknown as [{ sentinel_address?: string }])[0];
+      expect(sent.sentinel_address?.split(":")[0]).toBe(announcedHost);
     } finally {
       await endpoint.close();
     }
