@@ -24,11 +24,11 @@ export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity): Qu
 }
 
 /**
- * The agent's own shard partition: Query (the snapshot: topology, its fencing epoch), GetItem (the
- * topology a command is checked against before it is applied), PutItem (its heartbeat), UpdateItem
- * (ADD/DELETE on its replica set as primary), ConditionCheckItem (the topology check inside the
- * replica-set shrink's TransactWriteItems: IAM authorizes a transaction item by item, and a
- * `ConditionCheck` needs this action of its own). Proven from recorded calls:
+ * The agents' partition of its shard (`SHARD#<shard>`): Query (the snapshot: the nodes' heartbeats
+ * and replica sets), GetItem (an older installation's topology, until `shardguard migrate-layout`
+ * moves it), PutItem (its heartbeat), UpdateItem (ADD/DELETE on its replica set as primary). IAM
+ * authorizes a transaction item by item: the replica-set shrink's Update needs UpdateItem here and
+ * its topology check ConditionCheckItem on the controller's partition. Proven from recorded calls:
  * test/integration/iam-recorded-calls.test.ts.
  */
 export const AGENT_SHARD_ACTIONS = [
@@ -36,6 +36,16 @@ export const AGENT_SHARD_ACTIONS = [
   "dynamodb:GetItem",
   "dynamodb:PutItem",
   "dynamodb:UpdateItem",
+] as const;
+/**
+ * The controller's partition of the agent's shard (`CONTROL#<shard>`: topology and lock), read-only:
+ * Query (the snapshot), GetItem (the topology a command is checked against), ConditionCheckItem (the
+ * topology check inside the replica-set shrink). No write: only the controller's role changes who is
+ * primary (docs/security.md).
+ */
+export const AGENT_CONTROL_ACTIONS = [
+  "dynamodb:Query",
+  "dynamodb:GetItem",
   "dynamodb:ConditionCheckItem",
 ] as const;
 /** Registration of the shard in the shard index (`pk = SHARDS`), so the controller finds it. */
@@ -80,13 +90,15 @@ export interface AgentPolicyTarget extends AgentIdentity {
 /**
  * The statements of one agent's policy.
  *
- * `dynamodb:LeadingKeys` constrains the partition key only: the agent may write any item of its own
- * shard's partition (`SHARD#<shard>`) but nothing of another shard. Sort keys cannot be constrained by
- * IAM, so the heartbeat-only rule inside the partition is kept by the agent's code, and the controller's
- * conditional writes (epoch compare-and-set, lock owner) keep a misbehaving agent from forging a
- * failover. The shard index lives in another partition (`SHARDS`), so it gets a second statement with
- * PutItem only: an agent can write index entries (which hold nothing but a shard id), never read or
- * delete them, and cannot touch history (`HISTORY#<shard>`) at all.
+ * `dynamodb:LeadingKeys` constrains the partition key only, so what agents may write and what only the
+ * controller may write live in different partitions: the agent writes in its shard's agents'
+ * partition (`SHARD#<shard>`: heartbeats, replica sets) and only reads the controller's
+ * (`CONTROL#<shard>`: topology, lock), so one node's credentials cannot name a primary, hold the lock
+ * or redirect clients (docs/security.md). Within the agents' partition sort keys cannot be constrained
+ * by IAM: a node's credentials can overwrite another node's heartbeat of the same shard (a residual
+ * risk, docs/security.md). The shard index lives in another partition (`SHARDS`), so it gets a
+ * statement with PutItem only: an agent can write index entries (which hold nothing but a shard id),
+ * never read or delete them, and cannot touch history (`HISTORY#<shard>`) at all.
  * `ForAllValues` is safe here because no granted action can run without a partition key (no Scan, no
  * batch operations).
  */
@@ -102,6 +114,14 @@ export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarg
       resources: [target.tableArn],
       conditions: {
         "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.shardPk(target.shard)] },
+      },
+    }),
+    new PolicyStatement({
+      sid: "ReadShardControl",
+      actions: [...AGENT_CONTROL_ACTIONS],
+      resources: [target.tableArn],
+      conditions: {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.controlPk(target.shard)] },
       },
     }),
     new PolicyStatement({

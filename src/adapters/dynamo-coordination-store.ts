@@ -184,7 +184,7 @@ function lockCheck(tableName: string, lease: LockLease): TransactItem {
   return {
     ConditionCheck: {
       TableName: tableName,
-      Key: { pk: keys.shardPk(lease.shard), sk: keys.lock },
+      Key: { pk: keys.controlPk(lease.shard), sk: keys.lock },
       // expires_at 0 marks a released lock. An expired lease that nobody took over still passes:
       // the owner token and fence changing is what tells a stale holder.
       ConditionExpression: "#owner = :owner AND fence = :fence AND expires_at > :released",
@@ -351,21 +351,46 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
   }
 
   /**
-   * ONE strongly consistent Query on the shard's partition (more pages only past 1 MB). History
-   * lives in its own partition (`HISTORY#<shard>`), so the snapshot's cost does not grow with
-   * the number of failovers.
+   * Two strongly consistent Queries sent together: the agents' partition (heartbeats, replica sets)
+   * and the controller's (topology, lock), which IAM keeps apart (keys.controlPk). History lives in
+   * its own partition (`HISTORY#<shard>`), so the snapshot's cost does not grow with the number of
+   * failovers.
    */
   async snapshot(shard: string): Promise<ShardSnapshot> {
     this.requireId("shard id", shard);
+    // Both partitions at once: the latency of one Query. The controller's partition is read after the
+    // agents' in item order, so its topology and lock win over an older installation's (legacy)
+    // copies in the shard partition, which are read only until the first topology write moves them.
+    const [nodeItems, controlItems] = await Promise.all([
+      this.#queryAll(`Query (snapshot of shard ${shard})`, keys.shardPk(shard)),
+      this.#queryAll(`Query (topology and lock of shard ${shard})`, keys.controlPk(shard)),
+    ]);
+    const controlled = controlItems.some((item) => item.sk === keys.topology);
+    // A lock in the agents' partition is never used; a topology there only while the controller's
+    // partition has none (an installation not yet migrated).
+    const fromNodes = nodeItems.filter(
+      (item) => item.sk !== keys.lock && (item.sk !== keys.topology || !controlled),
+    );
+    const legacyTopology = fromNodes.some((item) => item.sk === keys.topology);
+    const parsed = snapshotFromItems(shard, [...fromNodes, ...controlItems]);
+    const snapshot = legacyTopology ? { ...parsed, legacyTopology } : parsed;
+    for (const bad of snapshot.malformed) {
+      this.logger.warn("malformed item left out of the shard snapshot", { shard, ...bad });
+    }
+    return snapshot;
+  }
+
+  /** Every item of partition `pk`, strongly consistent (more pages only past 1 MB). */
+  async #queryAll(operation: string, pk: string): Promise<Record<string, unknown>[]> {
     const items: Record<string, unknown>[] = [];
     let startKey: Record<string, unknown> | undefined;
     do {
-      const page: QueryCommandOutput = await this.call(`Query (snapshot of shard ${shard})`, () =>
+      const page: QueryCommandOutput = await this.call(operation, () =>
         this.documents.send(
           new QueryCommand({
             TableName: this.tableName,
             KeyConditionExpression: "pk = :pk",
-            ExpressionAttributeValues: { ":pk": keys.shardPk(shard) },
+            ExpressionAttributeValues: { ":pk": pk },
             ConsistentRead: true,
             ExclusiveStartKey: startKey,
           }),
@@ -374,11 +399,7 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
       items.push(...(page.Items ?? []));
       startKey = page.LastEvaluatedKey;
     } while (startKey);
-    const snapshot = snapshotFromItems(shard, items);
-    for (const bad of snapshot.malformed) {
-      this.logger.warn("malformed item left out of the shard snapshot", { shard, ...bad });
-    }
-    return snapshot;
+    return items;
   }
 
   async deleteNode(shard: string, nodeId: string, fence?: WriteFence): Promise<void> {
@@ -443,7 +464,7 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
             {
               ConditionCheck: {
                 TableName: this.tableName,
-                Key: { pk: keys.shardPk(shard), sk: keys.topology },
+                Key: { pk: keys.controlPk(shard), sk: keys.topology },
                 ...topologyCondition,
               },
             },
@@ -509,7 +530,7 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
       const out = await this.documents.send(
         new UpdateCommand({
           TableName: this.tableName,
-          Key: { pk: keys.shardPk(shard), sk: keys.lock },
+          Key: { pk: keys.controlPk(shard), sk: keys.lock },
           UpdateExpression: `SET #owner = :owner, expires_at = :expires, #ttl = :ttl${forPrimary === undefined ? " REMOVE for_primary" : ", for_primary = :forPrimary"} ADD fence :one`,
           ConditionExpression: "attribute_not_exists(pk) OR expires_at < :now OR #owner = :owner",
           ExpressionAttributeNames: { "#owner": "owner", "#ttl": TTL_ATTRIBUTE },
@@ -540,7 +561,7 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
       this.documents.send(
         new UpdateCommand({
           TableName: this.tableName,
-          Key: { pk: keys.shardPk(shard), sk: keys.lock },
+          Key: { pk: keys.controlPk(shard), sk: keys.lock },
           UpdateExpression: "SET expires_at = :expires, #ttl = :ttl",
           ConditionExpression: "#owner = :owner AND expires_at >= :now",
           ExpressionAttributeNames: { "#owner": "owner", "#ttl": TTL_ATTRIBUTE },
@@ -568,7 +589,7 @@ export class DynamoLockStore extends DynamoTable implements LockStore {
         this.documents.send(
           new UpdateCommand({
             TableName: this.tableName,
-            Key: { pk: keys.shardPk(shard), sk: keys.lock },
+            Key: { pk: keys.controlPk(shard), sk: keys.lock },
             UpdateExpression: "SET expires_at = :zero",
             ConditionExpression: "#owner = :owner",
             ExpressionAttributeNames: { "#owner": "owner" },
@@ -602,17 +623,10 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
   /** Strongly consistent read; a stored topology that fails its schema throws MalformedRecord. */
   async read(shard: string): Promise<Topology | undefined> {
     this.requireId("shard id", shard);
-    const out = await this.call(`GetItem (topology of shard ${shard})`, () =>
-      this.documents.send(
-        new GetCommand({
-          TableName: this.tableName,
-          Key: { pk: keys.shardPk(shard), sk: keys.topology },
-          ConsistentRead: true,
-        }),
-      ),
-    );
-    if (!out.Item) return undefined;
-    const parsed = topologySchema.safeParse(out.Item);
+    const item =
+      (await this.#get(shard, keys.controlPk(shard))) ?? (await this.#get(shard, keys.shardPk(shard)));
+    if (!item) return undefined;
+    const parsed = topologySchema.safeParse(item);
     if (!parsed.success) {
       const bad = malformedFrom(keys.topology, parsed.error);
       this.logger.warn("malformed topology", { shard, ...bad });
@@ -623,6 +637,70 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
       );
     }
     return parsed.data;
+  }
+
+  /** The topology item under `pk` (the controller's partition, or an older installation's). */
+  async #get(shard: string, pk: string): Promise<Record<string, unknown> | undefined> {
+    const out = await this.call(`GetItem (topology of shard ${shard})`, () =>
+      this.documents.send(
+        new GetCommand({ TableName: this.tableName, Key: { pk, sk: keys.topology }, ConsistentRead: true }),
+      ),
+    );
+    return out.Item;
+  }
+
+  /**
+   * Moves a shard's topology from the agents' partition, where installations before the
+   * controller's partition kept it, in one transaction: put into the controller's partition (only
+   * if it has none), delete the old copy (only if unchanged since read) and the old lock.
+   * `moved`; `current` when there was nothing to move; `conflict` when either changed meanwhile.
+   */
+  async migrateLegacy(shard: string): Promise<"moved" | "current" | "conflict"> {
+    this.requireId("shard id", shard);
+    const legacy = await this.#get(shard, keys.shardPk(shard));
+    if (!legacy) return "current";
+    const parsed = topologySchema.safeParse(legacy);
+    if (!parsed.success) {
+      const bad = malformedFrom(keys.topology, parsed.error);
+      throw new MalformedRecord(
+        `legacy topology of shard ${shard} is malformed: ${bad.reason}`,
+        bad.field,
+        bad.reason,
+      );
+    }
+    const moved = await this.conditional(`TransactWriteItems (move the topology of shard ${shard})`, () =>
+      this.documents.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            {
+              Put: {
+                TableName: this.tableName,
+                Item: {
+                  ...parsed.data,
+                  pk: keys.controlPk(shard),
+                  sk: keys.topology,
+                  write_id: randomUUID(),
+                },
+                ConditionExpression: "attribute_not_exists(pk)",
+              },
+            },
+            {
+              Delete: {
+                TableName: this.tableName,
+                Key: { pk: keys.shardPk(shard), sk: keys.topology },
+                ConditionExpression: "epoch = :epoch AND updated_at = :updated",
+                ExpressionAttributeValues: {
+                  ":epoch": parsed.data.epoch,
+                  ":updated": parsed.data.updated_at,
+                },
+              },
+            },
+            { Delete: { TableName: this.tableName, Key: { pk: keys.shardPk(shard), sk: keys.lock } } },
+          ],
+        }),
+      ),
+    );
+    return moved ? "moved" : "conflict";
   }
 
   #requireFenceOf(shard: string, fence: WriteFence): void {
@@ -668,7 +746,7 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
         {
           Put: {
             TableName: this.tableName,
-            Item: { ...parsed.data, pk: keys.shardPk(shard), sk: keys.topology, write_id: writeId },
+            Item: { ...parsed.data, pk: keys.controlPk(shard), sk: keys.topology, write_id: writeId },
             ConditionExpression: expected.condition,
             ExpressionAttributeValues: { ...expected.values, ":writeId": writeId },
           },
@@ -680,7 +758,7 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
       this.documents.send(
         new PutCommand({
           TableName: this.tableName,
-          Item: { ...parsed.data, pk: keys.shardPk(shard), sk: keys.topology, write_id: writeId },
+          Item: { ...parsed.data, pk: keys.controlPk(shard), sk: keys.topology, write_id: writeId },
           ConditionExpression: expected.condition,
           ExpressionAttributeValues: { ...expected.values, ":writeId": writeId },
         }),

@@ -6,6 +6,7 @@ import { registerDecommission } from "./commands/decommission.ts";
 import { registerDemo } from "./commands/demo.ts";
 import { registerInspectCommands } from "./commands/inspect.ts";
 import { registerLocalStack } from "./commands/local-stack.ts";
+import { registerMigrateLayout } from "./commands/migrate-layout.ts";
 import { registerOperatorActions } from "./commands/operator-actions.ts";
 
 export function buildProgram(): Command {
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
   registerInspectCommands(program);
   registerOperatorActions(program);
   registerDecommission(program);
+  registerMigrateLayout(program);
   registerDemo(program);
   return program;
 }

@@ -39,7 +39,8 @@ export type NoActionCode =
   | "awaiting_reports"
   | "store_recovering"
   | "offline_no_candidate"
-  | "inconsistent_topology";
+  | "inconsistent_topology"
+  | "legacy_layout";
 
 export type Decision =
   | {
@@ -524,6 +525,13 @@ export function decide(
     return none(
       "inconsistent_topology",
       `the topology item is malformed (${broken.field}: ${broken.reason}); no automatic action until an operator repairs it`,
+    );
+  }
+  if (snapshot.legacyTopology) {
+    // Guarantee 6: the topology sits where agents can write it; acting on it would obey a forgery.
+    return none(
+      "legacy_layout",
+      "the topology is in the agents' partition (an older installation); no automatic action until `shardguard migrate-layout` moves it to the controller's",
     );
   }
   const topology = snapshot.topology;

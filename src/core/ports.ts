@@ -21,7 +21,10 @@ export interface MalformedItem {
   readonly reason: string;
 }
 
-/** One shard's whole state from ONE strongly consistent query. Immutable for a cycle. */
+/**
+ * One shard's whole state: two strongly consistent queries issued together (the agents' partition and
+ * the controller's). Immutable for a cycle.
+ */
 export interface ShardSnapshot {
   readonly shard: string;
   readonly nodes: readonly Heartbeat[];
@@ -36,6 +39,12 @@ export interface ShardSnapshot {
   readonly topology: Topology | undefined;
   readonly lock: Lock | undefined;
   readonly malformed: readonly MalformedItem[];
+  /**
+   * The topology was read from the agents' partition, where installations before the controller's
+   * own partition kept it (`keys.controlPk`). Agents follow it; the controller takes no automatic
+   * action until `shardguard migrate-layout` moves it (docs/deploy.md#upgrading).
+   */
+  readonly legacyTopology?: boolean;
 }
 
 /**
@@ -116,6 +125,12 @@ export interface TopologyStore {
     next: Topology,
     fence?: WriteFence,
   ): Promise<boolean>;
+  /**
+   * Moves a topology an older installation kept in the agents' partition to the controller's
+   * (ShardSnapshot.legacyTopology): `moved`, `current` (nothing to move), or `conflict` (it changed
+   * while being moved; run again).
+   */
+  migrateLegacy(shard: string): Promise<"moved" | "current" | "conflict">;
 }
 
 export interface HistoryStore {

@@ -28,7 +28,16 @@ export function tableDefinition(tableName: string) {
 
 /** Key builders: the data model of docs/ARCHITECTURE.md in one place. */
 export const keys = {
+  /** The agents' partition of a shard: heartbeats (`NODE#`) and replica sets (`REPLICAS#`). */
   shardPk: (shard: string) => `SHARD#${shard}`,
+  /**
+   * The controller's partition of a shard: topology and lock. Apart from the agents' partition so
+   * that IAM (`dynamodb:LeadingKeys`, which sees partition keys only) can let agents read it and
+   * never write it: only the controller's role changes who is primary (docs/security.md).
+   * Installations before it kept both in the shard partition; the store still reads them there
+   * and the controller's first topology write moves them (docs/deploy.md#upgrading).
+   */
+  controlPk: (shard: string) => `CONTROL#${shard}`,
   node: (node: string) => `NODE#${node}`,
   replicas: (primary: string) => `REPLICAS#${primary}`,
   lock: "LOCK",

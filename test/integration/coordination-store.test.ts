@@ -392,7 +392,7 @@ describe("fenced writes (every controller write conditioned on its lease)", () =
 });
 
 describe("heartbeats and the shard snapshot", () => {
-  it("returns typed heartbeats, replica sets, topology and lock from one strongly consistent query", async () => {
+  it("returns typed heartbeats, replica sets, topology and lock from two strongly consistent queries (the agents' partition and the controller's)", async () => {
     // Prepare
     const built = adapters();
     const { store } = built;
@@ -409,7 +409,7 @@ describe("heartbeats and the shard snapshot", () => {
     const snapshot = await store.heartbeats.snapshot(shard);
 
     // Assess
-    expect(built.counter.snapshot()).toEqual({ "DynamoDB.Query": { calls: 1, requests: 1, errors: 0 } });
+    expect(built.counter.snapshot()).toEqual({ "DynamoDB.Query": { calls: 2, requests: 2, errors: 0 } });
     expect(snapshot.nodes.map((node) => [node.node_id, node.role, node.last_txn_id])).toEqual([
       ["n1", "primary", 100],
       ["n2", "replica", 90],

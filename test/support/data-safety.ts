@@ -5,6 +5,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { DynamoDBDocumentClient, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Redis } from "ioredis";
+import { keys } from "../../src/core/table.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { type ManagedProcess, startProcess } from "../../src/dev/local-stack/processes.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
@@ -53,7 +54,7 @@ export async function corruptTopology(
 ): Promise<Record<string, unknown>> {
   const table = rawTable();
   try {
-    const before = await table.get(`SHARD#${shard}`, "TOPOLOGY");
+    const before = await table.get(keys.controlPk(shard), keys.topology);
     if (!before) throw new Error(`shard ${shard} has no TOPOLOGY item to corrupt`);
     await table.put({ ...before, ...patch });
     return before;

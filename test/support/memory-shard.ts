@@ -167,6 +167,8 @@ export class MemoryShard {
           this.topology = next;
           return true;
         },
+        // The memory shard has one layout only: nothing is ever left to move.
+        migrateLegacy: async () => "current",
       },
       history: {
         append: async (record, fence) => {

@@ -313,6 +313,7 @@ describe("IAM", () => {
     ).Properties.PolicyDocument.Statement;
     expect(statements.map((statement) => statement.Sid)).toEqual([
       "OwnShardPartition",
+      "ReadShardControl",
       "RegisterShardInIndex",
       "CreateOwnQueues",
       "ConsumeOwnQueue",
@@ -320,18 +321,15 @@ describe("IAM", () => {
     ]);
     expect(statements.map(grantOf)).toEqual([
       expectedGrant(
-        [
-          "dynamodb:Query",
-          "dynamodb:GetItem",
-          "dynamodb:PutItem",
-          "dynamodb:UpdateItem",
-          "dynamodb:ConditionCheckItem",
-        ],
+        ["dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
         [tableArn()],
         {
           "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] },
         },
       ),
+      expectedGrant(["dynamodb:Query", "dynamodb:GetItem", "dynamodb:ConditionCheckItem"], [tableArn()], {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["CONTROL#orders"] },
+      }),
       expectedGrant(["dynamodb:PutItem"], [tableArn()], {
         "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] },
       }),
@@ -368,14 +366,12 @@ describe("IAM", () => {
     ).Properties.PolicyDocument.Statement;
     expect(granted.map((statement) => [actionsOf(statement), statement.Condition ?? null])).toEqual([
       [
-        [
-          "dynamodb:ConditionCheckItem",
-          "dynamodb:GetItem",
-          "dynamodb:PutItem",
-          "dynamodb:Query",
-          "dynamodb:UpdateItem",
-        ],
+        ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"],
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },
+      ],
+      [
+        ["dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:Query"],
+        { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["CONTROL#orders"] } },
       ],
       [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
       [["sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], null],

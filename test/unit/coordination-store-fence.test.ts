@@ -85,7 +85,7 @@ describe("fenced writes read the cancellation reasons", () => {
     const items = JSON.parse(bodies[0] ?? "{}").TransactItems;
     expect(items).toHaveLength(3);
     expect(items[0].ConditionCheck).toMatchObject({
-      Key: { pk: { S: "SHARD#s1" }, sk: { S: "LOCK" } },
+      Key: { pk: { S: "CONTROL#s1" }, sk: { S: "LOCK" } },
       ConditionExpression: "#owner = :owner AND fence = :fence AND expires_at > :released",
       ExpressionAttributeValues: { ":owner": { S: "controller-a" }, ":fence": { N: "7" } },
     });

@@ -94,10 +94,11 @@ describe("the permissions check against the synthesized policies", { timeout: 60
       call(AGENT, "dynamodb:GetItem", { items: [{ action: "dynamodb:GetItem", pk: "SHARD#orders" }] }),
       call(AGENT, "dynamodb:TransactWriteItems", {
         items: [
-          { action: "dynamodb:ConditionCheckItem", pk: "SHARD#orders" },
+          { action: "dynamodb:ConditionCheckItem", pk: "CONTROL#orders" },
           { action: "dynamodb:UpdateItem", pk: "SHARD#orders" },
         ],
       }),
+      call(AGENT, "dynamodb:Query", { items: [{ action: "dynamodb:Query", pk: "CONTROL#orders" }] }),
       call(AGENT, "dynamodb:PutItem", { items: [{ action: "dynamodb:PutItem", pk: "SHARDS" }] }),
       call(AGENT, "sqs:ReceiveMessage", { queue: "p_orders_n1" }),
       call(AGENT, "sqs:SendMessage", { queue: "p_wake" }),
@@ -107,13 +108,14 @@ describe("the permissions check against the synthesized policies", { timeout: 60
     expect(report.denials).toEqual([]);
   });
 
-  it("denies an agent another shard's partition, another node's queue, and a call without a recorded key", async () => {
+  it("denies an agent another shard's partition, another node's queue, a write to its shard's controller partition, and a call without a recorded key", async () => {
     // Act
     const report = await checkCalls([
       call(AGENT, "dynamodb:PutItem", { items: [{ action: "dynamodb:PutItem", pk: "SHARD#payments" }] }),
       call(AGENT, "sqs:ReceiveMessage", { queue: "p_orders_n10" }),
       call(AGENT, "dynamodb:Query", { items: [{ action: "dynamodb:Query" }] }),
       call(AGENT, "dynamodb:DeleteItem", { items: [{ action: "dynamodb:DeleteItem", pk: "SHARD#orders" }] }),
+      call(AGENT, "dynamodb:PutItem", { items: [{ action: "dynamodb:PutItem", pk: "CONTROL#orders" }] }),
     ]);
 
     // Assess
@@ -122,6 +124,7 @@ describe("the permissions check against the synthesized policies", { timeout: 60
       ["sqs:ReceiveMessage", "ImplicitlyDenied"],
       ["dynamodb:Query", "no partition key recorded"],
       ["dynamodb:DeleteItem", "ImplicitlyDenied"],
+      ["dynamodb:PutItem", "ImplicitlyDenied"],
     ]);
   });
 
