@@ -15,8 +15,9 @@ export interface AgentIdentity {
 
 /**
  * Queues are created by the agents themselves, idempotently, under the prefix (the SQS adapter's
- * `ensureQueue`): a new node needs no redeploy, and the same agent code runs against LocalStack and the
- * local emulator. The construct therefore only fixes the naming and what each party may do with it.
+ * `ensureQueue`), so the same agent code runs against LocalStack and the local emulator. The construct
+ * fixes the naming and what each party may do with it; a new node still needs a deploy, for its
+ * policy (`addNode`).
  */
 export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity): QueueNames {
   validateIdentity(identity);
