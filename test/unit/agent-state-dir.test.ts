@@ -134,7 +134,8 @@ describe("the agent's state dir", () => {
     reopened.release();
   });
 
-  it("bounds the list of applied command ids, dropping the oldest", () => {
+  // 1,005 durable writes (fsync, rename, fsync of the directory): seconds on a busy disk.
+  it("bounds the list of applied command ids, dropping the oldest", { timeout: 30_000 }, () => {
     // Prepare
     const state = StateDir.open(aStateDir(), { shard: "s1", now: 1 });
 
