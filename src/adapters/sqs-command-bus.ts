@@ -126,6 +126,21 @@ const DLQ_RETENTION_SECONDS = 14 * 86_400;
 const LONG_POLL_SLACK_MS = 5000;
 
 /**
+ * A message body as the agent reads it: JSON, then `commandSchema`. Never throws: what fails is
+ * returned as `error` ("body: not JSON (…)" or "field: reason; …").
+ */
+export function parseCommandBody(body: string): { command?: Command; error?: string } {
+  let json: unknown;
+  try {
+    json = JSON.parse(body);
+  } catch (cause) {
+    return { error: `body: not JSON (${cause instanceof Error ? cause.message : String(cause)})` };
+  }
+  const parsed = commandSchema.safeParse(json);
+  return parsed.success ? { command: parsed.data } : { error: describeIssues(parsed.error) };
+}
+
+/**
  * The command bus on one SQS queue per node, each with its dead-letter queue. Queue URLs are
  * cached; every body is parsed with `commandSchema` on receipt. A body that fails is returned with
  * `error`, made visible again at once and never deleted, so SQS moves it to the dead-letter queue
@@ -278,19 +293,7 @@ export class SqsCommandBus implements CommandBus {
   ): Promise<ReceivedCommand> {
     const body = message.Body ?? "";
     const receiveCount = Number(message.Attributes?.ApproximateReceiveCount ?? "1") || 1;
-    let error: string | undefined;
-    let command: Command | undefined;
-    let json: unknown;
-    try {
-      json = JSON.parse(body);
-    } catch (cause) {
-      error = `body: not JSON (${cause instanceof Error ? cause.message : String(cause)})`;
-    }
-    if (error === undefined) {
-      const parsed = commandSchema.safeParse(json);
-      if (parsed.success) command = parsed.data;
-      else error = describeIssues(parsed.error);
-    }
+    const { command, error } = parseCommandBody(body);
     if (error !== undefined) {
       this.#logger.warn("malformed command left for the dead-letter queue", {
         shard,

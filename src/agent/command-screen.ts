@@ -117,9 +117,10 @@ export function screenCommand(message: ReceivedCommand, context: ScreenContext):
 
 /**
  * Why a command at the topology's epoch is not one the controller sends for it, or undefined
- * when it is: PROMOTE goes to the node the topology names (the plan's target while failing over,
- * else its primary), REPLICAOF names that node at its address, PAUSE_WRITES goes to the old
- * primary of a switchover under way. REPORT changes nothing in the database: its epoch suffices.
+ * when it is: PROMOTE goes to the target of a change under way, REPLICAOF names the node the
+ * topology names (the plan's target while failing over, else its primary) at its address,
+ * PAUSE_WRITES goes to the old primary of a switchover under way. REPORT changes nothing in the
+ * database: its epoch suffices.
  */
 function targetMisfit(command: Command, context: ScreenContext): string | undefined {
   const topology = context.topology;
@@ -127,9 +128,14 @@ function targetMisfit(command: Command, context: ScreenContext): string | undefi
   const target = topology === undefined ? undefined : planTarget(topology);
   switch (command.type) {
     case "PROMOTE":
-      return target === context.nodeId
+      if (target !== context.nodeId) {
+        return `names ${context.nodeId} as primary, the topology names ${target ?? "none"} at epoch ${epoch}`;
+      }
+      // A change is confirmed only once its PROMOTE was applied (and its id recorded), so after it a
+      // PROMOTE with another id is a replay; obeyed, it would close writes for a promotion's fence window.
+      return topology?.status === "failing_over"
         ? undefined
-        : `names ${context.nodeId} as primary, the topology names ${target ?? "none"} at epoch ${epoch}`;
+        : `promotes ${context.nodeId}, but no change to it is under way (the topology is ${topology?.status ?? "absent"} at epoch ${epoch})`;
     case "REPLICAOF": {
       const named = command.primary?.node_id;
       if (named !== target)

@@ -57,20 +57,36 @@ async function twoNodeShard() {
   return { primaryNode, replicaNode };
 }
 
-/** What the controller does on failover, reduced to its effects on the table and queues. */
-async function failOverTo(nodeId: string, node: RedisNode, fromEpoch: number) {
+/**
+ * What the controller does on failover, reduced to its effects on the table and queues: the plan
+ * under epoch + 1 (an agent obeys a PROMOTE only for a change under way), the PROMOTE, its
+ * confirmation in the heartbeat, the topology online. Returns when the topology named it online.
+ */
+async function failOverTo(nodeId: string, node: RedisNode, fromEpoch: number): Promise<number> {
+  const previous = await fixture.aws.store.topology.read(fixture.shard);
+  const epoch = fromEpoch + 1;
+  const named = { primary_node_id: nodeId, primary_address: node.address };
   await fixture.setTopology(fromEpoch, {
-    epoch: fromEpoch + 1,
-    primary_node_id: nodeId,
-    primary_address: node.address,
-    status: "online",
+    epoch,
+    primary_node_id: previous?.primary_node_id,
+    primary_address: previous?.primary_address,
+    status: "failing_over",
+    phase: "promote",
+    failover: {
+      kind: "failover",
+      old_primary_node_id: previous?.primary_node_id,
+      new_primary_node_id: nodeId,
+      new_primary_address: node.address,
+      reason: "test",
+      started_at: Date.now(),
+      candidates: [],
+      phase_started: {},
+    },
   });
-  await fixture.send(nodeId, fixture.command("PROMOTE", fromEpoch + 1));
-  await fixture.waitForHeartbeat(
-    nodeId,
-    (hb) => hb.role === "primary" && hb.epoch === fromEpoch + 1,
-    "promoted",
-  );
+  await fixture.send(nodeId, fixture.command("PROMOTE", epoch));
+  await fixture.waitForHeartbeat(nodeId, (hb) => hb.role === "primary" && hb.epoch === epoch, "promoted");
+  await fixture.setTopology(epoch, { epoch, ...named, status: "online" });
+  return Date.now();
 }
 
 /**
@@ -140,8 +156,7 @@ describe("fenced start", () => {
     await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
 
     // Act: n1's agent gets no command; it must notice the topology by itself.
-    const started = Date.now();
-    await failOverTo("n2", replicaNode, 0);
+    const started = await failOverTo("n2", replicaNode, 0);
     await fixture.waitForHeartbeat("n1", (hb) => hb.role === "replica" && hb.epoch === 1, "n1 stepped down");
     const elapsedMs = Date.now() - started;
 

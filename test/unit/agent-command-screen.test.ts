@@ -94,9 +94,15 @@ describe("command screening", () => {
     expect(screenCommand(aMessage({ epoch: 9 }), { ...context, topology: aTopology(9, "n1") }).action).toBe(
       "apply",
     );
+  });
+
+  it("refuses a PROMOTE once the change is over: a replay would close writes for a fence window", () => {
     expect(
-      screenCommand(aMessage({ epoch: 9 }), { ...context, topology: aTopology(9, "n1", "online") }).action,
-    ).toBe("apply");
+      screenCommand(aMessage({ epoch: 9 }), { ...context, topology: aTopology(9, "n1", "online") }),
+    ).toMatchObject({
+      action: "refuse",
+      reason: "command c-5 promotes n1, but no change to it is under way (the topology is online at epoch 9)",
+    });
   });
 
   it("ignores a PROMOTE whose epoch the topology has left, with the reason", () => {
@@ -238,7 +244,7 @@ const pause = (extra: Partial<Command> = {}): Partial<Command> => ({
 const ROWS: readonly Row[] = [
   // PROMOTE
   { name: "PROMOTE of the plan's target", command: {}, topology: aTopology(5, "n1"), action: "apply" },
-  { name: "PROMOTE after the change completed", command: {}, topology: online, action: "apply" },
+  { name: "PROMOTE after the change completed (a replay)", command: {}, topology: online, action: "refuse" },
   {
     name: "PROMOTE above the topology's epoch",
     command: { epoch: 6 },
