@@ -6,7 +6,7 @@ import type { AddressInfo } from "node:net";
  * counts every request by API operation, from every process that talks through it (agents,
  * controllers, the bench itself). The operation comes from the `X-Amz-Target` header (DynamoDB
  * and SQS JSON protocol) or the `Action` parameter (SQS query protocol); a Query also names the
- * partition it read: `Query (shard)`, `Query (shard index)`, `Query (history)`.
+ * partition it read: `Query (shard)`, `Query (control)`, `Query (shard index)`, `Query (history)`.
  *
  * For DynamoDB it also asks for the capacity each request consumed (`ReturnConsumedCapacity:
  * TOTAL`, added to requests that did not set it) and sums the `CapacityUnits` of the answers, so
@@ -134,11 +134,15 @@ async function readAll(stream: AsyncIterable<Buffer>): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** Which kind of partition a Query reads: the shard index, one shard's items, or a shard's history. */
+/**
+ * Which kind of partition a Query reads: the shard index, one shard's agents' partition (heartbeats,
+ * replica sets), its controller's partition (topology, lock), or its history.
+ */
 function queriedPartition(body: string): string {
-  const match = /"S":"(SHARDS|SHARD#|HISTORY#)/.exec(body);
+  const match = /"S":"(SHARDS|SHARD#|CONTROL#|HISTORY#)/.exec(body);
   if (match?.[1] === "SHARDS") return "(shard index)";
   if (match?.[1] === "HISTORY#") return "(history)";
+  if (match?.[1] === "CONTROL#") return "(control)";
   return match ? "(shard)" : "(other)";
 }
 
