@@ -1,0 +1,142 @@
+import type { Heartbeat } from "../model.ts";
+import type { Decision, NoActionCode } from "./decision.ts";
+import { describeAgentAge, type ShardView } from "./view.ts";
+
+/**
+ * A wait or refusal rule of the decision. A decision walks its status's ordered gate list; the
+ * first gate whose test returns a reason is the answer (no action, with that code and reason).
+ * docs/safety.md lists every gate by name with the guarantee it protects and the test that
+ * shows why it exists; a unit test keeps the two lists equal.
+ */
+export interface Gate<V> {
+  /** Unique across all lists; the gate's row in docs/safety.md. */
+  readonly name: string;
+  readonly code: NoActionCode;
+  /** The guarantees of /work/shared/DESIGN.md ("Guarantees") the gate protects, by number. */
+  readonly invariant: readonly Guarantee[];
+  /** Whether the primary's heartbeat counts as stale when this gate stops the decision. */
+  readonly primaryStale: boolean | ((view: V) => boolean);
+  readonly test: (view: V) => string | undefined;
+  /** The nodes asked to report (`awaiting_reports` only). */
+  readonly awaiting?: (view: V) => readonly string[];
+}
+
+/** 1 acknowledged writes survive, 2 one writable primary, 3 availability, 4 no stale plan, 5 identity, 6 least privilege. */
+export type Guarantee = 1 | 2 | 3 | 4 | 5 | 6;
+
+/** The first gate that fires, as a decision; undefined when every gate lets the decision through. */
+export function firstGate<V>(gates: readonly Gate<V>[], view: V): Decision | undefined {
+  for (const gate of gates) {
+    const reason = gate.test(view);
+    if (reason === undefined) continue;
+    const primaryStale =
+      typeof gate.primaryStale === "function" ? gate.primaryStale(view) : gate.primaryStale;
+    return gate.awaiting === undefined
+      ? { kind: "none", code: gate.code, primaryStale, reason }
+      : { kind: "none", code: gate.code, primaryStale, awaiting: gate.awaiting(view), reason };
+  }
+  return undefined;
+}
+
+/**
+ * Failure timeouts a replica whose agent was just heard with its database up, but whose
+ * heartbeat is stale, is waited for when no fresh replica can be asked (gate `replica_just_heard`).
+ */
+export const JUST_HEARD_GRACE = 3;
+
+/**
+ * Failure timeouts a stale replica further ahead than the best candidate is waited for before a
+ * failover goes ahead without it (its acknowledged writes would be lost; gate `replica_ahead`).
+ */
+export const REPLICA_AHEAD_GRACE = 3;
+
+/**
+ * Failure timeouts past the failure timeout that a live replica outside the old primary's set,
+ * further ahead than the member to be promoted, is waited for (gate `outside_set_ahead`).
+ */
+export const OUTSIDE_SET_GRACE = 3;
+
+/**
+ * The value the three graces above had as one constant; kept for callers that name it (the
+ * decision's tests). A change to one grace is a change of the gate that uses it.
+ */
+export const AHEAD_GRACE = REPLICA_AHEAD_GRACE;
+
+/**
+ * Failure timeouts an offline shard waits before it promotes a node that holds its lineage only
+ * as its earlier one (`prior_lineage`: a database restarted from its RDB): 90 s at the default
+ * 3 s timeout, longer than Redis's 60 s `repl-timeout`. Sooner, a hung primary or a replica cut
+ * off could still come back with writes the snapshot lacks (gate `no_eligible_node`).
+ */
+export const LAST_COPY_GRACE = 30;
+
+/**
+ * Failure timeouts a hung node of the lineage with more than the last resort (its database down
+ * without a confirmed crash) is waited for after its agent's last report (gate `hung_holder`).
+ */
+export const HUNG_HOLDER_GRACE = LAST_COPY_GRACE;
+
+/** The gates every status passes first. */
+export const ENTRY_GATES: readonly Gate<ShardView>[] = [
+  {
+    name: "topology_malformed",
+    code: "inconsistent_topology",
+    // Fail closed: an unreadable topology is not "no topology yet", which would adopt a primary.
+    invariant: [2, 4],
+    primaryStale: false,
+    test: ({ snapshot }) => {
+      const broken = snapshot.malformed.find((item) => item.sk === "TOPOLOGY");
+      return broken === undefined
+        ? undefined
+        : `the topology item is malformed (${broken.field}: ${broken.reason}); no automatic action until an operator repairs it`;
+    },
+  },
+  {
+    name: "legacy_layout",
+    code: "legacy_layout",
+    // The topology sits where agents can write it; acting on it would obey a forgery.
+    invariant: [6],
+    primaryStale: false,
+    test: ({ snapshot }) =>
+      snapshot.legacyTopology
+        ? "the topology is in the agents' partition (an older installation); no automatic action until `shardguard migrate-layout` moves it to the controller's"
+        : undefined,
+  },
+  {
+    name: "paused",
+    code: "paused",
+    // The operator's maintenance mode: no automatic change of primary while it holds.
+    invariant: [2],
+    primaryStale: false,
+    test: ({ topology }) =>
+      topology?.status === "paused"
+        ? `shard paused${topology.paused_reason ? `: ${topology.paused_reason}` : ""}`
+        : undefined,
+  },
+];
+
+/** The cool-down after a change of primary, for a shard online or offline. */
+export function cooldownReason(view: ShardView, primaryStale: boolean): string | undefined {
+  const until = view.topology?.cooldown_until;
+  if (until === undefined || view.now >= until) return undefined;
+  return (
+    `in cool-down for ${until - view.now} ms more after the last change of primary` +
+    (primaryStale ? "; the primary's heartbeat is stale but no automatic action is taken" : "")
+  );
+}
+
+/** The ids of quiet nodes the controller asks to report, sorted. */
+export function quietIds(quiet: readonly Heartbeat[]): string[] {
+  return quiet.map((node) => node.node_id).sort();
+}
+
+/** Why a decision waits for quiet nodes' reports (`awaiting_reports`). */
+export function awaitingReason(quiet: readonly Heartbeat[], context: string, now: number): string {
+  return `${context}; waiting for ${quietIds(quiet).join(", ")} to report: quiet within their keepalive (${quiet
+    .map(
+      (node) =>
+        `${node.node_id} heard ${describeAgentAge(node, now)}, keepalive ${node.keepalive_ms ?? 0} ms`,
+    )
+    .sort()
+    .join("; ")}), too old to vote or be ranked on`;
+}

@@ -1,0 +1,207 @@
+import { ShardguardError } from "../errors.ts";
+import type { Candidate, Heartbeat, Lineage, Topology } from "../model.ts";
+import type { Decision } from "./decision.ts";
+import { refOf } from "./decision.ts";
+import {
+  awaitingReason,
+  cooldownReason,
+  firstGate,
+  type Gate,
+  HUNG_HOLDER_GRACE,
+  LAST_COPY_GRACE,
+  quietIds,
+} from "./gate.ts";
+import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
+import {
+  agentAgeMs,
+  awaitingReports,
+  describeHeartbeatAge,
+  guardMembers,
+  isAgentHeard,
+  type ShardView,
+} from "./view.ts";
+
+/** An offline shard as its gates see it. */
+export interface OfflineView extends ShardView {
+  readonly topology: Topology;
+  /**
+   * The lineage stored when the shard went offline: a node that returns with another one (an
+   * empty restart, a foreign dataset) must never be promoted.
+   */
+  readonly lineage: Lineage | undefined;
+  readonly quiet: readonly Heartbeat[];
+  readonly offlineMs: number;
+  /** Offline for LAST_COPY_GRACE failure timeouts: a node holding the lineage only as its earlier one counts. */
+  readonly lastResort: boolean;
+  readonly candidates: readonly Candidate[];
+  /** The candidate to bring online, with the lineage; undefined when none is eligible. */
+  readonly target: { readonly best: Candidate; readonly lineage: Lineage } | undefined;
+}
+
+export function offlineView(view: ShardView, topology: Topology): OfflineView {
+  const { snapshot, config, now } = view;
+  const lineage = topology.lineage;
+  const offlineMs = now - topology.updated_at;
+  const lastResort = offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs;
+  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, { acceptPrior: lastResort });
+  const best = candidates[0];
+  return {
+    ...view,
+    topology,
+    lineage,
+    quiet: awaitingReports(snapshot, config, now),
+    offlineMs,
+    lastResort,
+    candidates,
+    target: best?.eligible === true && lineage !== undefined ? { best, lineage } : undefined,
+  };
+}
+
+/** Before the grace: the node that holds the lineage as its earlier one, promoted if nobody with more returns. */
+function lastResortWaiting(v: OfflineView): string {
+  const waiting =
+    !v.lastResort && v.lineage !== undefined
+      ? pickCandidates(v.snapshot.nodes, v.lineage, v.config, v.now, { acceptPrior: true }).find(
+          (candidate) => candidate.eligible,
+        )
+      : undefined;
+  if (waiting === undefined) return "";
+  const grace = Math.ceil((LAST_COPY_GRACE * v.config.failureTimeoutMs - v.offlineMs) / 1000);
+  return `; ${waiting.node_id} holds the lineage up to ${waiting.last_txn_id} as its earlier one (restarted from its RDB): the last resort, promoted if no node with more returns within ${grace} s`;
+}
+
+/** The old primary, when its agent is not heard, it reported no crash, and `best` is outside its guarded set. */
+function unfencedOldPrimary(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat | undefined {
+  const oldId = lineage.node_id;
+  const old = oldId === undefined ? undefined : v.snapshot.nodes.find((node) => node.node_id === oldId);
+  const oldMembers = oldId === undefined ? undefined : guardMembers(v.snapshot, oldId);
+  return old !== undefined &&
+    best.node_id !== old.node_id &&
+    !isAgentHeard(old, v.config, v.now) &&
+    old.db_crash === undefined &&
+    oldMembers !== undefined &&
+    !oldMembers.includes(best.node_id)
+    ? old
+    : undefined;
+}
+
+/** Past the grace, with only the last resort eligible: nodes of the lineage with more that hang, not died. */
+function hungHolders(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat[] {
+  if (!v.lastResort || pickCandidates(v.snapshot.nodes, lineage, v.config, v.now).some((c) => c.eligible)) {
+    return [];
+  }
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== best.node_id &&
+      node.db_status === "down" &&
+      node.db_crash === undefined &&
+      agentAgeMs(node, v.now) <= HUNG_HOLDER_GRACE * v.config.failureTimeoutMs &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id,
+  );
+}
+
+/** The wait and refusal rules of an offline shard, in order (docs/safety.md). */
+export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
+  {
+    name: "cooldown_offline",
+    code: "cooldown",
+    invariant: [2],
+    primaryStale: false,
+    test: (v) => cooldownReason(v, false),
+  },
+  {
+    name: "store_returning_offline",
+    code: "store_recovering",
+    invariant: [1, 2],
+    primaryStale: false,
+    test: (v) => (v.storeReturning === undefined ? undefined : `shard offline; ${v.storeReturning}`),
+  },
+  {
+    name: "quiet_nodes_offline",
+    code: "awaiting_reports",
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => (v.quiet.length > 0 ? awaitingReason(v.quiet, "shard offline", v.now) : undefined),
+    awaiting: (v) => quietIds(v.quiet),
+  },
+  {
+    name: "no_eligible_node",
+    code: "offline_no_candidate",
+    // Only a node holding the stored lineage comes back; one holding it as its earlier one only as the last resort.
+    invariant: [1, 5],
+    primaryStale: false,
+    test: (v) =>
+      v.target === undefined
+        ? `shard offline; no eligible node to bring it back (${describeCandidates(v.candidates)})${lastResortWaiting(v)}`
+        : undefined,
+  },
+  {
+    name: "unfenced_old_primary",
+    code: "offline_no_candidate",
+    // Promoting a node fences an old primary that may still serve only through its write guard.
+    invariant: [2],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best } = v.target;
+      const old = unfencedOldPrimary(v, best, v.target.lineage);
+      if (old === undefined) return undefined;
+      return (
+        `shard offline; ${best.node_id} is eligible but not in ${old.node_id}'s replica set, and ${old.node_id}'s agent ` +
+        `is not heard (${describeHeartbeatAge(old, v.now, "ago")}) nor reported a crash: its database may still take ` +
+        "writes unfenced; waiting for its agent, a confirmed crash, a member of its set, or shardguard recover"
+      );
+    },
+  },
+  {
+    name: "hung_holder",
+    code: "offline_no_candidate",
+    // The last resort is a snapshot that may be seconds old; a hung node of the lineage may hold more.
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best } = v.target;
+      const hung = hungHolders(v, best, v.target.lineage);
+      if (hung.length === 0) return undefined;
+      return (
+        `shard offline; the last resort ${best.node_id} (its RDB, up to ${best.last_txn_id}) waits while ${hung
+          .map((node) => `${node.node_id} (up to ${node.last_txn_id})`)
+          .sort()
+          .join(
+            ", ",
+          )} does not answer but did not die (hung, its agent last reported): it may return with more; ` +
+        "or an operator runs shardguard recover"
+      );
+    },
+  },
+  {
+    name: "lock_held_offline",
+    code: "locked",
+    invariant: [4],
+    primaryStale: false,
+    test: (v) =>
+      v.locked && v.target !== undefined
+        ? `shard offline and ${v.target.best.node_id} is eligible, but another controller holds the lock`
+        : undefined,
+  },
+];
+
+/** An offline shard: the first gate that fires, else bring it online on the best candidate. */
+export function decideOffline(view: ShardView, topology: Topology): Decision {
+  const v = offlineView(view, topology);
+  const stopped = firstGate(OFFLINE_GATES, v);
+  if (stopped !== undefined) return stopped;
+  // Gate no_eligible_node lets no shard without a target through.
+  if (v.target === undefined) throw new ShardguardError("offline shard without a target passed every gate");
+  const { best, lineage } = v.target;
+  return {
+    kind: "bring_online",
+    epoch: topology.epoch,
+    target: refOf(best),
+    candidates: v.candidates,
+    lineage,
+    reason: `shard offline and ${best.node_id} returned eligible (priority ${best.priority}, last_txn_id ${best.last_txn_id}); promoting it`,
+  };
+}

@@ -1,0 +1,122 @@
+import type { FailoverConfig } from "../config.ts";
+import type { Candidate, Heartbeat, Lineage } from "../model.ts";
+import { describeHeartbeatAge, isAgentHeard, isAlive, isFresh, isRestartedHolder } from "./view.ts";
+
+/** How to judge the nodes for promotion. */
+export interface RankOptions {
+  /** The node being replaced (the old primary): never a candidate. */
+  readonly exclude?: string;
+  /** The old primary's guarded replica set: a node outside it would not fence the old primary. */
+  readonly members?: readonly string[];
+  /**
+   * The last resort: a node that holds the lineage only as its earlier one (`prior_lineage`, a
+   * database restarted from its RDB) counts by that, a restarted holder included.
+   */
+  readonly acceptPrior?: boolean;
+}
+
+/**
+ * Judges each node (except `options.exclude`) for promotion and returns them in promotion order:
+ * eligible first, then priority ascending, last_txn_id descending, node_id ascending.
+ * The lag reference is the highest offset known in the lineage: the old primary's last report
+ * or a same-lineage fresh node that received more after it.
+ */
+export function pickCandidates(
+  nodes: readonly Heartbeat[],
+  lineage: Lineage | undefined,
+  config: FailoverConfig,
+  now: number,
+  options: RankOptions = {},
+): Candidate[] {
+  const { exclude, members, acceptPrior = false } = options;
+  const considered = nodes.filter((node) => node.node_id !== exclude);
+  const knownLineage = lineage !== undefined && lineage.repl_id !== "";
+  let reference = lineage?.last_txn_id ?? 0;
+  for (const node of considered) {
+    if (knownLineage && node.repl_id === lineage.repl_id && isFresh(node, config, now)) {
+      reference = Math.max(reference, node.last_txn_id);
+    }
+    const held =
+      knownLineage && isAlive(node, config, now) ? heldOffset(node, lineage, acceptPrior) : undefined;
+    if (held !== undefined) reference = Math.max(reference, held);
+  }
+  const judged = considered.map((node): Candidate => {
+    const held = knownLineage ? heldOffset(node, lineage, acceptPrior) : undefined;
+    const base = {
+      node_id: node.node_id,
+      node_address: node.node_address,
+      last_txn_id: held ?? node.last_txn_id,
+      priority: node.priority,
+    };
+    const ineligible = (reason: string): Candidate => ({ ...base, eligible: false, reason });
+    if (isRestartedHolder(node)) {
+      // Its own database is down; only the last resort takes what it holds, while its agent is heard.
+      if (!acceptPrior || !isAgentHeard(node, config, now)) return ineligible("database reported down");
+    } else if (!isFresh(node, config, now)) {
+      return ineligible(`heartbeat stale (${describeHeartbeatAge(node, now)})`);
+    } else if (node.db_status === "down") {
+      return ineligible("database reported down");
+    }
+    if (!knownLineage) return ineligible("the old primary's replication lineage is unknown");
+    if (held === undefined) {
+      return ineligible(
+        `foreign replication lineage ${node.repl_id || "(none)"}, expected ${lineage.repl_id}`,
+      );
+    }
+    if (node.priority === 0) return ineligible("priority 0 (never promote)");
+    if (members !== undefined && !members.includes(node.node_id)) {
+      // The old primary's write guard does not count this node: promoting it would not fence the old primary.
+      return ineligible(
+        `not in ${exclude ?? "the primary"}'s replica set (its write guard does not wait for it)`,
+      );
+    }
+    const lag = reference - node.last_txn_id;
+    if (lag > config.maxLagOnFailover) {
+      return ineligible(`lag ${lag} exceeds maxLagOnFailover ${config.maxLagOnFailover}`);
+    }
+    return { ...base, eligible: true, reason: "eligible" };
+  });
+  return judged.sort(compareCandidates);
+}
+
+/**
+ * The positional form of `pickCandidates`, kept for callers outside the decision
+ * (src/core/continuation.ts); new code passes `RankOptions`.
+ */
+export function rankCandidates(
+  nodes: readonly Heartbeat[],
+  lineage: Lineage | undefined,
+  config: FailoverConfig,
+  now: number,
+  exclude?: string,
+  members?: readonly string[],
+  acceptPrior = false,
+): Candidate[] {
+  return pickCandidates(nodes, lineage, config, now, { exclude, members, acceptPrior });
+}
+
+/**
+ * How far `node`'s data holds `lineage` (the offset in it), undefined when it holds none: a node
+ * on it to its offset; one that continues it under another replication id (promoted, or a
+ * primary restarted from its RDB) to its `prior_lineage` offset; a restarted holder only by that.
+ */
+function heldOffset(node: Heartbeat, lineage: Lineage, acceptPrior: boolean): number | undefined {
+  if (node.db_status === "down" && !isRestartedHolder(node)) return undefined;
+  if (acceptPrior && node.prior_lineage?.repl_id === lineage.repl_id) return node.prior_lineage.last_txn_id;
+  // A restarted holder's `repl_id` and `last_txn_id` are the dead process's, not what it holds.
+  if (node.db_status === "down") return undefined;
+  return node.repl_id === lineage.repl_id ? node.last_txn_id : undefined;
+}
+
+function compareCandidates(a: Candidate, b: Candidate): number {
+  if (a.eligible !== b.eligible) return a.eligible ? -1 : 1;
+  if (a.priority !== b.priority) return a.priority - b.priority;
+  if (a.last_txn_id !== b.last_txn_id) return b.last_txn_id - a.last_txn_id;
+  return a.node_id < b.node_id ? -1 : a.node_id > b.node_id ? 1 : 0;
+}
+
+/** Every candidate's verdict, for reasons. */
+export function describeCandidates(candidates: readonly Candidate[]): string {
+  if (candidates.length === 0) return "no other node reports a heartbeat";
+  return candidates.map((c) => `${c.node_id}: ${c.reason}`).join("; ");
+}

@@ -1,0 +1,84 @@
+import type { FailoverConfig } from "../config.ts";
+import { holdsAllOf, type ReplicationPoint } from "../identity.ts";
+import type { Heartbeat, Lineage } from "../model.ts";
+import type { ShardSnapshot } from "../ports.ts";
+import { freshVoters } from "./view.ts";
+
+/** The evidence about an online shard's primary: what its replicas and its own agent say. */
+
+/** How many `down` reports the quorum mode needs out of `voters` fresh replicas. */
+export function quorumNeeded(mode: FailoverConfig["quorum"], voters: number): number {
+  switch (mode) {
+    case "none":
+      return 0;
+    case "majority":
+      return Math.floor(voters / 2) + 1;
+    case "all":
+      return voters;
+  }
+}
+
+/**
+ * The lineage of a primary whose heartbeat item is gone: the one `repl_id` that all the nodes
+ * still naming it as their primary agree on; unknown when they disagree or none exists.
+ */
+export function inferLineage(
+  nodes: readonly Heartbeat[],
+  primaryId: string | undefined,
+): Lineage | undefined {
+  const followers = nodes.filter((node) => primaryId !== undefined && node.primary_node_id === primaryId);
+  const replIds = new Set(followers.map((node) => node.repl_id));
+  const [replId] = replIds;
+  if (replIds.size !== 1 || !replId) return undefined;
+  return {
+    node_id: primaryId,
+    repl_id: replId,
+    last_txn_id: Math.max(...followers.map((node) => node.last_txn_id)),
+  };
+}
+
+function pointOf(node: Heartbeat): ReplicationPoint {
+  const prior = node.prior_lineage;
+  return {
+    replId: node.repl_id,
+    offset: node.last_txn_id,
+    prior: prior === undefined ? undefined : { replId: prior.repl_id, offset: prior.last_txn_id },
+  };
+}
+
+/**
+ * A strict majority of the fresh replicas (database up) report the primary `restarted` and agree
+ * on one lineage that is not the primary's: the reason, and that lineage (the highest offset any
+ * of them holds). Undefined otherwise.
+ */
+export function restartedPrimary(
+  snapshot: ShardSnapshot,
+  primary: Heartbeat,
+  config: FailoverConfig,
+  now: number,
+): { reason: string; lineage: Lineage } | undefined {
+  const voters = freshVoters(snapshot, primary.node_id, config, now);
+  // A replica whose data the primary holds all of (through either one's earlier lineage: a node
+  // restarted from its RDB, or promoted) has no evidence that the primary lost anything.
+  const restarted = voters.filter(
+    (node) =>
+      node.primary_probe === "restarted" &&
+      node.repl_id !== undefined &&
+      node.repl_id !== primary.repl_id &&
+      !holdsAllOf(pointOf(primary), pointOf(node)),
+  );
+  const replIds = new Set(restarted.map((node) => node.repl_id));
+  const [replId] = replIds;
+  if (restarted.length * 2 <= voters.length || replIds.size !== 1 || !replId) return undefined;
+  return {
+    reason: `${restarted
+      .map((node) => node.node_id)
+      .sort()
+      .join(", ")} of ${voters.length} fresh replicas report it restarted on another lineage than theirs`,
+    lineage: {
+      node_id: primary.node_id,
+      repl_id: replId,
+      last_txn_id: Math.max(...restarted.map((node) => node.last_txn_id)),
+    },
+  };
+}

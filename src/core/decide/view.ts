@@ -1,0 +1,270 @@
+import type { FailoverConfig } from "../config.ts";
+import type { Heartbeat, Lineage, Topology } from "../model.ts";
+import type { ShardSnapshot } from "../ports.ts";
+
+/**
+ * The clock predicates and the one pass from `(snapshot, config, now)` to a `ShardView`. Every
+ * judgement of a timestamp (fresh, heard, current, alive) is made here and nowhere else.
+ */
+
+/**
+ * How far ahead of the reader's clock a heartbeat timestamp may be dated and still count, in ms.
+ * Agents and controller stamp and judge on `AwsClock` (src/adapters/clock.ts): after its first
+ * response each reads within its bounds' width of AWS time, at most the `Date` header's 1 s
+ * resolution plus a round trip (tens of ms once a few dozen responses narrowed them). Two such
+ * clocks differ by at most 2 × 1 s; 500 ms more covers the round trips of the first samples.
+ * A timestamp further ahead comes from a clock outside that design (a host clock read before any
+ * response, a bug): it is no evidence of liveness. The heartbeat store uses the same bound to let
+ * a write replace a stored heartbeat dated that far ahead of the writer, so that no writer is ever
+ * stuck behind it.
+ */
+export const MAX_CLOCK_SKEW_MS = 2_500;
+
+/** Age of a heartbeat's database-alive timestamp, in ms (negative: dated ahead of `now`). */
+export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
+  return now - heartbeat.last_updated / 1000;
+}
+
+/** ms since the agent last wrote, whatever its database's state (\`agent_updated\`). */
+export function agentAgeMs(heartbeat: Heartbeat, now: number): number {
+  return now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000;
+}
+
+/**
+ * A timestamp (µs) counts as recent at `now`: at most `failureTimeoutMs` old and dated at most
+ * MAX_CLOCK_SKEW_MS ahead of `now`. So the controller times at which it counts form one interval
+ * `[t - MAX_CLOCK_SKEW_MS, t + failureTimeoutMs]`: no timestamp, however far in the future, counts
+ * for longer than `failureTimeoutMs + MAX_CLOCK_SKEW_MS`, while one from a clock within the
+ * design's bound always counts exactly as its age says.
+ */
+export function isRecent(timestampMicros: number, config: FailoverConfig, now: number): boolean {
+  const ageMs = now - timestampMicros / 1000;
+  return ageMs <= config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
+}
+
+/**
+ * Fresh: the database answered within `failureTimeoutMs`. A heartbeat dated more than
+ * MAX_CLOCK_SKEW_MS in the future is not fresh (see `isRecent`).
+ */
+export function isFresh(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
+  return isRecent(heartbeat.last_updated, config, now);
+}
+
+/**
+ * The agent itself was heard within `failureTimeoutMs` (its last write, whatever its database's
+ * state), by the same rule as `isFresh`. Heartbeats written before `agent_updated` existed count
+ * by `last_updated`.
+ */
+export function isAgentHeard(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
+  return isRecent(heartbeat.agent_updated ?? heartbeat.last_updated, config, now);
+}
+
+/**
+ * The agent's last report still stands: it was written at most its keepalive (\`keepalive_ms\`, the
+ * longest the agent stays silent while nothing it reports changes) plus \`failureTimeoutMs\` ago, by
+ * the clock rule of \`isRecent\`. A quiet replica writes only on a change and at its keepalive, so
+ * its silence is no evidence of failure until then; its offset, though, is as old as the write.
+ */
+export function isReportCurrent(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
+  const ageMs = agentAgeMs(heartbeat, now);
+  return ageMs <= (heartbeat.keepalive_ms ?? 0) + config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
+}
+
+/**
+ * A database that restarted in place of a dead one and that its agent keeps fenced (`db_status:
+ * down`, a `restarted` crash report) but reads this cycle: what it holds of an earlier lineage
+ * (`prior_lineage`, from its RDB) may still be the best copy left of the shard's data.
+ */
+export function isRestartedHolder(node: Heartbeat): boolean {
+  return (
+    node.db_status === "down" && node.db_crash?.state === "restarted" && node.prior_lineage !== undefined
+  );
+}
+
+/**
+ * The node may serve as a candidate: its database answered within the failure timeout, or it is a
+ * restarted holder whose agent was heard within it (the holder's `last_updated` is the dead
+ * process's; its agent writes `prior_lineage` only from an answer of the same cycle).
+ */
+export function isAlive(node: Heartbeat, config: FailoverConfig, now: number): boolean {
+  if (isRestartedHolder(node)) return isAgentHeard(node, config, now);
+  return node.db_status === "up" && isFresh(node, config, now);
+}
+
+export function lineageOf(node: Heartbeat): Lineage {
+  return { node_id: node.node_id, repl_id: node.repl_id, last_txn_id: node.last_txn_id };
+}
+
+/**
+ * The lineage `node`'s data is: its own, or for a restarted holder the earlier one its new process
+ * holds (its `repl_id` and `last_txn_id` are the dead process's).
+ */
+export function dataLineageOf(node: Heartbeat): Lineage {
+  const prior = isRestartedHolder(node) ? node.prior_lineage : undefined;
+  return prior === undefined ? lineageOf(node) : { node_id: node.node_id, ...prior };
+}
+
+/**
+ * Nodes (except \`exclude\`) whose agents are quiet within their keepalive: alive by their own
+ * promise, but not heard within the failure timeout, so neither their vote nor their offset is
+ * recent enough to act on. Every decision that changes the primary waits for their reports (the
+ * controller asks for them: a REPORT command); a node that stays silent past its keepalive is
+ * stale, as any other.
+ */
+export function awaitingReports(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  exclude?: string,
+): Heartbeat[] {
+  return snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== exclude && isReportCurrent(node, config, now) && !isAgentHeard(node, config, now),
+  );
+}
+
+export function describeAgentAge(heartbeat: Heartbeat, now: number): string {
+  return `${Math.max(0, Math.round(agentAgeMs(heartbeat, now)))} ms ago`;
+}
+
+/**
+ * A heartbeat's age for reasons: "1234 ms old" (or "ago"), or how far it is dated ahead beyond
+ * the clock bound.
+ */
+export function describeHeartbeatAge(heartbeat: Heartbeat, now: number, word: "old" | "ago" = "old"): string {
+  const ageMs = Math.round(heartbeatAgeMs(heartbeat, now));
+  return ageMs < -MAX_CLOCK_SKEW_MS
+    ? `dated ${-ageMs} ms in the future, beyond the ${MAX_CLOCK_SKEW_MS} ms clock bound`
+    : `${Math.max(0, ageMs)} ms ${word}`;
+}
+
+/**
+ * The members of a primary's replica set when the set is under the write guard (versioned):
+ * only these may be promoted in its place. Undefined for sets written before the guard.
+ */
+export function guardMembers(
+  snapshot: ShardSnapshot,
+  primaryId: string | undefined,
+): readonly string[] | undefined {
+  if (primaryId === undefined || snapshot.replicaSetVersions[primaryId] === undefined) return undefined;
+  return snapshot.replicaSets[primaryId] ?? [];
+}
+
+/** The replicas whose report counts: fresh heartbeat, database up, not the primary itself. */
+export function freshVoters(
+  snapshot: ShardSnapshot,
+  primaryId: string | undefined,
+  config: FailoverConfig,
+  now: number,
+): Heartbeat[] {
+  return snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== primaryId &&
+      node.role === "replica" &&
+      node.db_status === "up" &&
+      isFresh(node, config, now),
+  );
+}
+
+/**
+ * Agents back from a coordination-store outage within the failure timeout (`store_resumed_at`)
+ * while others are not heard yet: the same outage may be what holds those back, and an agent heard
+ * first says nothing of the ones behind it (a primary that served through the outage under its
+ * replica-set guard, a replica further ahead). Their silence is no evidence for a failure timeout
+ * after the last agent came back: the reason to wait, or undefined (docs/safety.md, gate
+ * `store_returning`).
+ */
+export function storeReturning(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+): string | undefined {
+  const back = snapshot.nodes.filter(
+    (node) =>
+      node.store_resumed_at !== undefined &&
+      isAgentHeard(node, config, now) &&
+      isRecent(node.store_resumed_at, config, now),
+  );
+  if (back.length === 0) return undefined;
+  const unheard = snapshot.nodes.filter((node) => !isAgentHeard(node, config, now));
+  if (unheard.length === 0) return undefined;
+  const ids = (nodes: readonly Heartbeat[]) =>
+    nodes
+      .map((node) => node.node_id)
+      .sort()
+      .join(", ");
+  return (
+    `the agents of ${ids(back)} came back from a coordination-store outage less than ${config.failureTimeoutMs} ms ago` +
+    ` and ${ids(unheard)} not yet (the same outage may hold them back); waiting for them`
+  );
+}
+
+/** The caller's options that the view depends on. */
+export interface DecideOptions {
+  /** The caller's own lock token: a lock held by it does not block the decision. */
+  readonly lockOwner?: string;
+}
+
+/** Another controller holds the shard's lock (a lock held by `options.lockOwner` does not count). */
+export function lockBlocks(snapshot: ShardSnapshot, now: number, options: DecideOptions): boolean {
+  const lock = snapshot.lock;
+  return lock !== undefined && lock.expires_at > now && lock.owner !== options.lockOwner;
+}
+
+/** One node as every rule sees it this cycle. */
+export interface NodeView {
+  readonly heartbeat: Heartbeat;
+  /** Its database answered within the failure timeout. */
+  readonly fresh: boolean;
+  /** Its agent wrote within the failure timeout. */
+  readonly heard: boolean;
+  /** Its agent's last report still stands (within its keepalive). */
+  readonly current: boolean;
+  /** It may serve as a candidate (`isAlive`). */
+  readonly alive: boolean;
+  /** The lineage its data is (`dataLineageOf`). */
+  readonly dataLineage: Lineage;
+}
+
+/** The shard as every rule of one decision sees it: computed once, never changed. */
+export interface ShardView {
+  readonly snapshot: ShardSnapshot;
+  readonly config: FailoverConfig;
+  readonly now: number;
+  readonly topology: Topology | undefined;
+  readonly nodes: readonly NodeView[];
+  /** Some agent of the shard was heard within the failure timeout. */
+  readonly anyAgentHeard: boolean;
+  /** Why agents back from a store outage make the shard wait for the others, if they do. */
+  readonly storeReturning: string | undefined;
+  /** Another controller holds the lock. */
+  readonly locked: boolean;
+}
+
+export function shardView(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  options: DecideOptions = {},
+): ShardView {
+  const nodes = snapshot.nodes.map(
+    (heartbeat): NodeView => ({
+      heartbeat,
+      fresh: isFresh(heartbeat, config, now),
+      heard: isAgentHeard(heartbeat, config, now),
+      current: isReportCurrent(heartbeat, config, now),
+      alive: isAlive(heartbeat, config, now),
+      dataLineage: dataLineageOf(heartbeat),
+    }),
+  );
+  return {
+    snapshot,
+    config,
+    now,
+    topology: snapshot.topology,
+    nodes,
+    anyAgentHeard: nodes.some((node) => node.heard),
+    storeReturning: storeReturning(snapshot, config, now),
+    locked: lockBlocks(snapshot, now, options),
+  };
+}
