@@ -53,13 +53,15 @@ export const AGENT_CONTROL_ACTIONS = [
 export const AGENT_SHARD_INDEX_ACTIONS = ["dynamodb:PutItem"] as const;
 /**
  * Idempotent creation of the node's own queue and the installation's shared dead-letter queue
- * (SqsCommandBus.ensureQueue: GetQueueUrl, else CreateQueue for the dead-letter queue, GetQueueAttributes for its ARN, CreateQueue
- * for the queue with its redrive policy and SQS-managed encryption).
+ * (SqsCommandBus.ensureQueue: GetQueueUrl, else CreateQueue for the dead-letter queue, GetQueueAttributes for its ARN and
+ * policy, CreateQueue for the queue with its redrive policy, queue policy and SQS-managed encryption), and
+ * SetQueueAttributes to bring an existing queue's policy up to date (docs/security.md#commands).
  */
 export const AGENT_QUEUE_SETUP_ACTIONS = [
   "sqs:GetQueueUrl",
   "sqs:CreateQueue",
   "sqs:GetQueueAttributes",
+  "sqs:SetQueueAttributes",
 ] as const;
 /** Consuming commands from the node's own queue only. */
 export const AGENT_QUEUE_CONSUME_ACTIONS = [

@@ -334,7 +334,7 @@ describe("IAM", () => {
         "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] },
       }),
       expectedGrant(
-        ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes"],
+        ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes"],
         [arnIn("sqs", "shardguard_dlq"), arnIn("sqs", "shardguard_orders_n1")],
       ),
       expectedGrant(
@@ -374,7 +374,7 @@ describe("IAM", () => {
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["CONTROL#orders"] } },
       ],
       [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
-      [["sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], null],
+      [["sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SetQueueAttributes"], null],
       [["sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:ReceiveMessage"], null],
       [["sqs:GetQueueUrl", "sqs:SendMessage"], null],
     ]);
