@@ -2,6 +2,10 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
+    // The integration project's global teardown checks every recorded AWS call against the
+    // synthesized IAM policies (test/support/global-setup.ts): a CDK synth and a simulation per
+    // distinct call, tens of seconds on a loaded machine. Past this, vitest would exit before it ends.
+    teardownTimeout: 180_000,
     projects: [
       {
         test: {

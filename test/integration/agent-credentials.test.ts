@@ -55,7 +55,8 @@ function aTopology(shard: string, epoch: number, primary: string, address: strin
   };
 }
 
-describe("one node's credentials against its own shard", { timeout: 60_000 }, () => {
+// The first check synthesizes the stack's policies: tens of seconds on a loaded machine.
+describe("one node's credentials against its own shard", { timeout: 180_000 }, () => {
   it("cannot write the topology, the lock or the history: the synthesized agent policy denies each forgery", async () => {
     // Prepare: the attacker holds node n3's credentials in shard `shard`.
     const shard = uniqueName("s").slice(0, 24);

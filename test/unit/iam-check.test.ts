@@ -87,7 +87,7 @@ describe("the AWS call journal", () => {
   });
 });
 
-describe("the permissions check against the synthesized policies", { timeout: 60_000 }, () => {
+describe("the permissions check against the synthesized policies", { timeout: 180_000 }, () => {
   it("allows an agent its own shard partition, the shard index and its own queue", async () => {
     // Act
     const report = await checkCalls([
