@@ -257,11 +257,16 @@ export class ShardguardController extends Construct {
   }
 
   /**
-   * What agents need besides their policy: the table and queue prefix of this installation (set
-   * them as SHARDGUARD_TABLE and SHARDGUARD_QUEUE_PREFIX in the agent's environment).
+   * What agents need besides their policy: the table and queue prefix of this installation, and the
+   * one role that sends commands (both controller functions run as it), which the agent's queue
+   * policy then lets send and no other principal (SHARDGUARD_COMMAND_SENDERS, docs/security.md#commands).
    */
   public agentEnvironment(): Record<string, string> {
-    return { [ENV.table]: this.table.tableName, [ENV.queuePrefix]: this.queuePrefix };
+    return {
+      [ENV.table]: this.table.tableName,
+      [ENV.queuePrefix]: this.queuePrefix,
+      [ENV.commandSenders]: this.controllerRole.roleArn,
+    };
   }
 
   public agentPolicyStatements(identity: AgentIdentity): iam.PolicyStatement[] {

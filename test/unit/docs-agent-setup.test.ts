@@ -58,6 +58,9 @@ function stackOutputs(controller: { failureTimeout?: Duration; fenceTimeout?: Du
       return parts.map(render).join(separator);
     }
     if ("Ref" in object) return EXAMPLE_TABLE;
+    // A role's ARN as the deployed stack's output shows it (the controller role: the command sender).
+    if ("Fn::GetAtt" in object)
+      return `arn:aws:iam::123456789012:role/${(object["Fn::GetAtt"] as string[])[0]}`;
     return JSON.stringify(value);
   };
   return {
