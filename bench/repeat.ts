@@ -31,6 +31,8 @@ interface RunResult {
   readonly exitCode: number | null;
   readonly seconds: number;
   readonly log: string;
+  /** vitest's "Tests" line: how many tests failed and passed (undefined: it printed none). */
+  readonly tests: { readonly failed: number; readonly passed: number } | undefined;
 }
 
 /** One busy loop per core; each is one `sh` process (`:` is a builtin), killed by its pid. */
@@ -56,6 +58,29 @@ function runOnce(files: readonly string[], extra: readonly string[], log: string
     child.on("error", reject);
     child.on("close", (code) => out.end(() => resolve(code)));
   });
+}
+
+/** vitest's summary ("Tests  1 failed | 3 passed (4)"), from a run's output. */
+function testCounts(log: string): RunResult["tests"] {
+  const line = readFileSync(log, "utf8")
+    .replace(ANSI, "")
+    .split("\n")
+    .find((candidate) => /^\s*Tests\s+\d/.test(candidate));
+  if (line === undefined) return undefined;
+  return {
+    failed: Number(/(\d+) failed/.exec(line)?.[1] ?? 0),
+    passed: Number(/(\d+) passed/.exec(line)?.[1] ?? 0),
+  };
+}
+
+/** "pass", or why not: tests failed, or the run failed outside them (setup, teardown). */
+function verdict(result: RunResult): string {
+  if (result.passed) return "pass";
+  const tests = result.tests;
+  if (tests === undefined) return `FAIL (exit ${result.exitCode}; no test summary)`;
+  if (tests.failed > 0)
+    return `FAIL (exit ${result.exitCode}; ${tests.failed} failed, ${tests.passed} passed)`;
+  return `FAIL (exit ${result.exitCode}; all ${tests.passed} tests passed: the failure is outside them)`;
 }
 
 /** The lines of a failed run's output that say what failed. */
@@ -102,17 +127,16 @@ export function buildProgram(): Command {
             const log = join(dir, `run-${run}.log`);
             const started = performance.now();
             const exitCode = await runOnce(files, extra, log);
-            const result = {
+            const result: RunResult = {
               run,
               passed: exitCode === 0,
               exitCode,
               seconds: (performance.now() - started) / 1000,
               log,
+              tests: testCounts(log),
             };
             results.push(result);
-            console.log(
-              `run ${run}/${options.times}: ${result.passed ? "pass" : `FAIL (exit ${exitCode})`} ${result.seconds.toFixed(1)} s`,
-            );
+            console.log(`run ${run}/${options.times}: ${verdict(result)} ${result.seconds.toFixed(1)} s`);
             if (!result.passed) {
               for (const line of failureLines(log)) console.log(`    ${line}`);
               console.log(`    output: ${log}`);
@@ -129,6 +153,14 @@ export function buildProgram(): Command {
             `${failed.length ? ` (runs ${failed.map((result) => result.run).join(", ")})` : ""}; ` +
             `duration median ${median(seconds).toFixed(1)} s, min ${Math.min(...seconds).toFixed(1)} s, max ${Math.max(...seconds).toFixed(1)} s`,
         );
+        if (failed.length > 0) {
+          const testFailed = failed.filter((result) => (result.tests?.failed ?? 0) > 0);
+          const outside = failed.filter((result) => result.tests !== undefined && result.tests.failed === 0);
+          console.log(
+            `of the failed: ${testFailed.length} with a failed test, ${outside.length} with every test passed ` +
+              `(setup or teardown failed), ${failed.length - testFailed.length - outside.length} without a test summary`,
+          );
+        }
         process.exitCode = failed.length > 0 ? 1 : 0;
       },
     );
