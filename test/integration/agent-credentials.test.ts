@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -30,6 +31,18 @@ afterAll(() => {
   for (const built of opened) built.destroy();
   for (const directory of directories) rmSync(directory, { recursive: true, force: true });
 });
+
+/** The `shardguard` CLI as an administrator runs it; never throws on a non-zero exit. */
+function shardguard(env: NodeJS.ProcessEnv, ...args: string[]): Promise<{ code: number; stdout: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, ["src/cli/main.ts", ...args], { env, timeout: 60_000 }, (error, stdout) => {
+      resolve({
+        code: error ? (typeof error.code === "number" ? error.code : 1) : 0,
+        stdout: String(stdout),
+      });
+    });
+  });
+}
 
 function agentAdapters(shard: string, node: string): { aws: AwsAdapters; journal: string } {
   const journal = mkdtempSync(join(tmpdir(), "shardguard-forgery-"));
@@ -120,7 +133,9 @@ describe("one node's credentials against its own shard", { timeout: 180_000 }, (
 });
 
 describe("a table written by an installation before the controller's partition", () => {
-  it("is read as a legacy topology the controller does not act on, until migrate-layout moves it", async () => {
+  it("is read as a legacy topology the controller does not act on, until `shardguard migrate-layout` moves it", {
+    timeout: 120_000,
+  }, async () => {
     // Prepare: the old layout's topology and lock in the agents' partition.
     const shard = uniqueName("s").slice(0, 24);
     const aws = createAwsAdapters({ env: { ...awsEnv() }, tableName: tableName(), logger: silentLogger });
@@ -137,7 +152,13 @@ describe("a table written by an installation before the controller's partition",
     const before = await aws.store.heartbeats.snapshot(shard);
     const readBefore = await aws.store.topology.read(shard);
     const decision = decide(before, aConfig(), Date.now());
-    const first = await aws.store.topology.migrateLegacy(shard);
+    const cli = await shardguard(
+      { ...awsEnv(), [ENV.table]: tableName() },
+      "migrate-layout",
+      "--shard",
+      shard,
+      "--json",
+    );
     const second = await aws.store.topology.migrateLegacy(shard);
     const after = await aws.store.heartbeats.snapshot(shard);
 
@@ -149,7 +170,8 @@ describe("a table written by an installation before the controller's partition",
     });
     expect(readBefore?.epoch).toBe(4);
     expect(decision).toMatchObject({ kind: "none", code: "legacy_layout" });
-    expect([first, second]).toEqual(["moved", "current"]);
+    expect(cli).toEqual({ code: 0, stdout: `${JSON.stringify({ shards: { [shard]: "moved" } })}\n` });
+    expect(second).toBe("current");
     expect(after.legacyTopology).toBeUndefined();
     expect(after.topology).toMatchObject({ epoch: 4, primary_node_id: "n1" });
     expect(after.malformed).toEqual([]);

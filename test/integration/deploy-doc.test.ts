@@ -60,6 +60,8 @@ function coverage(command: string): Coverage | undefined {
       why: "bootstrap creates the CDK toolkit stack in an account",
     };
   if (command.startsWith("shardguard decommission ")) return { kind: "decommission" };
+  if (command.startsWith("shardguard migrate-layout"))
+    return { kind: "elsewhere", test: "test/integration/agent-credentials.test.ts" };
   if (command === "npm pack" || command === "sudo npm install -g ./shardguard-0.1.0.tgz")
     return { kind: "elsewhere", test: "test/integration/package-install.test.ts" };
   if (command.startsWith("aws iam attach-role-policy "))
