@@ -109,7 +109,15 @@ export class SynthesizedPolicies {
       const mapped = prefix && queue.startsWith(prefix) ? `${PREFIX}${queue.slice(prefix.length)}` : queue;
       return `arn:aws:sqs:${REGION}:${ACCOUNT}:${mapped}`;
     }
-    if (service === "events") return this.#arnOfType("AWS::Events::EventBus");
+    if (service === "events") {
+      // The construct's default is the account's default bus (imported, not a resource of the stack).
+      const bus = Object.values(this.#resources).some(
+        (resource) => resource.Type === "AWS::Events::EventBus",
+      );
+      return bus
+        ? this.#arnOfType("AWS::Events::EventBus")
+        : `arn:aws:events:${REGION}:${ACCOUNT}:event-bus/default`;
+    }
     if (service === "lambda") return this.#operatorFunctionArn();
     throw new Error(`no resource mapping for ${call.action}`);
   }

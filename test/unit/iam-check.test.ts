@@ -128,7 +128,7 @@ describe("the permissions check against the synthesized policies", { timeout: 18
     ]);
   });
 
-  it("allows the controller's fenced transaction and denies the operator role any write", async () => {
+  it("allows the controller's fenced transaction and its events, and denies the operator role any write", async () => {
     // Act
     const report = await checkCalls([
       call({ component: "controller" }, "dynamodb:TransactWriteItems", {
@@ -141,6 +141,8 @@ describe("the permissions check against the synthesized policies", { timeout: 18
       call({ component: "operator" }, "dynamodb:PutItem", {
         items: [{ action: "dynamodb:PutItem", pk: "SHARD#orders" }],
       }),
+      // The construct's default event bus is the account's default bus, not a resource of the stack.
+      call({ component: "controller" }, "events:PutEvents", { eventBus: "default" }),
     ]);
 
     // Assess
