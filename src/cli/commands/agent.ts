@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { createAwsAdapters } from "../../adapters/aws-adapters.ts";
+import { GENERATED_NODE_ID } from "../../adapters/aws-call-journal.ts";
 import { jsonLineLogger } from "../../adapters/observability.ts";
 import { startAgent } from "../../agent/agent.ts";
 import {
@@ -48,7 +49,7 @@ export function registerAgent(program: Command): void {
         principal: {
           component: "agent",
           shard: config.agent.shard,
-          node: config.agent.nodeId ?? "(generated)",
+          node: config.agent.nodeId ?? GENERATED_NODE_ID,
         },
       });
       // Listen before starting: a SIGTERM during start-up must still stop the agent cleanly.
