@@ -10,6 +10,7 @@ import {
   type Outcome,
   OutOfTime,
   PhaseTimeout,
+  PlanStale,
   type RemainingMs,
   timeoutsOf,
   UNLIMITED,
@@ -55,6 +56,42 @@ export async function requestSwitchover(
   request: SwitchoverRequest = {},
   options: RequestOptions = {},
 ): Promise<CycleResult> {
+  for (let attempt = 1; ; attempt++) {
+    const result = await attemptSwitchover(deps, shard, request, options);
+    if (!(result instanceof NotStarted)) return result;
+    // Nothing was written (the epoch bump's transaction failed as a whole): decide again, a few
+    // times, before telling the operator. An agent updating the old primary's replica set between
+    // the read under the lock and the bump is the usual cause, and is over by the next read.
+    deps.log.warn("switchover not started: the shard changed since the decision; deciding again", {
+      shard,
+      attempt,
+      reason: result.reason,
+    });
+    if (attempt >= SWITCHOVER_ATTEMPTS) {
+      return { shard, outcome: "lost_race", epoch: result.epoch, reason: `${result.reason}; try again` };
+    }
+  }
+}
+
+/** Attempts of a switchover whose epoch bump found the shard changed since the decision. */
+export const SWITCHOVER_ATTEMPTS = 3;
+
+/** A switchover that wrote nothing: its epoch bump found the decision stale (PlanStale). */
+class NotStarted {
+  readonly reason: string;
+  readonly epoch: number | undefined;
+  constructor(reason: string, epoch: number | undefined) {
+    this.reason = reason;
+    this.epoch = epoch;
+  }
+}
+
+async function attemptSwitchover(
+  deps: ControllerDeps,
+  shard: string,
+  request: SwitchoverRequest,
+  options: RequestOptions,
+): Promise<CycleResult | NotStarted> {
   const remainingMs = options.remainingMs ?? UNLIMITED;
   // Quiet replicas report first: the target is ranked, and caught up, on offsets read now.
   const first = await deps.store.heartbeats.snapshot(shard);
@@ -69,6 +106,7 @@ export async function requestSwitchover(
   const lock = await ShardLock.acquire(deps, shard, { forPrimary: plan.oldPrimary.node_id, remainingMs });
   if (!(lock instanceof ShardLock)) return notLocked(shard, lock);
   const lockedAt = deps.clock.now();
+  let notStarted: NotStarted | undefined;
   const outcome = await guarded(lock, async (): Promise<Outcome> => {
     const again = await deps.store.heartbeats.snapshot(shard);
     // Pin the target chosen before locking: under write load the "best" replica by offset changes
@@ -102,7 +140,7 @@ export async function requestSwitchover(
         reason: `${error.message}; nothing changed, try again`,
       };
     }
-    await startPlan(
+    const started = await startPlan(
       run,
       {
         kind: "switchover",
@@ -116,7 +154,17 @@ export async function requestSwitchover(
         lineage: replan.lineage,
       },
       again,
+    ).then(
+      () => true,
+      (error: unknown) => {
+        if (error instanceof PlanStale) {
+          notStarted = new NotStarted(error.message, again.topology?.epoch);
+          return false;
+        }
+        throw error;
+      },
     );
+    if (!started) return { outcome: "lost_race", reason: notStarted?.reason ?? "plan stale" };
     try {
       await execute(run, "catch_up", "catch_up");
       requireTime(run, "promote");
@@ -127,6 +175,7 @@ export async function requestSwitchover(
     }
     return (await execute(run, "promote")) as Outcome;
   });
+  if (notStarted !== undefined && outcome.outcome === "lost_race") return notStarted;
   return { shard, ...outcome };
 }
 

@@ -49,6 +49,10 @@ export class MemoryShard {
   readonly history: HistoryRecord[] = [];
   /** Every command sent, with the node it was sent to. */
   readonly sent: Array<{ node: string; command: Command }> = [];
+  /** Version of p1's stored replica set (an agent's add or remove moves it). */
+  replicaSetVersion = 1;
+  /** Called before each topology write is checked: a test moves the world between read and write. */
+  beforeTopologyWrite: (() => void) | undefined;
   /** Offset ms added to `Date.now()` (tests without fake timers move time by hand). */
   #skew = 0;
 
@@ -106,7 +110,7 @@ export class MemoryShard {
       shard: this.shard,
       nodes,
       replicaSets: { p1: replicas },
-      replicaSetVersions: { p1: 1 },
+      replicaSetVersions: { p1: this.replicaSetVersion },
       topology: this.topology,
       lock: this.lock,
       malformed: [],
@@ -162,8 +166,12 @@ export class MemoryShard {
       topology: {
         read: async () => this.topology,
         compareAndSet: async (_shard, expectedEpoch, next, fence) => {
+          this.beforeTopologyWrite?.();
           this.#requireLease(fence);
           if (this.topology?.epoch !== expectedEpoch) return false;
+          if (fence?.replicaSet && fence.replicaSet.primary === "p1") {
+            if (fence.replicaSet.version !== this.replicaSetVersion) return false;
+          }
           this.topology = next;
           return true;
         },

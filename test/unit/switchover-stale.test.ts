@@ -1,0 +1,71 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { requestSwitchover, SWITCHOVER_ATTEMPTS } from "../../src/controller/requests.ts";
+import { NOW } from "../support/builders.ts";
+import { MemoryShard } from "../support/memory-shard.ts";
+
+/**
+ * A switchover whose epoch bump finds the decision stale wrote nothing: the old primary's agent
+ * moved its replica set between the read under the lock and the bump (CI saw it on round 11 of
+ * the operator CLI's 20 switchovers). The request decides again instead of failing the operator,
+ * a bounded number of times.
+ */
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: NOW });
+});
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+async function settled<T>(work: Promise<T>): Promise<T> {
+  let done = false;
+  const tracked = work.finally(() => {
+    done = true;
+  });
+  for (let step = 0; step < 1000 && !done; step++) await vi.advanceTimersByTimeAsync(50);
+  return tracked;
+}
+
+describe("a switchover that finds the old primary's replica set moved at its epoch bump", () => {
+  it("decides again and completes when the set moved once", async () => {
+    // Prepare: the first topology write finds the replica set one version on.
+    const shard = new MemoryShard();
+    let writes = 0;
+    shard.beforeTopologyWrite = () => {
+      writes += 1;
+      if (writes === 1) shard.replicaSetVersion += 1;
+    };
+
+    // Act
+    const result = await settled(requestSwitchover(shard.deps(), "s1", { to: "r1" }));
+
+    // Assess
+    expect(result).toMatchObject({ outcome: "completed", epoch: 4, primary: "r1" });
+    expect(shard.topology).toMatchObject({ status: "online", epoch: 4, primary_node_id: "r1" });
+    expect(shard.history).toMatchObject([{ epoch: 4, kind: "switchover" }]);
+    expect(shard.lock?.expires_at).toBe(0);
+  });
+
+  it("gives up with lost_race and nothing changed when the set moves at every attempt", async () => {
+    // Prepare
+    const shard = new MemoryShard();
+    const before = shard.topology;
+    shard.beforeTopologyWrite = () => {
+      shard.replicaSetVersion += 1;
+    };
+
+    // Act
+    const result = await settled(requestSwitchover(shard.deps(), "s1", { to: "r1" }));
+
+    // Assess
+    expect(result.outcome).toBe("lost_race");
+    expect(result.reason).toMatch(
+      /replica set of p1 changed from version \d+ since the decision; try again$/,
+    );
+    expect(shard.replicaSetVersion).toBe(1 + SWITCHOVER_ATTEMPTS);
+    expect(shard.topology).toBe(before);
+    expect(shard.sent).toEqual([]);
+    expect(shard.lock?.expires_at).toBe(0);
+  });
+});
