@@ -1,21 +1,46 @@
 import { stripVTControlCharacters } from "node:util";
 import pc from "picocolors";
-import { MAX_CLOCK_SKEW_MS } from "../core/decide.ts";
+import type { FailoverConfig } from "../core/config.ts";
+import { decide } from "../core/decide.ts";
 import type { HistoryRecord } from "../core/model.ts";
+import {
+  agentAgeMs,
+  comparableLag,
+  describeAge,
+  offsetAgeMs,
+  type ReportState,
+  reportState,
+  type TopologyRole,
+  topologyRole,
+} from "../core/node-age.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 
 export interface NodeStatus {
   readonly node_id: string;
-  readonly role: string;
-  readonly address: string;
-  readonly last_txn_id: number;
   /**
-   * Replication offset bytes behind the primary; undefined when there is no primary heartbeat, or
-   * the node is quiet (its offset is as old as its last write).
+   * The role the topology gives the node (`topologyRole`, src/core/node-age.ts): one `primary` per
+   * shard at most; the old primary after a kill is `failed`, an agent gone silent `unknown`.
+   */
+  readonly role: TopologyRole;
+  /** Why the role differs from the report: "last seen as primary 1.7 s ago". */
+  readonly role_note: string | undefined;
+  /** The role in the node's last report. */
+  readonly reported_role: string;
+  readonly address: string;
+  /** The replication offset of the node's last report, read `offset_age_ms` ago. */
+  readonly last_txn_id: number;
+  /** ms since the offset was read (the database's last answer); negative when dated ahead of the reader. */
+  readonly offset_age_ms: number;
+  /** ms since the agent last wrote its report, whatever its database's state. */
+  readonly agent_age_ms: number;
+  /** heard: within the failure timeout; quiet: a replica within its keepalive; stale: neither. */
+  readonly report: ReportState;
+  /**
+   * Offset bytes behind the topology's primary, when the two reports can be compared
+   * (`comparableLag`); undefined otherwise, with `lag_note` saying why.
    */
   readonly lag: number | undefined;
-  /** Negative when the heartbeat is dated ahead of the reader's clock. */
-  readonly heartbeat_age_ms: number;
+  readonly lag_note: string | undefined;
   readonly db_status: string;
   readonly primary_link: string | undefined;
   /** A replica's own probe of its primary: ok, unreachable, restarted, fenced. */
@@ -24,10 +49,19 @@ export interface NodeStatus {
   readonly epoch: number;
   /** The longest its agent stays silent while nothing it reports changes (ms); 0 when unknown. */
   readonly keepalive_ms: number;
-  /** Silent past the failure timeout, within its keepalive: its report stands. */
-  readonly quiet: boolean;
-  /** Silent past its keepalive and the failure timeout. */
-  readonly stale: boolean;
+}
+
+/** What the controller's decision for the shard is at this moment, as `decide()` gives it. */
+export interface ControllerView {
+  /** `decide()`'s kind: `none` while it waits or has nothing to do. */
+  readonly decision: string;
+  /** The reason code of a `none` decision (`healthy`, `awaiting_reports`, ...). */
+  readonly code: string | undefined;
+  readonly reason: string;
+  /** `awaiting_reports`: the quiet nodes whose reports it waits for. */
+  readonly awaiting: readonly string[] | undefined;
+  /** The one line `status --shard` prints. */
+  readonly line: string;
 }
 
 export interface ShardStatus {
@@ -42,47 +76,67 @@ export interface ShardStatus {
    * agent's heartbeats (failsafe: a store outage for its agent, or its agent down), or fenced.
    */
   readonly primary_seen_by_replicas: string | undefined;
+  readonly controller: ControllerView;
   readonly nodes: readonly NodeStatus[];
   readonly malformed: readonly { sk: string; field: string; reason: string }[];
 }
 
+export interface StatusOptions {
+  /** When this reader asked each node to report (a REPORT it sent, AWS-aligned ms): `status --fresh`. */
+  readonly reportsAskedAt?: Readonly<Record<string, number>>;
+}
+
+const ROLE_ORDER: Record<TopologyRole, number> = {
+  primary: 0,
+  promoting: 1,
+  unconfirmed: 2,
+  replica: 3,
+  failed: 4,
+  unknown: 5,
+};
+
 /**
- * The operator's view of one shard, computed from one snapshot. `nowMs` is the AWS-aligned clock;
- * a node is quiet when its heartbeat is older than `failureTimeoutMs` but within its keepalive on top
- * of it (a replica following a fresh primary writes only on a change), stale when older than that.
+ * The operator's view of one shard, computed from one snapshot at `nowMs` (the AWS-aligned clock)
+ * with the decision's own clock predicates: every offset with its age, a lag only between
+ * comparable reports, roles as the topology gives them, and what `decide()` answers now.
  */
-export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeoutMs: number): ShardStatus {
+export function shardStatus(
+  snapshot: ShardSnapshot,
+  nowMs: number,
+  config: FailoverConfig,
+  options: StatusOptions = {},
+): ShardStatus {
   const topology = snapshot.topology;
   const primaryId = topology?.primary_node_id;
   const primaryBeat = snapshot.nodes.find((node) => node.node_id === primaryId);
   const nodes = snapshot.nodes
     .map((node): NodeStatus => {
-      const age = nowMs - Math.floor(node.last_updated / 1000);
-      // A primary is judged by the failure timeout alone, as decide() judges it.
-      const keepalive = node.role === "primary" ? 0 : (node.keepalive_ms ?? 0);
-      const stale = age > keepalive + failureTimeoutMs || age < -MAX_CLOCK_SKEW_MS;
-      const quiet = !stale && age > failureTimeoutMs;
+      const role = topologyRole(node, topology, config, nowMs);
+      const lag =
+        node.node_id === primaryId || role.role === "failed" || role.role === "unknown"
+          ? undefined
+          : comparableLag(primaryBeat, node, config, nowMs);
       return {
         node_id: node.node_id,
-        role: node.role,
+        role: role.role,
+        role_note: role.note,
+        reported_role: node.role,
         address: node.node_address,
         last_txn_id: node.last_txn_id,
-        lag: primaryBeat && !quiet ? Math.max(0, primaryBeat.last_txn_id - node.last_txn_id) : undefined,
-        heartbeat_age_ms: age,
+        offset_age_ms: Math.round(offsetAgeMs(node, nowMs)),
+        agent_age_ms: Math.round(agentAgeMs(node, nowMs)),
+        report: reportState(node, config, nowMs),
+        lag: lag?.known ? lag.bytes : undefined,
+        lag_note: lag && !lag.known ? lag.why : undefined,
         db_status: node.db_status,
         primary_link: node.primary_link,
         primary_probe: node.primary_probe,
         priority: node.priority,
         epoch: node.epoch,
-        keepalive_ms: keepalive,
-        quiet,
-        stale,
+        keepalive_ms: node.keepalive_ms ?? 0,
       };
     })
-    .sort(
-      (a, b) =>
-        Number(b.role === "primary") - Number(a.role === "primary") || a.node_id.localeCompare(b.node_id),
-    );
+    .sort((a, b) => ROLE_ORDER[a.role] - ROLE_ORDER[b.role] || a.node_id.localeCompare(b.node_id));
   return {
     shard: snapshot.shard,
     status: topology?.status ?? "unknown",
@@ -94,9 +148,46 @@ export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeo
     phase: topology?.status === "failing_over" ? topology.phase : undefined,
     paused_reason: topology?.paused_reason,
     primary_seen_by_replicas: primaryId ? seenByReplicas(primaryId, nodes) : undefined,
+    controller: controllerView(snapshot, config, nowMs, options),
     nodes,
     malformed: snapshot.malformed.map((item) => ({ ...item })),
   };
+}
+
+/**
+ * What the controller does with the shard now, from `decide()` itself (the same rules, the reader's
+ * settings): "awaiting reports from n2 (quiet, heard 19 s ago, REPORT sent 0.4 s ago)".
+ */
+export function controllerView(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  nowMs: number,
+  options: StatusOptions = {},
+): ControllerView {
+  const decision = decide(snapshot, config, nowMs);
+  const code = decision.kind === "none" ? decision.code : undefined;
+  const awaiting = decision.kind === "none" ? decision.awaiting : undefined;
+  let line: string;
+  if (code === "awaiting_reports" && awaiting !== undefined && awaiting.length > 0) {
+    const each = awaiting.map((id) => {
+      const node = snapshot.nodes.find((candidate) => candidate.node_id === id);
+      const asked = options.reportsAskedAt?.[id];
+      const parts = [
+        "quiet",
+        node ? `heard ${describeAge(agentAgeMs(node, nowMs))}` : undefined,
+        asked === undefined ? undefined : `REPORT sent ${describeAge(nowMs - asked)}`,
+      ];
+      return `${id} (${parts.filter(Boolean).join(", ")})`;
+    });
+    line = `awaiting reports from ${each.join(", ")}`;
+  } else if (code === "healthy") {
+    line = `nothing to do: ${decision.reason}`;
+  } else if (code !== undefined) {
+    line = `waiting (${code}): ${decision.reason}`;
+  } else {
+    line = `next: ${decision.kind}: ${decision.reason}`;
+  }
+  return { decision: decision.kind, code, reason: decision.reason, awaiting, line: `controller: ${line}` };
 }
 
 /**
@@ -107,9 +198,9 @@ export function shardStatus(snapshot: ShardSnapshot, nowMs: number, failureTimeo
  */
 export function seenByReplicas(primaryId: string, nodes: readonly NodeStatus[]): string | undefined {
   const primary = nodes.find((node) => node.node_id === primaryId);
-  if (primary !== undefined && !primary.stale) return undefined;
+  if (primary?.role === "primary") return undefined;
   const replicas = nodes.filter(
-    (node) => node.node_id !== primaryId && !node.stale && node.db_status === "up",
+    (node) => node.node_id !== primaryId && node.report !== "stale" && node.db_status === "up",
   );
   if (replicas.length === 0) return undefined;
   const by = (probe: string) =>
@@ -157,12 +248,31 @@ export function formatDuration(ms: number): string {
   return `${Math.round(ms / 60_000)}m`;
 }
 
-/** A heartbeat's age; one dated ahead of the reader's clock shows as "+1.2s ahead". */
-function formatAge(ms: number): string {
-  return ms < 0 ? `+${formatDuration(-ms)} ahead` : formatDuration(ms);
+const ROLE_COLOUR: Record<TopologyRole, (text: string) => string> = {
+  primary: pc.bold,
+  replica: (text) => text,
+  promoting: pc.yellow,
+  unconfirmed: pc.yellow,
+  failed: pc.red,
+  unknown: pc.red,
+};
+
+const count = (value: number) => value.toLocaleString("en-US");
+
+/** "71,648, 0.2 s ago" for a report heard now; "1,190 as of 19 s ago, quiet" for an older one. */
+export function describeOffset(node: NodeStatus): string {
+  const age = describeAge(node.offset_age_ms);
+  if (node.report === "heard" && node.db_status === "up") return `${count(node.last_txn_id)}, ${age}`;
+  const why = node.report === "quiet" ? ", quiet" : node.db_status === "up" ? "" : ", database down";
+  return `${count(node.last_txn_id)} as of ${age}${why}`;
 }
 
-export function renderShardStatus(status: ShardStatus): string {
+export interface RenderOptions {
+  /** Add the controller's line (`status --shard`). */
+  readonly controllerLine?: boolean;
+}
+
+export function renderShardStatus(status: ShardStatus, options: RenderOptions = {}): string {
   const colour = STATUS_COLOUR[status.status] ?? ((text: string) => text);
   const headline = [
     pc.bold(`shard ${status.shard}`),
@@ -174,36 +284,53 @@ export function renderShardStatus(status: ShardStatus): string {
   ]
     .filter(Boolean)
     .join("  ");
-  const rows = status.nodes.map((node) => [
-    node.node_id,
-    node.role === "primary" ? pc.bold(node.role) : node.role,
-    node.address,
-    String(node.last_txn_id),
-    node.lag === undefined ? "-" : String(node.lag),
-    node.stale
-      ? pc.red(formatAge(node.heartbeat_age_ms))
-      : node.quiet
-        ? `${formatAge(node.heartbeat_age_ms)} (quiet)`
-        : formatAge(node.heartbeat_age_ms),
-    node.db_status === "up" ? node.db_status : pc.red(node.db_status),
-    node.primary_link === "down" ? pc.red("down") : (node.primary_link ?? "-"),
-    node.primary_probe === undefined || node.primary_probe === "ok"
-      ? (node.primary_probe ?? "-")
-      : pc.red(node.primary_probe),
-    String(node.priority),
-  ]);
+  const rows = status.nodes.map((node) => {
+    const role = node.role_note ? `${node.role} (${node.role_note})` : node.role;
+    const offset = describeOffset(node);
+    const heartbeat = describeAge(node.agent_age_ms);
+    return [
+      node.node_id,
+      ROLE_COLOUR[node.role](role),
+      node.address,
+      node.report === "stale" ? pc.red(offset) : offset,
+      node.lag !== undefined ? count(node.lag) : node.lag_note !== undefined ? "?" : "-",
+      node.report === "stale"
+        ? pc.red(heartbeat)
+        : node.report === "quiet"
+          ? `${heartbeat} (quiet)`
+          : heartbeat,
+      node.db_status === "up" ? node.db_status : pc.red(node.db_status),
+      node.primary_link === "down" ? pc.red("down") : (node.primary_link ?? "-"),
+      node.primary_probe === undefined || node.primary_probe === "ok"
+        ? (node.primary_probe ?? "-")
+        : pc.red(node.primary_probe),
+      String(node.priority),
+    ];
+  });
   const lines = [
     headline,
     rows.length > 0
       ? table(
-          ["NODE", "ROLE", "ADDRESS", "LAST_TXN_ID", "LAG", "HEARTBEAT", "DB", "LINK", "PROBE", "PRIORITY"],
+          ["NODE", "ROLE", "ADDRESS", "OFFSET", "LAG", "HEARTBEAT", "DB", "LINK", "PROBE", "PRIORITY"],
           rows,
         )
       : "  (no node heartbeats)",
   ];
+  const unknownLag = status.nodes.filter((node) => node.lag_note !== undefined);
+  if (unknownLag.length > 0) {
+    lines.push(
+      pc.dim(
+        `  lag ?: ${unknownLag.map((node) => `${node.node_id}: ${node.lag_note}`).join("; ")}` +
+          (unknownLag.some((node) => node.report === "quiet")
+            ? " (a quiet replica writes on a change and at its keepalive; --fresh asks it to report now)"
+            : ""),
+      ),
+    );
+  }
   if (status.primary_seen_by_replicas) lines.push(pc.yellow(`  ${status.primary_seen_by_replicas}`));
   for (const item of status.malformed)
     lines.push(pc.red(`  malformed item ${item.sk}: ${item.field}: ${item.reason}`));
+  if (options.controllerLine) lines.push(`  ${status.controller.line}`);
   return lines.join("\n");
 }
 

@@ -1,4 +1,6 @@
 import pc from "picocolors";
+import { discardMetrics, logEventPublisher, silentLogger } from "../adapters/observability.ts";
+import { ReportRequests } from "../cli/commands/report-requests.ts";
 import { formatDuration, renderShardStatus, shardStatus } from "../cli/status-view.ts";
 import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
 import type { Topology } from "../core/model.ts";
@@ -61,22 +63,45 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     config: options.config,
     onProgress: event,
   });
-  const { failureTimeoutMs } = parseFailoverConfig(options.config);
+  const config = parseFailoverConfig(options.config);
+  const { failureTimeoutMs } = config;
   const writer = new WriteWorkload({ resolvePrimary: () => cluster.primaryAddress() });
+  // Quiet replicas write every 20 s; the demo asks them to report, as `status --fresh` does, so
+  // that every table shows their current offsets and real lag.
+  const reports = new ReportRequests({
+    store: cluster.aws.store,
+    bus: cluster.aws.bus,
+    clock: cluster.aws.clock,
+    config,
+    log: silentLogger,
+    metrics: discardMetrics,
+    events: logEventPublisher(silentLogger),
+  });
+  const statusOf = (snapshot: ShardSnapshot) =>
+    shardStatus(snapshot, cluster.aws.clock.now(), config, {
+      reportsAskedAt: reports.askedAt(cluster.shard),
+    });
   let frame: NodeJS.Timeout | undefined;
   const draw = (snapshot: ShardSnapshot) => {
     const stats = writer.stats();
-    const view = renderShardStatus(shardStatus(snapshot, cluster.aws.clock.now(), failureTimeoutMs));
+    const view = renderShardStatus(statusOf(snapshot), { controllerLine: true });
     const writes = `writer: ${stats.acked} acknowledged, ${stats.failedWrites} failed, writing to ${stats.address ?? "-"}`;
     options.out(`\x1b[H\x1b[J${view}\n\n${writes}\n\n${events.slice(-14).join("\n")}\n`);
   };
   // Only a terminal gets the live frame; without one, status blocks are printed at the key moments.
   // A failed read only skips a frame; the next one, 250 ms later, reads again.
-  const redraw = () => cluster.snapshot().then(draw, () => {});
+  const redraw = () =>
+    cluster
+      .snapshot()
+      .then(async (snapshot) => {
+        await reports.ask(snapshot);
+        draw(snapshot);
+      })
+      .catch(() => {});
   if (options.live) frame = setInterval(redraw, FRAME_MS);
   const printStatus = async () => {
-    const now = await cluster.snapshot();
-    options.out(`${renderShardStatus(shardStatus(now, cluster.aws.clock.now(), failureTimeoutMs))}\n`);
+    const now = await reports.fresh(cluster.shard, await cluster.snapshot());
+    options.out(`${renderShardStatus(statusOf(now), { controllerLine: true })}\n`);
   };
   try {
     writer.start();

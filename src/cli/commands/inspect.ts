@@ -1,43 +1,16 @@
 import type { Command } from "commander";
 import { endpointOf } from "../../client/primary-resolver.ts";
-import { listAllShards, requireKnownShard, withOperatorSession } from "../aws-session.ts";
+import { requireKnownShard, withOperatorSession } from "../aws-session.ts";
 import { parseIntegerOption } from "../options.ts";
-import { renderHistory, renderShardStatus, shardStatus } from "../status-view.ts";
+import { renderHistory } from "../status-view.ts";
+import { registerStatus } from "./status.ts";
 
 /** Exit code of `primary` when the shard has no writable primary right now (failing over, offline). */
 export const NO_PRIMARY_EXIT_CODE = 3;
 
 /** Read-only commands: they read the table directly and never change a shard. */
 export function registerInspectCommands(program: Command): void {
-  program
-    .command("status")
-    .description(
-      "per shard its status, epoch and primary; per node role, offset, lag, heartbeat age, link, priority",
-    )
-    .option("--shard <id>", "one shard instead of every registered shard")
-    .option("--json", "machine-readable output")
-    .action(async (options: { shard?: string; json?: boolean }) => {
-      await withOperatorSession(async ({ aws, config }) => {
-        if (options.shard) await requireKnownShard(aws.store, options.shard);
-        const shards = options.shard ? [options.shard] : await listAllShards(aws.store);
-        const statuses = [];
-        for (const shard of shards) {
-          const snapshot = await aws.store.heartbeats.snapshot(shard);
-          statuses.push(shardStatus(snapshot, aws.clock.now(), config.failureTimeoutMs));
-        }
-        if (options.json) {
-          process.stdout.write(
-            `${JSON.stringify({ at: new Date(aws.clock.now()).toISOString(), shards: statuses })}\n`,
-          );
-        } else if (statuses.length === 0) {
-          process.stdout.write(
-            "no shard is registered yet (agents register their shard on their first heartbeat)\n",
-          );
-        } else {
-          process.stdout.write(`${statuses.map(renderShardStatus).join("\n\n")}\n`);
-        }
-      });
-    });
+  registerStatus(program);
 
   program
     .command("history")
