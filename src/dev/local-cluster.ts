@@ -11,6 +11,7 @@ import type { ShardSnapshot } from "../core/ports.ts";
 import { type ManagedProcess, startProcess } from "./local-stack/processes.ts";
 import { type RedisNode, type RedisSecurity, startRedisNodes } from "./local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "./local-stack/stack.ts";
+import { type Cut, NetLab, type PartitionSpec } from "./netlab/netlab.ts";
 
 /** The CLI beside this module: the TypeScript source in a checkout, the compiled file in a package. */
 const CLI = fileURLToPath(
@@ -46,6 +47,20 @@ export interface LocalClusterOptions {
   readonly agentEnv?: (id: string) => NodeJS.ProcessEnv | undefined;
   /** Extra environment of controller number `serial` (1, 2, ...), applied to every controller started. */
   readonly controllerEnv?: (serial: number) => NodeJS.ProcessEnv | undefined;
+  /**
+   * `netns`: each node's redis-server and agent run in the node's own network namespace of a
+   * `NetLab` (docs/chaos.md#the-network-lab), bound to its lab address, the agents reaching
+   * DynamoDB and SQS through the host's lab address; `partition` and `heal` cut real links.
+   * Needs root (`NetLab.available()`); callers without it keep `loopback`. Endpoints that
+   * `agentEnv` gives on 127.0.0.1 are not rewritten: use `netlab.hostUrl` there.
+   * @default "loopback" (every process on 127.0.0.1 of the host)
+   */
+  readonly network?: "loopback" | "netns";
+  /**
+   * Extra environment of node `id`'s redis-server, kept for its every restart (the nemesis runs
+   * redis under a clock shim with it). @default none
+   */
+  readonly redisEnv?: (id: string) => NodeJS.ProcessEnv | undefined;
 }
 
 /** How one agent process is started (all optional; the defaults are the plain start). */
@@ -54,6 +69,8 @@ export interface StartAgentOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** Starts with a new, empty state dir, as on a host that lost its disk. */
   readonly wipeStateDir?: boolean;
+  /** `--priority` of this start and every later one (an operator changing it). @default the cluster's */
+  readonly priority?: number;
 }
 
 /**
@@ -70,17 +87,21 @@ export class LocalCluster {
   /** Agent and controller output, one file per process. */
   readonly logDir: string;
   readonly env: NodeJS.ProcessEnv;
+  /** The network lab of `network: "netns"`; undefined in the loopback mode. */
+  readonly netlab: NetLab | undefined;
   readonly #ownsStack: boolean;
   readonly #agents = new Map<string, ManagedProcess>();
   readonly #controllers: ManagedProcess[] = [];
   readonly #stateDirs = new Map<string, string>();
   readonly #priorities: readonly number[];
+  /** Priorities changed since the start (`startAgent` with `priority`), by node id. */
+  readonly #priorityChanges = new Map<string, number>();
   readonly #agentEnv: ((id: string) => NodeJS.ProcessEnv | undefined) | undefined;
   readonly #controllerEnv: ((serial: number) => NodeJS.ProcessEnv | undefined) | undefined;
   #controllerSerial = 0;
 
   private constructor(
-    init: Pick<LocalCluster, "shard" | "redis" | "stack" | "aws" | "logDir" | "env"> & {
+    init: Pick<LocalCluster, "shard" | "redis" | "stack" | "aws" | "logDir" | "env" | "netlab"> & {
       ownsStack: boolean;
       priorities: readonly number[];
       agentEnv?: (id: string) => NodeJS.ProcessEnv | undefined;
@@ -93,6 +114,7 @@ export class LocalCluster {
     this.aws = init.aws;
     this.logDir = init.logDir;
     this.env = init.env;
+    this.netlab = init.netlab;
     this.#ownsStack = init.ownsStack;
     this.#priorities = init.priorities;
     this.#agentEnv = init.agentEnv;
@@ -106,9 +128,21 @@ export class LocalCluster {
     const stack = options.stack ?? (await startLocalStack({ onProgress: progress }));
     const ownsStack = options.stack === undefined;
     let redis: RedisNode[] = [];
+    let netlab: NetLab | undefined;
     try {
+      if (options.network === "netns") {
+        const ids = Array.from({ length: options.nodes ?? 3 }, (_, index) => `node-${index + 1}`);
+        netlab = await NetLab.create({ nodes: ids });
+        progress(`network lab ${netlab.id}: namespaces for ${ids.join(", ")}, AWS at ${netlab.awsAddress}`);
+      }
+      const lab = netlab;
       progress(`starting ${options.nodes ?? 3} redis-server nodes`);
-      redis = await startRedisNodes(options.nodes ?? 3, options.redisSecurity);
+      redis = await startRedisNodes(
+        options.nodes ?? 3,
+        options.redisSecurity,
+        options.redisEnv,
+        lab && ((id) => ({ namespace: lab.node(id).namespace, host: lab.node(id).address })),
+      );
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         ...stack.env,
@@ -129,6 +163,7 @@ export class LocalCluster {
         aws: createAwsAdapters({ env, maxAttempts: 2 }),
         logDir: mkdtempSync(join(tmpdir(), `shardguard-cluster-${shard}-`)),
         env,
+        netlab,
         ownsStack,
         priorities: options.priorities ?? [],
         agentEnv: options.agentEnv,
@@ -154,6 +189,7 @@ export class LocalCluster {
       return cluster;
     } catch (error) {
       await Promise.all(redis.map((node) => node.destroy()));
+      netlab?.closeSync();
       if (ownsStack) await stack.stop();
       throw error;
     }
@@ -182,6 +218,7 @@ export class LocalCluster {
       this.#stateDirs.set(id, stateDir);
     }
     const index = this.redis.indexOf(node);
+    if (options.priority !== undefined) this.#priorityChanges.set(id, options.priority);
     const args = [
       CLI,
       "agent",
@@ -194,10 +231,10 @@ export class LocalCluster {
       "--state-dir",
       stateDir,
       "--priority",
-      String(this.#priorities[index] ?? 100),
+      String(this.#priorityChanges.get(id) ?? this.#priorities[index] ?? 100),
     ];
-    const env = { ...this.#agentEnv?.(id), ...options.env };
-    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args, env));
+    const env = { ...this.#labEndpoints(), ...this.#agentEnv?.(id), ...options.env };
+    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args, env, this.netlab && id));
   }
 
   /** True while an agent process beside node `id` runs (also when SIGSTOPped). */
@@ -273,12 +310,61 @@ export class LocalCluster {
     return this.#controllers.filter((proc) => proc.child.exitCode === null && proc.child.signalCode === null);
   }
 
-  #spawn(name: string, logFile: string, args: string[], extraEnv: NodeJS.ProcessEnv = {}): ManagedProcess {
-    const proc = startProcess(name, process.execPath, args, { env: { ...this.env, ...extraEnv } });
+  /** `labNode`: run inside that node's namespace of the network lab. */
+  #spawn(
+    name: string,
+    logFile: string,
+    args: string[],
+    extraEnv: NodeJS.ProcessEnv = {},
+    labNode?: string,
+  ): ManagedProcess {
+    const { command, args: argv } =
+      this.netlab && labNode
+        ? this.netlab.inNamespace(labNode, process.execPath, args)
+        : { command: process.execPath, args };
+    const proc = startProcess(name, command, argv, { env: { ...this.env, ...extraEnv } });
     const log = createWriteStream(join(this.logDir, logFile), { flags: "a" });
     proc.child.stdout?.pipe(log);
     proc.child.stderr?.pipe(log);
     return proc;
+  }
+
+  /** The stack's endpoints as a node in the network lab reaches them (none in the loopback mode). */
+  #labEndpoints(): NodeJS.ProcessEnv {
+    const lab = this.netlab;
+    if (!lab) return {};
+    const endpoints: NodeJS.ProcessEnv = {};
+    for (const key of ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"]) {
+      const url = this.env[key];
+      if (url) endpoints[key] = lab.hostUrl(url);
+    }
+    return endpoints;
+  }
+
+  /**
+   * Cuts network links between nodes and AWS (`network: "netns"` only), on top of any cuts in
+   * place; packets are dropped silently, established connections included. Endpoints are node ids
+   * and `"aws"` (DynamoDB, SQS and the controllers, one side). Examples:
+   * - a group split, both ways between groups, `{n1} | {n2, n3, AWS}`:
+   *   `partition({ groups: [["node-1"], ["node-2", "node-3", "aws"]] })`;
+   * - an AZ split, primary with one replica: `{ groups: [["node-1", "node-2"], ["node-3", "aws"]] }`;
+   * - a two-way cut of one link: `{ cuts: [{ from: "node-1", to: "node-2" }] }`;
+   * - a one-way cut: `{ cuts: [{ from: "node-2", to: "aws", oneWay: true }] }` drops only what
+   *   node-2 sends to AWS; `{ from: "aws", to: "node-2", oneWay: true }` only what it receives.
+   * Endpoints in no group keep every link. Returns the directed cuts the spec stands for.
+   */
+  partition(spec: PartitionSpec): Promise<Cut[]> {
+    return this.#lab().partition(spec);
+  }
+
+  /** Removes every cut (`network: "netns"` only): all nodes and AWS reach each other again. */
+  heal(): Promise<void> {
+    return this.#lab().heal();
+  }
+
+  #lab(): NetLab {
+    if (!this.netlab) throw new Error('partitions need LocalCluster.start({ network: "netns" })');
+    return this.netlab;
   }
 
   snapshot(): Promise<ShardSnapshot> {
@@ -349,6 +435,7 @@ export class LocalCluster {
       ...this.#controllers.map((controller) => controller.stop(3000)),
     ]);
     await Promise.all(this.redis.map((node) => node.destroy()));
+    await this.netlab?.close();
     this.aws.destroy();
     if (this.#ownsStack) await this.stack.stop();
     for (const dir of this.#stateDirs.values()) rmSync(dir, { recursive: true, force: true });

@@ -34,6 +34,12 @@ export interface RedisSecurity {
   readonly admin?: { readonly username: string; readonly password: string };
 }
 
+/** Where a node runs in the network lab (src/dev/netlab): its namespace, and its address there. */
+export interface NodeNetwork {
+  readonly namespace: string;
+  readonly host: string;
+}
+
 /** One redis-server process on 127.0.0.1 that tests and the demo can kill, pause and restart. */
 export class RedisNode {
   private proc: ManagedProcess | undefined;
@@ -42,6 +48,10 @@ export class RedisNode {
 
   readonly port: number;
   readonly id: string;
+  /** Extra environment of every start of this redis-server (e.g. a clock shim preloaded). */
+  env: NodeJS.ProcessEnv | undefined;
+  /** Set: the server runs inside this namespace, bound to its address there. @default 127.0.0.1 */
+  network: NodeNetwork | undefined;
 
   constructor(port: number, id: string, security: RedisSecurity = {}) {
     this.port = port;
@@ -51,7 +61,7 @@ export class RedisNode {
   }
 
   get address(): string {
-    return `127.0.0.1:${this.port}`;
+    return `${this.network?.host ?? "127.0.0.1"}:${this.port}`;
   }
 
   /** The directory redis-server runs in: its `dump.rdb`, never the working directory. */
@@ -104,7 +114,7 @@ export class RedisNode {
           ]
         : ["--port", String(this.port)]),
       "--bind",
-      "127.0.0.1",
+      this.network?.host ?? "127.0.0.1",
       "--dir",
       this.dir,
       "--save",
@@ -121,9 +131,10 @@ export class RedisNode {
       "yes",
       "--repl-diskless-sync-delay",
       "0",
-      // DEBUG SLEEP from loopback only: the tests freeze a node with it.
+      // DEBUG SLEEP from loopback only: the tests freeze a node with it. In the network lab the
+      // host is not loopback to the node, so from anywhere.
       "--enable-debug-command",
-      "local",
+      this.network ? "yes" : "local",
     ];
     for (const user of this.security.users ?? []) args.push("--user", ...user.split(/\s+/));
     const admin = this.security.admin;
@@ -133,7 +144,15 @@ export class RedisNode {
       args.push("--replicaof", host ?? "127.0.0.1", port ?? "6379");
     }
     args.push(...(options.extraArgs ?? []));
-    this.proc = startProcess(`redis-server :${this.port}`, "redis-server", args);
+    const [command, argv]: [string, string[]] = this.network
+      ? ["ip", ["netns", "exec", this.network.namespace, "redis-server", ...args]]
+      : ["redis-server", args];
+    this.proc = startProcess(
+      `redis-server :${this.port}`,
+      command,
+      argv,
+      this.env ? { env: { ...process.env, ...this.env } } : {},
+    );
     const client = this.client({ maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
     // Refused connections while the server boots are expected; the probe reports them.
     client.on("error", () => {});
@@ -165,7 +184,7 @@ export class RedisNode {
   /** A new client to this node (as the admin user, over TLS when the node serves TLS); the caller disconnects it. */
   client(options: RedisOptions = {}): Redis {
     const tls = this.security.tls?.(this.id);
-    return new Redis(this.port, "127.0.0.1", {
+    return new Redis(this.port, this.network?.host ?? "127.0.0.1", {
       ...(this.security.admin ?? {}),
       ...(tls
         ? {
@@ -191,13 +210,20 @@ export function checkRedisServer(): void {
 }
 
 /** Starts `count` redis-server nodes on free ports: the first a primary, the rest its replicas. */
-export async function startRedisNodes(count: number, security: RedisSecurity = {}): Promise<RedisNode[]> {
+export async function startRedisNodes(
+  count: number,
+  security: RedisSecurity = {},
+  env?: (id: string) => NodeJS.ProcessEnv | undefined,
+  network?: (id: string) => NodeNetwork | undefined,
+): Promise<RedisNode[]> {
   if (count <= 0) return [];
   checkRedisServer();
   const nodes: RedisNode[] = [];
   try {
     for (let index = 0; index < count; index++) {
       const node = new RedisNode(await freePort(), `node-${index + 1}`, security);
+      node.env = env?.(node.id);
+      node.network = network?.(node.id);
       nodes.push(node);
       await node.start(index === 0 ? {} : { replicaOf: nodes[0]?.address });
     }
