@@ -137,15 +137,58 @@ describe("nemesis checker", () => {
         expect: "(b) two writable nodes",
       },
       {
-        rule: "(b) a heal opens a window (a woken node demotes itself within it)",
+        rule: "(b) a heal opens no window: a woken node that takes writes beside the primary is a violation",
         history: build([
           fault(0, "inject", 1, "pause-redis"),
           fault(9000, "heal", 1, "pause-redis"),
           probe(10_000, ["n1", "n2"]),
         ]),
         final: healthy("n1", []),
-        valid: true,
-        expect: null,
+        valid: false,
+        expect: "(b) two writable nodes: 1 samples",
+      },
+      {
+        rule: "(b) a status-only topology change opens no window",
+        history: build([
+          fault(0, "inject", 1),
+          {
+            t: 4000,
+            process: "observer",
+            type: "info",
+            f: "epoch",
+            value: { epoch: 1, primary: "n1", status: "offline", previousEpoch: 1, previousPrimary: "n1" },
+          },
+          probe(5000, ["n1", "n2"]),
+          fault(6000, "heal", 1),
+        ]),
+        final: healthy("n1", []),
+        valid: false,
+        expect: "(b) two writable nodes",
+      },
+      {
+        rule: "(a) a deposed primary's replica-acknowledged write (the stray writer's) missing is lost",
+        history: build([
+          ...write(0, 1, "ok", 1, "n1"),
+          {
+            t: 100,
+            process: "writer",
+            type: "invoke",
+            f: "write",
+            value: { seq: 2 },
+            node: "n2",
+          },
+          {
+            t: 101,
+            process: "writer",
+            type: "ok",
+            f: "write",
+            value: { seq: 2, replicas: 1, stray: true },
+            node: "n2",
+          },
+        ]),
+        final: healthy("n1", [1]),
+        valid: false,
+        expect: "(a) 1 replica-acknowledged writes missing from the final primary n1: seq 2",
       },
       {
         rule: "(c) a write acknowledged by the primary alone and missing is reported, not a violation",
@@ -293,6 +336,111 @@ describe("nemesis checker", () => {
     expect(result.unavailable).toEqual([
       { from: 1, to: 30_001, ms: 30_000, faults: ["#4 pause-redis primary n1"] },
     ]);
+  });
+
+  describe("guarantee 3 (g3): a writable primary within the limit once every fault healed", () => {
+    const G3: CheckOptions = { ...OPTIONS, availabilityLimitMs: 14_000 };
+    const acks = (from: number, to: number, every: number, firstSeq: number) =>
+      Array.from({ length: Math.floor((to - from) / every) + 1 }, (_, index) =>
+        write(from + index * every, firstSeq + index, "ok"),
+      ).flat();
+
+    it("passes a run writable within the limit after each heal, whatever the gaps while faults were active", () => {
+      // Prepare: writes every second, none for 40 s while a fault is active, the first 5 s after its heal.
+      const history = build([
+        ...acks(0, 10_000, 1000, 1),
+        fault(10_500, "inject", 1, "pause-redis"),
+        fault(50_000, "heal", 1, "pause-redis"),
+        ...acks(55_000, 70_000, 1000, 100),
+      ]);
+
+      // Act
+      const result = check(
+        history,
+        healthy(
+          "n1",
+          history.flatMap((op) => (op.type === "ok" ? [(op.value as { seq: number }).seq] : [])),
+        ),
+        G3,
+      );
+
+      // Assess
+      expect(result.availability).toEqual([]);
+      expect(result.valid).toBe(true);
+    });
+
+    it("fails a run with no writable primary for longer than the limit after the last fault healed, naming it", () => {
+      // Prepare: the fault heals at 20 s; the next acknowledged write comes 30 s later.
+      const history = build([
+        ...acks(0, 5000, 1000, 1),
+        fault(6000, "inject", 3, "restart-as-replica"),
+        fault(20_000, "heal", 3, "restart-as-replica"),
+        ...write(50_000, 50, "ok"),
+      ]);
+
+      // Act
+      const result = check(history, healthy("n1", [1, 2, 3, 4, 5, 6, 50]), G3);
+
+      // Assess
+      expect(result.valid).toBe(false);
+      expect(result.availability).toEqual([
+        {
+          from: 20_000,
+          to: 50_001,
+          ms: 30_001,
+          limitMs: 14_000,
+          cause: "#3 restart-as-replica primary n1 healed",
+        },
+      ]);
+      expect(result.violations.some((v) => v.startsWith("(g3)") && v.includes("t=20.0 s"))).toBe(true);
+    });
+
+    it("fails a run whose shard stops taking writes with no fault active, and one never writable until the end", () => {
+      // Prepare: writable, then nothing for 20 s with no fault at all; a fault later heals and the
+      // history ends 16 s after it without a write.
+      const history = build([
+        ...acks(0, 5000, 1000, 1),
+        ...write(25_000, 10, "ok"),
+        fault(26_000, "inject", 1, "kill-redis"),
+        fault(30_000, "heal", 1, "kill-redis"),
+        probe(46_000, ["n1"]),
+      ]);
+
+      // Act
+      const result = check(history, healthy("n1", [1, 2, 3, 4, 5, 6, 10]), G3);
+
+      // Assess
+      expect(result.availability.map((b) => [b.from, b.to, b.cause])).toEqual([
+        [5001, 25_001, "a writable primary with no fault active"],
+        [30_000, 46_000, "#1 kill-redis primary n1 healed"],
+      ]);
+      expect(result.valid).toBe(false);
+    });
+
+    it("does not count a deposed primary's (stray) writes as the shard being available", () => {
+      // Prepare
+      const history = build([
+        ...acks(0, 2000, 1000, 1),
+        fault(3000, "inject", 1, "operator"),
+        fault(4000, "heal", 1, "operator"),
+        { t: 10_000, process: "writer", type: "invoke", f: "write", value: { seq: 9 }, node: "n2" },
+        {
+          t: 10_001,
+          process: "writer",
+          type: "ok",
+          f: "write",
+          value: { seq: 9, replicas: 0, stray: true },
+          node: "n2",
+        },
+        ...write(25_000, 10, "ok"),
+      ]);
+
+      // Act
+      const result = check(history, healthy("n1", [1, 2, 3, 10]), G3);
+
+      // Assess
+      expect(result.availability.map((b) => [b.from, b.to])).toEqual([[4000, 25_001]]);
+    });
   });
 
   describe("properties", () => {

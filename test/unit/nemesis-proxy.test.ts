@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { TcpProxy } from "../../src/dev/nemesis/tcp-proxy.ts";
+import { DYNAMODB_THROTTLED, TcpProxy } from "../../src/dev/nemesis/tcp-proxy.ts";
 import { waitFor } from "../support/wait.ts";
 
 /** Real sockets: an echo server upstream, clients through the proxy. */
@@ -127,5 +127,44 @@ describe("nemesis TCP proxy", () => {
   it("rewrites an endpoint URL to itself", () => {
     expect(proxy.urlFor("http://127.0.0.1:4566")).toBe(`http://127.0.0.1:${proxy.port}`);
     expect(TcpProxy.forUrl("http://localhost:8000").upstreamPort).toBe(8000);
+  });
+
+  it("answers a fraction of HTTP requests itself with DynamoDB's throttling error and forwards the rest", async () => {
+    // Prepare: draws 0.1, 0.9, 0.1 against a fraction of 0.5: the first and third are answered.
+    const draws = [0.1, 0.9, 0.1];
+    const c = await client();
+    proxy.setMode({
+      kind: "http-error",
+      fraction: 0.5,
+      status: 400,
+      body: DYNAMODB_THROTTLED,
+      draw: () => draws.shift() ?? 0,
+    });
+    const again = await client();
+    const request = (n: number) => {
+      const body = `{"n":${n}}`;
+      return `POST / HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    };
+
+    // Act: three requests on one connection, the first split across two writes.
+    const first = request(1);
+    again.socket.write(first.slice(0, 20));
+    again.socket.write(first.slice(20));
+    await waitUntil("the first answer", () =>
+      again.data().includes("ProvisionedThroughputExceededException"),
+    );
+    again.socket.write(request(2));
+    await waitUntil("the second request echoed", () => again.data().includes('{"n":2}'));
+    again.socket.write(request(3));
+    await waitUntil("the third answer", () => again.data().split("HTTP/1.1 400").length === 3);
+
+    // Assess: the connection open before the mode was closed (a parse starts at a boundary); two
+    // answers of 400 with the body's length; only the second request reached the upstream.
+    await waitUntil("the old connection closed", () => c.events.includes("close"));
+    expect(again.data()).toContain(`Content-Length: ${Buffer.byteLength(DYNAMODB_THROTTLED)}`);
+    expect(again.data()).not.toContain('{"n":1}');
+    expect(again.data()).not.toContain('{"n":3}');
+    expect(received).toBe(Buffer.byteLength(request(2)));
+    expect(proxy.stats().answered).toBe(2);
   });
 });

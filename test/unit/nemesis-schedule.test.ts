@@ -1,6 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { parseGap } from "../../bench/nemesis.ts";
-import { FAULT_KINDS, parseFaultKinds, scheduleFaults } from "../../src/dev/nemesis/faults.ts";
+import {
+  BACKGROUND_KINDS,
+  capZeros,
+  drawPriorities,
+  FAULT_KINDS,
+  parseFaultKinds,
+  scheduleFaults,
+} from "../../src/dev/nemesis/faults.ts";
 import { Random } from "../../src/dev/nemesis/random.ts";
 
 describe("nemesis fault schedule", () => {
@@ -37,8 +44,12 @@ describe("nemesis fault schedule", () => {
         expect(fault.atMs).toBeGreaterThanOrEqual(5000);
         expect(fault.atMs + fault.durationMs).toBeLessThanOrEqual(5 * 60_000);
         if (index > 0) expect(fault.atMs).toBeGreaterThan(faults[index - 1]?.atMs ?? 0);
+        // Background faults (an agent dead for minutes) run beside the others, outside the bound.
         const overlapping = faults.filter(
-          (other) => other.atMs <= fault.atMs && fault.atMs < other.atMs + other.durationMs,
+          (other) =>
+            !BACKGROUND_KINDS.includes(other.kind) &&
+            other.atMs <= fault.atMs &&
+            fault.atMs < other.atMs + other.durationMs,
         );
         expect(overlapping.length).toBeLessThanOrEqual(2);
       }
@@ -63,6 +74,113 @@ describe("nemesis fault schedule", () => {
       expect(fault.durationMs).toBeGreaterThanOrEqual(3000);
       expect(fault.durationMs).toBeLessThanOrEqual(45_000);
     }
+  });
+
+  it("kills an agent for 30-180 s in a 30-minute run, a tenth to a third of a short one, some until the end", () => {
+    // Prepare
+    const long = scheduleFaults(21, { minutes: 30, nodes: 3, faults: ["kill-agent-long", "pause-agent"] });
+    const short = scheduleFaults(21, { minutes: 2, nodes: 3, faults: ["kill-agent-long", "pause-agent"] });
+
+    // Act
+    const kills = long.filter((fault) => fault.kind === "kill-agent-long");
+    const shortKills = short.filter((fault) => fault.kind === "kill-agent-long");
+
+    // Assess
+    expect(kills.length).toBeGreaterThan(10);
+    for (const fault of kills) {
+      if (fault.params.untilEnd === true) expect(fault.atMs + fault.durationMs).toBe(30 * 60_000);
+      else {
+        expect(fault.durationMs).toBeGreaterThanOrEqual(Math.min(30_000, 30 * 60_000 - fault.atMs - 1000));
+        expect(fault.durationMs).toBeLessThanOrEqual(180_000);
+      }
+    }
+    expect(kills.some((fault) => fault.params.untilEnd === true)).toBe(true);
+    expect(kills.some((fault) => fault.params.untilEnd === false)).toBe(true);
+    for (const fault of shortKills.filter((f) => f.params.untilEnd === false)) {
+      expect(fault.durationMs).toBeLessThanOrEqual(0.35 * 120_000);
+    }
+  });
+
+  it("restarts a node as a replica of another node, from its RDB or empty, after a downtime", () => {
+    const faults = scheduleFaults(9, { minutes: 10, nodes: 3, faults: ["restart-as-replica"] });
+    expect(faults.length).toBeGreaterThan(20);
+    for (const fault of faults) {
+      expect(["rdb", "empty"]).toContain(fault.params.restart);
+      expect(Number(fault.params.of)).toBeGreaterThanOrEqual(0);
+      expect(Number(fault.params.of)).toBeLessThan(1);
+      expect(fault.durationMs).toBeGreaterThanOrEqual(500);
+      expect(fault.durationMs).toBeLessThanOrEqual(6000);
+    }
+    expect(new Set(faults.map((fault) => fault.params.restart))).toEqual(new Set(["rdb", "empty"]));
+  });
+
+  it("draws start priorities with 0 on at most (n-1)/2 nodes and never all 0, the same for a seed", () => {
+    // Prepare
+    const seeds = Array.from({ length: 200 }, (_, index) => index);
+
+    // Act
+    const drawn = seeds.map((seed) => drawPriorities(seed, 3));
+
+    // Assess
+    expect(drawPriorities(5, 3)).toEqual(drawPriorities(5, 3));
+    for (const priorities of drawn) {
+      expect(priorities.filter((p) => p === 0).length).toBeLessThanOrEqual(1);
+      expect(priorities.some((p) => p > 0)).toBe(true);
+    }
+    expect(drawn.some((priorities) => priorities.includes(0))).toBe(true);
+    expect(new Set(drawn.flat()).size).toBeGreaterThan(3);
+    expect(capZeros([0, 0, 0])).toEqual([0, 100, 100]);
+    expect(capZeros([0, 0, 0, 0, 0])).toEqual([0, 0, 100, 100, 100]);
+  });
+
+  it("changes one node's priority mid-run, 0 included", () => {
+    const faults = scheduleFaults(4, { minutes: 20, nodes: 3, faults: ["priorities"] });
+    expect(faults.length).toBeGreaterThan(20);
+    expect(faults.some((fault) => fault.params.priority === 0)).toBe(true);
+    expect(faults.some((fault) => Number(fault.params.priority) > 0)).toBe(true);
+    for (const fault of faults) expect(["primary", "replica", "random-node"]).toContain(fault.target);
+  });
+
+  it("slows DynamoDB by 1-5 s or fails a fraction of its requests with a throttle or a 500, for a while", () => {
+    const faults = scheduleFaults(8, { minutes: 20, nodes: 3, faults: ["store-slow", "store-throttle"] });
+    const slow = faults.filter((fault) => fault.kind === "store-slow");
+    const throttle = faults.filter((fault) => fault.kind === "store-throttle");
+    expect(slow.length).toBeGreaterThan(10);
+    expect(throttle.length).toBeGreaterThan(10);
+    for (const fault of slow) {
+      expect(Number(fault.params.delayMs)).toBeGreaterThanOrEqual(1000);
+      expect(Number(fault.params.delayMs)).toBeLessThanOrEqual(5000);
+    }
+    for (const fault of throttle) {
+      expect(["throttle", "500"]).toContain(fault.params.error);
+      expect(Number(fault.params.fraction)).toBeGreaterThanOrEqual(0.3);
+      expect(Number(fault.params.fraction)).toBeLessThanOrEqual(1);
+    }
+    expect(new Set(throttle.map((fault) => fault.params.error))).toEqual(new Set(["throttle", "500"]));
+    expect(new Set(faults.map((fault) => fault.target))).toContain("everyone");
+  });
+
+  it("steps a database host's clock 1-30 s back or forward", () => {
+    const faults = scheduleFaults(6, { minutes: 20, nodes: 3, faults: ["redis-clock-step"] });
+    expect(faults.length).toBeGreaterThan(20);
+    for (const fault of faults) {
+      const offset = Math.abs(Number(fault.params.offsetS));
+      expect(offset).toBeGreaterThanOrEqual(1);
+      expect(offset).toBeLessThanOrEqual(30);
+    }
+    expect(faults.some((fault) => Number(fault.params.offsetS) < 0)).toBe(true);
+    expect(faults.some((fault) => Number(fault.params.offsetS) > 0)).toBe(true);
+  });
+
+  it("acts as an operator on the shard: switchover (named or best), pause, recover", () => {
+    const faults = scheduleFaults(2, { minutes: 20, nodes: 3, faults: ["operator"] });
+    expect(new Set(faults.map((fault) => fault.params.action))).toEqual(
+      new Set(["switchover", "pause", "recover"]),
+    );
+    for (const fault of faults) expect(fault.target).toBe("shard");
+    expect(new Set(faults.filter((f) => f.params.action === "switchover").map((f) => f.params.to))).toEqual(
+      new Set(["named", "best"]),
+    );
   });
 
   it("reads a gap range and rejects a bad one by its text", () => {

@@ -6,16 +6,23 @@ import type { EpochValue, FaultValue, Op, ProbeValue, WriteValue } from "./histo
  *
  * Rules (shared/DESIGN.md "Guarantees"):
  * - (a) every write a replica acknowledged (`WAIT` answered >= 1) is on the final primary;
+ * - (a) covers the writes of every node that answered `ROLE` as master when the workload wrote, not
+ *   only the advertised primary's: a deposed primary's acknowledged writes count too;
  * - (b) no sample outside a fence window saw two nodes accept a write; a window of `fenceWindowMs`
- *   opens at every observed epoch change and at every heal (a woken or restarted node may take
- *   writes until its agent's next cycle demotes it);
+ *   (the promotion window docs/agent.md states, 3000 ms) opens at every observed change of the
+ *   epoch or the primary, and nowhere else (no allowance after a heal: a woken node that takes
+ *   writes outside that window breaks guarantee 2);
  * - (c) writes the primary alone acknowledged (`WAIT` answered 0) and that are missing are
  *   `asyncOnly` losses: reported, not a violation;
  * - (d) the shard ends with exactly one primary, every live node following it with its link up,
  *   and the topology naming it;
  * - (e) every epoch change has a cause: a fault active at that moment, or healed (or the
  *   nemesis's operator recovery, `recover`) at most
- *   `causeWindowMs` before it.
+ *   `causeWindowMs` before it;
+ * - (g3) guarantee 3: once no fault is active (every injected fault healed, and before the first),
+ *   a write is acknowledged within `availabilityLimitMs` (the failure timeout plus the documented
+ *   margin) and no two acknowledged writes are further apart than that until the next fault
+ *   starts. Each breach is reported with its start, its end and the faults healed just before it.
  * Without a final read the verdict is `"unknown"`, never a pass; verdicts merge false > unknown > true.
  */
 
@@ -47,6 +54,23 @@ export interface CheckOptions {
   readonly causeWindowMs: number;
   /** A stretch without an acknowledged write longer than this is reported as unavailability. @default 10000 */
   readonly maxWriteGapMs?: number;
+  /**
+   * (g3) With no fault active, the longest tolerated stretch without an acknowledged write (the
+   * failure timeout plus the documented margin). Unset: guarantee 3 is reported, not checked.
+   */
+  readonly availabilityLimitMs?: number;
+}
+
+/** (g3) A stretch with every fault healed and no acknowledged write for longer than the limit. */
+export interface AvailabilityBreach {
+  /** When the clock started: the heal of the last active fault, or the last acknowledged write. */
+  readonly from: number;
+  /** The next acknowledged write, or the end of the quiet stretch (the next fault, the end of the run). */
+  readonly to: number;
+  readonly ms: number;
+  readonly limitMs: number;
+  /** The faults healed last before the stretch (`#id kind target nodes`), or why the clock started. */
+  readonly cause: string;
 }
 
 /** A stretch with no acknowledged write, and the faults active during it (reported, not a violation). */
@@ -77,8 +101,10 @@ export interface CheckResult {
   /** (b) Samples outside every fence window in which two or more nodes accepted a write. */
   readonly twoWritable: readonly TwoWritableSample[];
   readonly violations: readonly string[];
-  /** Stretches without an acknowledged write longer than `maxWriteGapMs` (guarantee 3; reported only). */
+  /** Stretches without an acknowledged write longer than `maxWriteGapMs` (reported only). */
   readonly unavailable: readonly Unavailability[];
+  /** (g3) Stretches with no fault active and no acknowledged write longer than `availabilityLimitMs`. */
+  readonly availability: readonly AvailabilityBreach[];
   readonly stats: {
     readonly attempted: number;
     readonly acked: number;
@@ -138,17 +164,19 @@ export function check(
     else indeterminate++;
   }
 
-  // (b) two writable nodes outside every fence window.
+  // (b) two writable nodes outside every fence window: windows open where the epoch or the
+  // primary changed (a promotion), and nowhere else.
   const windowOpeners: number[] = [];
   const epochChanges: Array<{ t: number; value: EpochValue }> = [];
   for (const op of history) {
     if (op.process === "observer" && op.f === "epoch") {
       const value = op.value as EpochValue;
-      windowOpeners.push(op.t);
+      const moved =
+        value.previousEpoch !== undefined &&
+        (value.previousEpoch !== value.epoch || value.previousPrimary !== value.primary);
+      if (moved) windowOpeners.push(op.t);
       if (value.previousEpoch !== undefined && value.previousEpoch !== value.epoch)
         epochChanges.push({ t: op.t, value });
-    } else if (op.process === "nemesis" && op.f === "heal") {
-      windowOpeners.push(op.t);
     }
   }
   const inWindow = (t: number) => windowOpeners.some((at) => at <= t && t < at + options.fenceWindowMs);
@@ -254,6 +282,36 @@ export function check(
     }
   }
 
+  // (g3) Quiet stretches (no fault active) and the acknowledged writes in them.
+  const availability =
+    options.availabilityLimitMs === undefined || firstT === undefined
+      ? []
+      : availabilityBreaches(
+          history,
+          // The advertised primary's writes only: a deposed primary that still takes writes is not a
+          // shard that is available.
+          history
+            .filter(
+              (op) =>
+                op.process === "writer" &&
+                op.f === "write" &&
+                op.type === "ok" &&
+                (op.value as WriteValue | undefined)?.stray !== true,
+            )
+            .map((op) => op.t),
+          firstT,
+          lastT,
+          options.availabilityLimitMs,
+        );
+  if (availability.length > 0) {
+    const worst = availability.reduce((a, b) => (b.ms > a.ms ? b : a));
+    violations.push(
+      `(g3) no writable primary for longer than ${fmt(options.availabilityLimitMs ?? 0)} with every fault healed: ` +
+        `${availability.length} times, the longest from t=${fmt(worst.from)} to t=${fmt(worst.to)} (${fmt(worst.ms)}) after ${worst.cause}`,
+    );
+    verdicts.push(false);
+  }
+
   const statsWith = (finalPrimary: string | undefined): CheckResult["stats"] => ({
     attempted: attempted.size,
     acked: ackedByReplica + ackedAsyncOnly,
@@ -278,6 +336,7 @@ export function check(
       twoWritable,
       violations: [...violations, "no final read: the data rules (a, c, d) were not checked"],
       unavailable,
+      availability,
       stats: statsWith(undefined),
     };
   }
@@ -325,6 +384,7 @@ export function check(
     twoWritable,
     violations,
     unavailable,
+    availability,
     stats: statsWith(finalPrimary),
   });
 
@@ -372,4 +432,58 @@ export function check(
     verdicts.push(false);
   }
   return result({ lost, unexpected, recovered, asyncOnly });
+}
+
+/**
+ * (g3) The quiet stretches of a run: from the first write (or the heal that left no fault active)
+ * to the next inject (or the end of the history). In each, the gaps between acknowledged writes,
+ * counted from the stretch's start, may not exceed `limitMs`.
+ */
+function availabilityBreaches(
+  history: readonly Op[],
+  ackTimes: readonly number[],
+  firstT: number,
+  lastT: number,
+  limitMs: number,
+): AvailabilityBreach[] {
+  const active = new Set<number>();
+  const stretches: Array<{ from: number; to: number; cause: string }> = [];
+  let quietFrom: number | undefined = firstT;
+  let cause = "the start of the run";
+  const labelOf = (value: FaultValue) =>
+    `#${value.id} ${value.kind} ${value.target} ${value.nodes.join(",")}`.trim();
+  let healedLast: string[] = [];
+  for (const op of history) {
+    if (op.process !== "nemesis" || op.t < firstT) continue;
+    const value = op.value as FaultValue | undefined;
+    if (op.f === "inject" && op.type !== "fail" && value !== undefined) {
+      if (active.size === 0 && quietFrom !== undefined) stretches.push({ from: quietFrom, to: op.t, cause });
+      active.add(value.id);
+      quietFrom = undefined;
+      healedLast = [];
+    } else if (op.f === "heal" && value !== undefined) {
+      const wasActive = active.delete(value.id);
+      if (wasActive || value.id === 0) healedLast.push(labelOf(value));
+      if (active.size === 0 && (wasActive || quietFrom === undefined)) {
+        if (quietFrom !== undefined && wasActive) stretches.push({ from: quietFrom, to: op.t, cause });
+        quietFrom = op.t;
+        cause = `${healedLast.join("; ")} healed`;
+      }
+    }
+  }
+  if (active.size === 0 && quietFrom !== undefined) stretches.push({ from: quietFrom, to: lastT, cause });
+  const breaches: AvailabilityBreach[] = [];
+  for (const stretch of stretches) {
+    let from = stretch.from;
+    let why = stretch.cause;
+    const inside = ackTimes.filter((t) => t > stretch.from && t <= stretch.to);
+    for (const to of [...inside, stretch.to]) {
+      if (to - from > limitMs) {
+        breaches.push({ from, to, ms: Math.round(to - from), limitMs, cause: why });
+      }
+      from = to;
+      why = "a writable primary with no fault active";
+    }
+  }
+  return breaches;
 }

@@ -19,13 +19,20 @@ export const FAULT_KINDS = [
   "clock-skew",
   "dup-commands",
   "delay-commands",
+  "kill-agent-long",
+  "restart-as-replica",
+  "priorities",
+  "store-slow",
+  "store-throttle",
+  "redis-clock-step",
+  "operator",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /**
  * Who a fault hits. Node specs are resolved against the topology at injection time: `primary`
  * the node it names, `replica` one of the others, `random-node` any node, `all-nodes` every node,
- * `everyone` every node and every controller.
+ * `everyone` every node and every controller, `shard` the shard as a whole (an operator's action).
  */
 export const TARGET_SPECS = [
   "primary",
@@ -35,6 +42,7 @@ export const TARGET_SPECS = [
   "random-controller",
   "all-controllers",
   "everyone",
+  "shard",
 ] as const;
 export type TargetSpec = (typeof TARGET_SPECS)[number];
 
@@ -50,8 +58,11 @@ export interface ScheduledFault {
   /** In [0, 1): which of the resolved candidates (index = floor(pick * count)), so replay picks the same. */
   readonly pick: number;
   /**
-   * kill-redis: `restart` (rdb | empty | none); restart-agent: `wipeState`; clock-skew:
-   * `offsetS`; delay-commands: `delayMs`.
+   * kill-redis: `restart` (rdb | empty | none); restart-agent: `wipeState`; clock-skew and
+   * redis-clock-step: `offsetS`; delay-commands and store-slow: `delayMs`; kill-agent-long:
+   * `untilEnd`; restart-as-replica: `restart` (rdb | empty), `of` (which other node, in [0, 1));
+   * priorities: `priority`; store-throttle: `error` (throttle | 500), `fraction`; operator:
+   * `action` (switchover | pause | recover), `to` (switchover: named | best).
    */
   readonly params: Readonly<Record<string, string | number | boolean>>;
   /** How long the fault lasts before its heal (kill-redis: the downtime before the restart). */
@@ -71,8 +82,43 @@ export interface ScheduleOptions {
   /** Pause between two fault starts, drawn uniformly. @default 4000 .. 10000 */
   readonly gapMinMs?: number;
   readonly gapMaxMs?: number;
-  /** At most this many faults active at once; a start is moved to when one ends. @default 2 */
+  /**
+   * At most this many faults active at once; a start is moved to when one ends. A background
+   * fault (`kill-agent-long`, which lasts minutes) does not count. @default 2
+   */
   readonly maxConcurrent?: number;
+}
+
+/**
+ * Faults that last minutes and run beside the others rather than taking one of the
+ * `maxConcurrent` slots: a dead agent nobody noticed is the background of an incident, not one.
+ */
+export const BACKGROUND_KINDS: readonly FaultKind[] = ["kill-agent-long"];
+
+/** Priorities an operator sets (docs/agent.md `--priority`): 0 is "never promote". */
+const PRIORITY_VALUES: readonly number[] = [0, 0, 1, 50, 100, 100, 150, 200];
+
+/**
+ * The promotion priority of each node at the start of a run that enables `priorities`, drawn from
+ * the seed (its own stream: adding the kind does not move the schedule's other draws). 0 is drawn
+ * as often as an operator would set it, on at most `floor((nodes - 1) / 2)` nodes, so a single
+ * failure never leaves a shard with no node the controller may promote, and never on all.
+ */
+export function drawPriorities(seed: number, nodes: number): number[] {
+  const random = new Random(seed ^ 0x5eed_0001);
+  const priorities = Array.from({ length: nodes }, () => random.pick(PRIORITY_VALUES));
+  return capZeros(priorities);
+}
+
+/** `priorities` with zeros beyond `floor((n - 1) / 2)` (the later ones) raised to 100. */
+export function capZeros(priorities: readonly number[]): number[] {
+  const allowed = Math.floor((priorities.length - 1) / 2);
+  let zeros = 0;
+  return priorities.map((priority) => {
+    if (priority !== 0) return priority;
+    zeros++;
+    return zeros > allowed ? 100 : 0;
+  });
 }
 
 const NODE_TARGETS_WEIGHTED: readonly TargetSpec[] = ["primary", "primary", "replica", "random-node"];
@@ -99,7 +145,7 @@ export function parseFaultKinds(text: string): FaultKind[] {
 function draw(
   kind: FaultKind,
   random: Random,
-  state: { permanentKills: number; nodes: number },
+  state: { permanentKills: number; nodes: number; totalMs: number },
   lockLeaseMs: number,
 ): Pick<ScheduledFault, "target" | "params" | "durationMs"> {
   const ms = (min: number, max: number) => random.int(min, max);
@@ -167,6 +213,72 @@ function draw(
         params: { delayMs: ms(200, 3000) },
         durationMs: ms(5000, 20_000),
       };
+    case "kill-agent-long": {
+      // An agent OOM-killed and left dead until someone notices: 30-180 s in a long run, scaled to
+      // a tenth..a third of a short one; one in four stays dead until the final heal restarts it.
+      const min = Math.min(30_000, Math.round(state.totalMs * 0.1));
+      const max = Math.max(min, Math.min(180_000, Math.round(state.totalMs * 0.35)));
+      const untilEnd = random.chance(0.25);
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: { untilEnd },
+        durationMs: untilEnd ? state.totalMs : ms(min, max),
+      };
+    }
+    case "restart-as-replica":
+      // A supervisor restarting redis-server from a redis.conf that still says `replicaof`: down
+      // for less than a failover takes, or longer; from its RDB or, a lost disk, empty.
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: { restart: random.pick(["rdb", "rdb", "empty"] as const), of: random.next() },
+        durationMs: ms(500, 6000),
+      };
+    case "priorities":
+      // An operator changes one node's --priority: its agent restarts with the new value; nothing
+      // to heal (the new value stays, as it would).
+      return {
+        target: random.pick(["primary", "replica", "replica", "random-node"] as const),
+        params: { priority: random.pick(PRIORITY_VALUES) },
+        durationMs: ms(500, 2000),
+      };
+    case "store-slow":
+      // DynamoDB answering in seconds: for everyone (a regional brown-out) or one client.
+      return {
+        target: random.pick(["everyone", "everyone", "primary", "replica", "random-controller"] as const),
+        params: { delayMs: ms(1000, 5000) },
+        durationMs: ms(5000, 30_000),
+      };
+    case "store-throttle":
+      // ProvisionedThroughputExceededException (HTTP 400) or a 500 for a fraction of requests.
+      return {
+        target: random.pick(["everyone", "everyone", "primary", "replica", "random-controller"] as const),
+        params: {
+          error: random.pick(["throttle", "throttle", "500"] as const),
+          fraction: Math.round((0.3 + random.next() * 0.7) * 100) / 100,
+        },
+        durationMs: ms(5000, 30_000),
+      };
+    case "redis-clock-step": {
+      // An NTP step or a VM resume on a database host: the wall clock jumps 1-30 s either way,
+      // and jumps back at the heal.
+      const offsetS = random.int(1, 30) * (random.chance(0.5) ? 1 : -1);
+      return {
+        target: random.pick(NODE_TARGETS_WEIGHTED),
+        params: { offsetS },
+        durationMs: ms(5000, 30_000),
+      };
+    }
+    case "operator": {
+      // The on-call engineer during an incident: a switchover (to a named node or the best one),
+      // a pause for some seconds, or a recover (refused unless the shard is offline).
+      const action = random.pick(["switchover", "switchover", "pause", "recover"] as const);
+      return {
+        target: "shard",
+        params:
+          action === "switchover" ? { action, to: random.pick(["named", "best"] as const) } : { action },
+        durationMs: action === "pause" ? ms(2000, 15_000) : ms(500, 2000),
+      };
+    }
   }
 }
 
@@ -185,7 +297,7 @@ export function scheduleFaults(seed: number, options: ScheduleOptions): Schedule
   const gapMaxMs = Math.max(gapMinMs, options.gapMaxMs ?? 10_000);
   const maxConcurrent = Math.max(1, options.maxConcurrent ?? 2);
   const lockLeaseMs = options.lockLeaseMs ?? 5000;
-  const state = { permanentKills: 0, nodes: options.nodes };
+  const state = { permanentKills: 0, nodes: options.nodes, totalMs };
   const faults: ScheduledFault[] = [];
   let bag: FaultKind[] = [];
   let atMs = warmupMs;
@@ -202,13 +314,20 @@ export function scheduleFaults(seed: number, options: ScheduleOptions): Schedule
     const drawn = draw(kind, random, state, lockLeaseMs);
     const pick = random.next();
     // Respect the concurrency bound: start when enough of the active faults have ended.
-    const active = faults.map((fault) => fault.atMs + fault.durationMs).filter((end) => end > atMs);
+    const active = faults
+      .filter((fault) => !BACKGROUND_KINDS.includes(fault.kind))
+      .map((fault) => fault.atMs + fault.durationMs)
+      .filter((end) => end > atMs);
     if (active.length >= maxConcurrent) {
       active.sort((x, y) => x - y);
       atMs = (active[active.length - maxConcurrent] as number) + 500;
       if (atMs >= totalMs - 2000) break;
     }
-    const durationMs = Math.max(100, Math.min(drawn.durationMs, totalMs - atMs - 1000));
+    // A background fault "until the end" lasts until the final heal; every other ends before.
+    const untilEnd = drawn.params.untilEnd === true;
+    const durationMs = untilEnd
+      ? totalMs - atMs
+      : Math.max(100, Math.min(drawn.durationMs, totalMs - atMs - 1000));
     faults.push({
       id: faults.length + 1,
       atMs,

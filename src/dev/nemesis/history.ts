@@ -35,6 +35,8 @@ export interface WriteValue {
   readonly seq: number;
   readonly replicas?: number;
   readonly error?: string;
+  /** Written by the stray writer to a node other than the advertised primary that answered master. */
+  readonly stray?: boolean;
 }
 
 /** `value` of a sampler probe: which nodes accepted a write to the probe key, and which refused. */

@@ -11,10 +11,13 @@ import type { ManagedProcess } from "../local-stack/processes.ts";
 import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 import { type CheckResult, check } from "./checker.ts";
+import { buildClockShim } from "./clock-shim.ts";
 import { CommandTap } from "./command-tap.ts";
 import { intactCopies } from "./copies.ts";
 import {
+  capZeros,
   describeFault,
+  drawPriorities,
   FAULT_KINDS,
   type FaultKind,
   type ScheduledFault,
@@ -22,8 +25,16 @@ import {
   scheduleFaults,
 } from "./faults.ts";
 import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
-import { TcpProxy } from "./tcp-proxy.ts";
-import { NemesisWriter, readFinal, readRoles, TopologyObserver, WritableSampler } from "./workload.ts";
+import { Random } from "./random.ts";
+import { DYNAMODB_INTERNAL_ERROR, DYNAMODB_THROTTLED, PASS, type ProxyMode, TcpProxy } from "./tcp-proxy.ts";
+import {
+  NemesisWriter,
+  readFinal,
+  readRoles,
+  StrayWriter,
+  TopologyObserver,
+  WritableSampler,
+} from "./workload.ts";
 
 /**
  * One nemesis run: the local stack (or the endpoints in the environment), N redis-server nodes with
@@ -42,6 +53,22 @@ export const NEMESIS_CONFIG = {
   lockLeaseMs: 5000,
   cooldownMs: 0,
 } as const satisfies FailoverConfigInput;
+
+/**
+ * The fence window docs/agent.md states ("Promotion window": a promoted node refuses writes until
+ * 3 s after its last contact with the old primary): the only time two writable nodes are tolerated.
+ */
+export const FENCE_WINDOW_MS = 3000;
+
+/**
+ * Guarantee 3's bound with every fault healed (docs/safety.md: "replaced within the failure timeout
+ * plus the graces"): the failure timeout, the waits of up to 3 failure timeouts (REPLICA_AHEAD_GRACE,
+ * OUTSIDE_SET_GRACE), the promotion window, one controller tick, and 2 s for a client to re-read
+ * the topology and connect.
+ */
+export function availabilityLimitMs(config: FailoverConfig): number {
+  return 4 * config.failureTimeoutMs + FENCE_WINDOW_MS + config.tickIntervalMs + 2000;
+}
 
 /** How long the shard may stay offline after heal-all before the nemesis recovers it as an operator. */
 const OPERATOR_PATIENCE_MS = 20_000;
@@ -88,8 +115,10 @@ export interface NemesisOptions {
   readonly nodes?: number;
   readonly faults?: readonly FaultKind[];
   readonly config?: FailoverConfigInput;
-  /** Checker: tolerated two-writable time after an epoch change or a heal. @default 3000 */
+  /** Checker: tolerated two-writable time after an epoch change. @default FENCE_WINDOW_MS */
   readonly fenceWindowMs?: number;
+  /** Checker (g3): longest stretch with no fault active and no acknowledged write. @default availabilityLimitMs(config) */
+  readonly availabilityLimitMs?: number;
   /** Checker: a stretch without an acknowledged write longer than this is reported. @default 10000 */
   readonly maxWriteGapMs?: number;
   /** Checker: how long after its heal a fault may still cause an epoch change. @default 15000 */
@@ -163,6 +192,13 @@ export interface NemesisReport {
   readonly twoWritableSamples: number;
   /** Stretches with no acknowledged write longer than `maxWriteGapMs`, with the faults active then. */
   readonly unavailable: CheckResult["unavailable"];
+  /** (g3) Stretches with every fault healed and no acknowledged write past the limit. */
+  readonly availability: CheckResult["availability"];
+  readonly availabilityLimitMs: number;
+  /** Promotion priorities the run started with (`priorities` enabled), node-1 first. */
+  readonly priorities: readonly number[] | undefined;
+  /** Writes the stray writer sent to a node other than the advertised primary. */
+  readonly strayWrites: number;
   readonly twoWritableInWindow: number;
   readonly settled: boolean;
   /** What the nemesis did as an operator when the shard stayed offline after heal-all, if anything. */
@@ -190,10 +226,20 @@ function resourcesOf(kind: FaultKind, target: string): string[] {
     case "kill-redis":
     case "pause-redis":
       return [`redis:${target}`];
+    case "restart-as-replica":
+      return [`redis:${target}`];
     case "pause-agent":
     case "restart-agent":
     case "clock-skew":
+    case "kill-agent-long":
+    case "priorities":
       return [`agent:${target}`];
+    case "redis-clock-step":
+      return [`clock:${target}`];
+    case "operator":
+      return ["operator"];
+    case "store-slow":
+    case "store-throttle":
     case "partition-agent-store":
       return [`store:${target}`];
     case "partition-agent-sqs":
@@ -273,6 +319,26 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     );
   }
   const proxies = [...agentStore.values(), ...agentSqs.values(), ...controllerStore.values()];
+  // `priorities`: random per-node priorities from the start, 0 included, never all 0.
+  const priorities = faultsEnabled.includes("priorities")
+    ? drawPriorities(options.seed, nodeCount)
+    : undefined;
+  const currentPriorities = new Map(nodeIds.map((id, index) => [id, priorities?.[index] ?? 100]));
+  // `redis-clock-step`: every redis-server runs under the clock shim from its start (offset 0).
+  let clockDir: string | undefined;
+  let clockShim: string | undefined;
+  let clockShimMissing: string | undefined;
+  if (faultsEnabled.includes("redis-clock-step")) {
+    clockDir = mkdtempSync(join(tmpdir(), "shardguard-nemesis-clock-"));
+    try {
+      clockShim = buildClockShim(clockDir);
+      for (const id of nodeIds) writeFileSync(join(clockDir, `${id}.offset`), "0");
+    } catch (error) {
+      clockShimMissing = `no clock shim: ${errorMessage(error)}`;
+      line(`redis-clock-step will be skipped: ${clockShimMissing}`);
+    }
+  }
+  const clockFile = (id: string) => join(clockDir ?? tmpdir(), `${id}.offset`);
   let cluster: LocalCluster | undefined;
   // Logs and the history stay when asked, and always after a run that did not pass.
   let keepLogs = options.keepLogs ?? true;
@@ -293,6 +359,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       controllerEnv: (serial) => ({
         AWS_ENDPOINT_URL_DYNAMODB: controllerStore.get(`controller-${serial}`)?.urlFor(dynamoUrl),
       }),
+      ...(priorities ? { priorities } : {}),
+      ...(clockShim
+        ? { redisEnv: (id: string) => ({ LD_PRELOAD: clockShim, SHARDGUARD_CLOCK_FILE: clockFile(id) }) }
+        : {}),
       onProgress: (text) => line(`cluster: ${text}`),
     });
     const active = cluster;
@@ -349,26 +419,56 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       active.redis.map((node) => ({ id: node.id, address: node.address, alive: () => !dead.has(node.id) })),
       keyPrefix,
     );
+    const stray = new StrayWriter(
+      history,
+      active.redis.map((node) => ({ id: node.id, address: node.address, alive: () => !dead.has(node.id) })),
+      writer,
+    );
     const observer = new TopologyObserver(history, () => active.topology());
     await observer.poll();
     observer.start();
     writer.start();
+    stray.start();
     sampler.start();
     line(
       `shard ${active.shard} online, primary ${observer.last?.primary_node_id} at epoch ${observer.last?.epoch}; logs in ${active.logDir}`,
     );
 
     const busy = new Set<string>();
-    // How many active faults cut each proxy: it passes again when the last of them heals.
-    const cuts = new Map<TcpProxy, number>();
+    // What the active faults do to each proxy: how many cut it (it passes again when the last of
+    // them heals), and the slow or failing answers of the others (the latest applies). A cut wins.
+    const effects = new Map<TcpProxy, { cuts: number; modes: ProxyMode[] }>();
+    const effectOf = (proxy: TcpProxy) => {
+      let effect = effects.get(proxy);
+      if (!effect) {
+        effect = { cuts: 0, modes: [] };
+        effects.set(proxy, effect);
+      }
+      return effect;
+    };
+    const apply = (proxy: TcpProxy) => {
+      const effect = effectOf(proxy);
+      const mode: ProxyMode = effect.cuts > 0 ? { kind: "drop" } : (effect.modes.at(-1) ?? PASS);
+      if (mode !== proxy.mode || mode.kind === "drop") proxy.setMode(mode);
+    };
     const cut = (proxy: TcpProxy) => {
-      cuts.set(proxy, (cuts.get(proxy) ?? 0) + 1);
-      proxy.setMode({ kind: "drop" });
+      effectOf(proxy).cuts++;
+      apply(proxy);
     };
     const uncut = (proxy: TcpProxy) => {
-      const left = (cuts.get(proxy) ?? 1) - 1;
-      cuts.set(proxy, left);
-      if (left <= 0) proxy.heal();
+      const effect = effectOf(proxy);
+      effect.cuts = Math.max(0, effect.cuts - 1);
+      apply(proxy);
+    };
+    /** Adds a slow or failing answer to a proxy; the returned function removes it. */
+    const degrade = (proxy: TcpProxy, mode: ProxyMode) => {
+      effectOf(proxy).modes.push(mode);
+      apply(proxy);
+      return () => {
+        const effect = effectOf(proxy);
+        effect.modes = effect.modes.filter((other) => other !== mode);
+        apply(proxy);
+      };
     };
     const activeFaults = new Set<ActiveFault>();
     const outcomes: FaultOutcome[] = [];
@@ -380,7 +480,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     ): Promise<{ targets: string[]; why?: string; primary?: string }> => {
       const topology: Topology | undefined = await active.topology().catch(() => undefined);
       const primary = topology?.primary_node_id;
-      const kindNeedsRedis = fault.kind === "kill-redis" || fault.kind === "pause-redis";
+      const kindNeedsRedis =
+        fault.kind === "kill-redis" ||
+        fault.kind === "pause-redis" ||
+        fault.kind === "restart-as-replica" ||
+        fault.kind === "redis-clock-step";
+      if (fault.kind === "redis-clock-step" && clockShimMissing)
+        return { targets: [], why: clockShimMissing };
       const liveNodes = nodeIds.filter((id) => !(kindNeedsRedis && dead.has(id)));
       let candidates: string[];
       switch (fault.target) {
@@ -401,6 +507,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         case "everyone":
           candidates = [...nodeIds, ...controllerStore.keys()];
           break;
+        case "shard":
+          candidates = ["shard"];
+          break;
       }
       candidates = candidates.filter((id) => !(kindNeedsRedis && dead.has(id)));
       let free = candidates.filter((id) => resourcesOf(fault.kind, id).every((r) => !busy.has(r)));
@@ -413,7 +522,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               : `${fault.target} busy with another fault`,
         };
       }
-      if (fault.kind === "kill-redis") {
+      if (fault.kind === "kill-redis" || fault.kind === "restart-as-replica") {
         // A kill destroys its node's copy: only while another node holds the data (src/dev/nemesis/copies.ts).
         const roles = await readRoles(active.redis.map((node) => ({ node, alive: !dead.has(node.id) })));
         free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
@@ -424,7 +533,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           };
         }
       }
-      if (fault.target === "all-nodes" || fault.target === "all-controllers" || fault.target === "everyone")
+      if (
+        fault.target === "all-nodes" ||
+        fault.target === "all-controllers" ||
+        fault.target === "everyone" ||
+        fault.target === "shard"
+      )
         return { targets: free, primary };
       return { targets: [free[Math.floor(fault.pick * free.length)] as string], primary };
     };
@@ -509,6 +623,92 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             heals.push(() => proxy.heal());
             break;
           }
+          case "kill-agent-long":
+            // Killed and left dead; "until the end" faults last until the final heal restarts it.
+            await active.stopAgent(id, "SIGKILL");
+            heals.push(() => {
+              if (!active.agentRunning(id)) active.startAgent(id);
+            });
+            break;
+          case "restart-as-replica": {
+            // Killed, then restarted by a supervisor whose redis.conf says `replicaof <another node>`
+            // (and, as docs/deploy.md asks, starts fenced).
+            const node = redisById.get(id) as RedisNode;
+            const others = nodeIds.filter((other) => other !== id);
+            const of = redisById.get(others[Math.floor(Number(fault.params.of) * others.length)] as string);
+            node.signal("SIGKILL");
+            dead.add(id);
+            await node.stop();
+            line(`  restart-as-replica ${id}: will come back with replicaof ${of?.id} (${of?.address})`);
+            heals.push(async () => {
+              if (fault.params.restart === "empty") node.wipeData();
+              await node.start({ timeoutMs: 15_000, replicaOf: of?.address, extraArgs: FENCED_START_ARGS });
+              dead.delete(id);
+              await enableRdb(node);
+            });
+            break;
+          }
+          case "priorities": {
+            // The operator's new --priority, never leaving more zeros than a failure tolerates.
+            const next = new Map(currentPriorities).set(id, Number(fault.params.priority));
+            const capped = capZeros(nodeIds.map((other) => next.get(other) ?? 100));
+            const priority = capped[nodeIds.indexOf(id)] ?? 100;
+            currentPriorities.set(id, priority);
+            active.startAgent(id, { priority });
+            line(
+              `  priorities ${id}: agent restarted with --priority ${priority} (now ${capped.join(", ")})`,
+            );
+            break;
+          }
+          case "store-slow":
+          case "store-throttle": {
+            const proxy = (id.startsWith("controller-") ? controllerStore : agentStore).get(id) as TcpProxy;
+            // The fault's own stream: which requests fail is replayed with the seed.
+            const random = new Random(Math.floor(fault.pick * 2 ** 32) ^ fault.id);
+            const mode: ProxyMode =
+              fault.kind === "store-slow"
+                ? { kind: "delay", delayMs: Number(fault.params.delayMs) }
+                : {
+                    kind: "http-error",
+                    fraction: Number(fault.params.fraction),
+                    status: fault.params.error === "500" ? 500 : 400,
+                    body: fault.params.error === "500" ? DYNAMODB_INTERNAL_ERROR : DYNAMODB_THROTTLED,
+                    draw: () => random.next(),
+                  };
+            heals.push(degrade(proxy, mode));
+            break;
+          }
+          case "redis-clock-step": {
+            const offsetMs = Number(fault.params.offsetS) * 1000;
+            writeFileSync(clockFile(id), String(offsetMs));
+            heals.push(() => writeFileSync(clockFile(id), "0"));
+            break;
+          }
+          case "operator": {
+            const note = await actAsOperator(fault);
+            line(`  operator: ${note}`);
+            history.append({
+              process: "nemesis",
+              type: "info",
+              f: "operator",
+              value: { id: fault.id, note },
+            });
+            if (fault.params.action === "pause") {
+              heals.push(async () => {
+                const result = await active.runCli([
+                  "resume",
+                  "--shard",
+                  active.shard,
+                  "--reason",
+                  "nemesis",
+                ]);
+                line(
+                  `  operator: resume -> ${result.code === 0 ? "ok" : (result.stderr || result.stdout).trim().split("\n").pop()}`,
+                );
+              });
+            }
+            break;
+          }
           case "dup-commands": {
             // Reset the agent's SQS connections every few hundred ms: a ReceiveMessage whose answer is
             // lost leaves the message in flight and a DeleteMessage that is lost leaves an applied
@@ -535,6 +735,45 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       return async () => {
         for (const heal of heals) await heal();
       };
+    };
+
+    /** An operator's action through the real CLI (`shardguard switchover|pause|recover`); what happened. */
+    const actAsOperator = async (fault: ScheduledFault): Promise<string> => {
+      const action = String(fault.params.action);
+      const reason = ["--reason", `nemesis operator, fault #${fault.id}`];
+      let args: string[];
+      if (action === "switchover") {
+        const topology = await active.topology().catch(() => undefined);
+        const replicas = nodeIds.filter((id) => id !== topology?.primary_node_id && !dead.has(id));
+        const to = replicas[Math.floor(fault.pick * replicas.length)];
+        args = [
+          "switchover",
+          "--shard",
+          active.shard,
+          ...(fault.params.to === "named" && to ? ["--to", to] : []),
+          ...reason,
+        ];
+      } else if (action === "pause") {
+        args = ["pause", "--shard", active.shard, ...reason];
+      } else {
+        // What an on-call engineer picks from `shardguard status`: the live node with the most data.
+        const snapshot = await active.snapshot();
+        const now = active.aws.clock.now();
+        // Live nodes first; with none alive by the controller's rule, any node that reported.
+        const best = [...snapshot.nodes].sort(
+          (a, b) =>
+            Number(isAlive(b, config, now)) - Number(isAlive(a, config, now)) ||
+            dataLineageOf(b).last_txn_id - dataLineageOf(a).last_txn_id,
+        )[0];
+        if (!best) return "recover: no node has reported";
+        args = ["recover", "--shard", active.shard, "--to", best.node_id, ...reason];
+      }
+      const result = await active.runCli(args);
+      const answer = (result.code === 0 ? result.stdout : result.stderr || result.stdout)
+        .trim()
+        .split("\n")
+        .pop();
+      return `shardguard ${args.slice(0, args.indexOf("--reason")).join(" ")} -> exit ${result.code}: ${answer}`;
     };
 
     /** What a fault did, from the history: epoch changes, time to a writable new primary, write gaps, losses. */
@@ -765,6 +1004,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     }
     await Promise.all(tasks);
     for (const proxy of proxies) proxy.heal();
+    effects.clear();
+    if (clockShim) for (const id of nodeIds) writeFileSync(clockFile(id), "0");
     for (const node of active.redis) if (!dead.has(node.id)) node.signal("SIGCONT");
     for (const proc of controllers) proc.child.kill("SIGCONT");
     for (const id of nodeIds) {
@@ -833,6 +1074,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       settled ? `settled in ${seconds(settleMs)} s` : `did NOT settle within ${seconds(settleTimeoutMs)} s`,
     );
     await writer.stop();
+    await stray.stop();
     await sampler.stop();
     await observer.stop();
     // Replication of the last writes.
@@ -859,8 +1101,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         })),
       },
     });
+    const limitMs = options.availabilityLimitMs ?? availabilityLimitMs(config);
     const result = check(history.ops, final, {
-      fenceWindowMs: options.fenceWindowMs ?? 3000,
+      availabilityLimitMs: limitMs,
+      fenceWindowMs: options.fenceWindowMs ?? FENCE_WINDOW_MS,
       causeWindowMs: options.causeWindowMs ?? 15_000,
       maxWriteGapMs: options.maxWriteGapMs ?? 10_000,
     });
@@ -908,6 +1152,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       samples: result.stats.samples,
       twoWritableSamples: result.twoWritable.length,
       unavailable: result.unavailable,
+      availability: result.availability,
+      availabilityLimitMs: limitMs,
+      priorities,
+      strayWrites: stray.writes,
       twoWritableInWindow: result.stats.twoWritableInWindow,
       settled,
       operatorRecovery,
@@ -924,6 +1172,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       rmSync(dirname(historyPath), { recursive: true, force: true });
     await Promise.all(proxies.map((proxy) => proxy.stop()));
     if (ownsStack) await stack.stop();
+    if (clockDir) rmSync(clockDir, { recursive: true, force: true });
   }
 }
 
@@ -960,6 +1209,12 @@ export function formatReport(report: NemesisReport): string {
       (u) =>
         `  t=${seconds(u.from)}-${seconds(u.to)}s (${seconds(u.ms)} s) during ${u.faults.length > 0 ? u.faults.join("; ") : "no fault"}`,
     ),
+    `no writable primary, faults healed: ${report.availability.length === 0 ? "never" : `${report.availability.length} times`} (limit ${seconds(report.availabilityLimitMs)} s, guarantee 3)`,
+    ...report.availability.map(
+      (b) => `  t=${seconds(b.from)}-${seconds(b.to)}s (${seconds(b.ms)} s) after ${b.cause}`,
+    ),
+    ...(report.priorities ? [`priorities at the start:            ${report.priorities.join(", ")}`] : []),
+    `stray writes (to a non-advertised master): ${report.strayWrites}`,
     `settled after heal-all:             ${report.settled ? `yes, in ${seconds(report.settleMs)} s` : "NO"}`,
     `commands sent again (dup-commands): ${report.duplicatedCommands}`,
     ...(report.operatorRecovery ? [`operator action:                    ${report.operatorRecovery}`] : []),

@@ -8,14 +8,39 @@ import { connect, createServer, type Server, type Socket } from "node:net";
  *   stream is corrupt, and a connection that outlives its fault would let the client escape it
  *   (toxiproxy #148, #168);
  * - `delay`: forward every chunk `delayMs` late, in order, both ways;
- * - `reset`: RST every open connection now and every new one on accept (`resetAndDestroy`).
+ * - `reset`: RST every open connection now and every new one on accept (`resetAndDestroy`);
+ * - `http-error`: reads the client's HTTP/1.1 requests (Content-Length bodies, as the AWS SDK
+ *   sends them) and answers a `fraction` of them itself with `status` and `body`, as a throttled
+ *   or failing DynamoDB would; the rest are forwarded. Entering and leaving it closes every open
+ *   connection, so each connection it parses starts at a request boundary.
  * Every mode applies to the connections already open, not only to new ones.
  */
 export type ProxyMode =
   | { readonly kind: "pass" }
   | { readonly kind: "drop" }
   | { readonly kind: "delay"; readonly delayMs: number }
-  | { readonly kind: "reset" };
+  | { readonly kind: "reset" }
+  | {
+      readonly kind: "http-error";
+      readonly fraction: number;
+      readonly status: number;
+      readonly body: string;
+      /** In [0, 1): the seeded draw deciding each request (the nemesis never calls Math.random). */
+      readonly draw: () => number;
+    };
+
+/** DynamoDB's answer to a request over the table's provisioned throughput (HTTP 400). */
+export const DYNAMODB_THROTTLED = JSON.stringify({
+  __type: "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+  message:
+    "The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API.",
+});
+
+/** DynamoDB's answer to an internal failure (HTTP 500). */
+export const DYNAMODB_INTERNAL_ERROR = JSON.stringify({
+  __type: "com.amazon.coral.service#InternalFailure",
+  message: "The request processing has failed because of an unknown error, exception or failure.",
+});
 
 export const PASS: ProxyMode = { kind: "pass" };
 
@@ -27,6 +52,8 @@ export interface ProxyStats {
   readonly resets: number;
   /** Blackholed connections destroyed when a `drop` was healed. */
   readonly destroyedOnHeal: number;
+  /** Requests the proxy answered itself in `http-error`. */
+  readonly answered: number;
 }
 
 interface Link {
@@ -40,10 +67,14 @@ interface Link {
   dueUp: number;
   dueDown: number;
   closed: boolean;
+  /** `http-error`: bytes of a request not yet complete. */
+  request: Buffer;
 }
 
 export function describeMode(mode: ProxyMode): string {
-  return mode.kind === "delay" ? `delay ${mode.delayMs} ms` : mode.kind;
+  if (mode.kind === "delay") return `delay ${mode.delayMs} ms`;
+  if (mode.kind === "http-error") return `HTTP ${mode.status} for ${Math.round(mode.fraction * 100)}%`;
+  return mode.kind;
 }
 
 /** An in-process TCP proxy on a free 127.0.0.1 port in front of `upstreamHost:upstreamPort`. */
@@ -61,6 +92,7 @@ export class TcpProxy {
   #bytesDropped = 0;
   #resets = 0;
   #destroyedOnHeal = 0;
+  #answered = 0;
   /**
    * Sees every chunk the upstream sends that is forwarded to the client (what the client reads),
    * with its connection's serial; the nemesis reads the commands agents receive through it.
@@ -127,6 +159,9 @@ export class TcpProxy {
       // Open connections are blackholed from now on: they do not escape the fault.
       for (const link of this.#links) link.blackholed = true;
     }
+    if ((previous.kind === "http-error") !== (mode.kind === "http-error")) {
+      for (const link of [...this.#links]) this.#close(link);
+    }
   }
 
   heal(): void {
@@ -141,6 +176,7 @@ export class TcpProxy {
       bytesDropped: this.#bytesDropped,
       resets: this.#resets,
       destroyedOnHeal: this.#destroyedOnHeal,
+      answered: this.#answered,
     };
   }
 
@@ -164,6 +200,7 @@ export class TcpProxy {
       dueUp: 0,
       dueDown: 0,
       closed: false,
+      request: Buffer.alloc(0),
     };
     this.#links.add(link);
     client.setNoDelay(true);
@@ -199,6 +236,10 @@ export class TcpProxy {
       this.#reset(link);
       return;
     }
+    if (mode.kind === "http-error" && direction === "up") {
+      this.#answerSome(link, chunk, mode);
+      return;
+    }
     if (direction === "down") this.tap?.(chunk, link.id);
     if (direction === "up" && link.upstream === undefined) this.#connectUpstream(link);
     const target = direction === "up" ? link.upstream : link.client;
@@ -232,6 +273,37 @@ export class TcpProxy {
     }
     this.#bytesForwarded += chunk.length;
     target.write(chunk);
+  }
+
+  /** `http-error`: splits the client's bytes into requests; answers some, forwards the others. */
+  #answerSome(link: Link, chunk: Buffer, mode: Extract<ProxyMode, { kind: "http-error" }>): void {
+    link.request = Buffer.concat([link.request, chunk]);
+    for (;;) {
+      const headerEnd = link.request.indexOf("\r\n\r\n");
+      if (headerEnd < 0) return;
+      const head = link.request.subarray(0, headerEnd).toString("latin1");
+      const length = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+      const end = headerEnd + 4 + length;
+      if (link.request.length < end) return;
+      const request = link.request.subarray(0, end);
+      link.request = link.request.subarray(end);
+      if (mode.draw() < mode.fraction) {
+        this.#answered++;
+        const body = Buffer.from(mode.body);
+        link.client.write(
+          `HTTP/1.1 ${mode.status} ${mode.status === 400 ? "Bad Request" : "Internal Server Error"}\r\n` +
+            "Content-Type: application/x-amz-json-1.0\r\n" +
+            `x-amzn-RequestId: nemesis-${this.#answered}\r\n` +
+            `Content-Length: ${body.length}\r\n` +
+            "Connection: keep-alive\r\n\r\n",
+        );
+        link.client.write(body);
+        continue;
+      }
+      if (link.upstream === undefined) this.#connectUpstream(link);
+      this.#bytesForwarded += request.length;
+      link.upstream?.write(request);
+    }
   }
 
   #reset(link: Link): void {

@@ -14,6 +14,9 @@ import type { EpochValue, History, ProbeValue } from "./history.ts";
  * - `NemesisWriter`: one write at a time, `SET <prefix>k<seq>` then `WAIT 1 <ms>`, to the primary
  *   the topology advertises (re-read every `recheckMs`, so a writer stuck on a deposed primary that
  *   still accepts writes moves on like a real client would);
+ * - `StrayWriter`: the same writes (sequence numbers from the `NemesisWriter`) to every other node
+ *   that answers `ROLE` as master, as a client that never re-read the topology would: a deposed
+ *   primary's acknowledged writes are checked like the advertised one's;
  * - `WritableSampler`: every ~200 ms, a write to a probe key on every node; which accepted;
  * - `TopologyObserver`: every epoch change of the topology, as read.
  * They talk to DynamoDB directly, never through a fault proxy: they are the application, not the system.
@@ -105,6 +108,16 @@ export class NemesisWriter {
     return this.#acked;
   }
 
+  /** The next sequence number: the stray writer's writes share the numbering. */
+  nextSeq(): number {
+    return ++this.#seq;
+  }
+
+  /** host:port the writer is connected to now, if any. */
+  get address(): string | undefined {
+    return this.#address;
+  }
+
   start(): void {
     this.#loop.start((signal) => this.#run(signal));
   }
@@ -174,7 +187,7 @@ export class NemesisWriter {
     }
     const client = this.#client;
     const node = this.#options.nodeOf(this.#address ?? "");
-    const seq = ++this.#seq;
+    const seq = this.nextSeq();
     history.append({ process: "writer", type: "invoke", f: "write", value: { seq }, node });
     try {
       const reply = await client.set(this.keyOf(seq), String(seq));
@@ -209,6 +222,121 @@ export class NemesisWriter {
     this.#client?.disconnect();
     this.#client = undefined;
     this.#address = undefined;
+  }
+}
+
+/**
+ * Every `intervalMs`, asks each live node other than the one the main writer uses for `ROLE`; one
+ * that answers master gets a write (`SET`, then `WAIT 1`), recorded like the main writer's. A
+ * deposed primary that still takes writes and has them acknowledged by a replica is what the
+ * checker's rule (a) must see: those writes are acknowledged to a client too.
+ */
+export class StrayWriter {
+  readonly #history: History;
+  readonly #nodes: readonly SampledNode[];
+  readonly #writer: NemesisWriter;
+  readonly #intervalMs: number;
+  readonly #waitTimeoutMs: number;
+  readonly #clients = new Map<string, Redis>();
+  readonly #loop = new BackgroundLoop();
+  #writes = 0;
+
+  constructor(
+    history: History,
+    nodes: readonly SampledNode[],
+    writer: NemesisWriter,
+    options: { intervalMs?: number; waitTimeoutMs?: number } = {},
+  ) {
+    this.#history = history;
+    this.#nodes = nodes;
+    this.#writer = writer;
+    this.#intervalMs = options.intervalMs ?? 100;
+    this.#waitTimeoutMs = options.waitTimeoutMs ?? 300;
+  }
+
+  /** Writes sent to a node other than the main writer's. */
+  get writes(): number {
+    return this.#writes;
+  }
+
+  start(): void {
+    this.#loop.start((signal) => this.#run(signal));
+  }
+
+  async stop(): Promise<void> {
+    await this.#loop.stop();
+    for (const client of this.#clients.values()) client.disconnect();
+    this.#clients.clear();
+  }
+
+  async #run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      const started = performance.now();
+      await Promise.all(
+        this.#nodes
+          .filter((node) => node.alive() && node.address !== this.#writer.address)
+          .map((node) => this.#writeIfMaster(node).catch(() => {})),
+      );
+      const rest = Math.max(10, this.#intervalMs - (performance.now() - started));
+      await sleep(rest, undefined, { signal }).catch(() => {});
+    }
+  }
+
+  async #writeIfMaster(node: SampledNode): Promise<void> {
+    let client = this.#clients.get(node.id);
+    try {
+      if (!client) {
+        client = redisClient(node.address, 1000);
+        if (!client) return;
+        this.#clients.set(node.id, client);
+        await client.connect();
+      }
+      const role = (await client.role()) as unknown[];
+      if (role[0] !== "master") return;
+    } catch {
+      client?.disconnect();
+      this.#clients.delete(node.id);
+      return;
+    }
+    const seq = this.#writer.nextSeq();
+    this.#writes++;
+    this.#history.append({ process: "writer", type: "invoke", f: "write", value: { seq }, node: node.id });
+    try {
+      const reply = await client.set(this.#writer.keyOf(seq), String(seq));
+      if (reply !== "OK") throw new Error(`unexpected reply ${String(reply)}`);
+    } catch (error) {
+      const type = certainlyNotApplied(error) ? "fail" : "info";
+      this.#history.append({
+        process: "writer",
+        type,
+        f: "write",
+        value: { seq, error: errorMessage(error).slice(0, 120), stray: true },
+        node: node.id,
+      });
+      if (type === "info") {
+        client.disconnect();
+        this.#clients.delete(node.id);
+      }
+      return;
+    }
+    let replicas = 0;
+    let waitError: string | undefined;
+    try {
+      replicas = Number(await client.wait(1, this.#waitTimeoutMs));
+    } catch (error) {
+      waitError = errorMessage(error).slice(0, 120);
+      client.disconnect();
+      this.#clients.delete(node.id);
+    }
+    this.#history.append({
+      process: "writer",
+      type: "ok",
+      f: "write",
+      value: waitError
+        ? { seq, replicas, error: `WAIT: ${waitError}`, stray: true }
+        : { seq, replicas, stray: true },
+      node: node.id,
+    });
   }
 }
 
