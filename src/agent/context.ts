@@ -1,5 +1,5 @@
 import type { DatabaseIdentity } from "../core/identity.ts";
-import type { CrashReport, HeartbeatInput, Topology } from "../core/model.ts";
+import type { CrashReport, HeartbeatInput, Role, Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import type {
   Clock,
@@ -58,6 +58,14 @@ export class AgentContext {
   lastInfo: ReplicationInfo | undefined;
   /** `roleGeneration` when `lastInfo` was read: it still describes the role if nothing changed since. */
   lastInfoGeneration = -1;
+  /**
+   * The database's role as last read and since when (AWS-aligned ms of the first read that found
+   * it): the heartbeat's `role_since`, by which the controller tells a primary demoted for good
+   * (restarted from a config with `replicaof`, an operator's REPLICAOF) from one being promoted.
+   */
+  roleSeen: { readonly role: Role; readonly since: number } | undefined;
+  /** The topology names this node primary while its database answers as a replica (logged once per stretch). */
+  namedButReplica = false;
   dbUp = false;
   storeUp = true;
   /** The last heartbeat written, the template for `db_status: down` heartbeats. */

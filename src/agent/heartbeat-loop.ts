@@ -37,6 +37,7 @@ async function readInfo(
     ctx.dbUp = true;
     ctx.lastInfo = info;
     ctx.lastInfoGeneration = ctx.roleGeneration;
+    if (ctx.roleSeen?.role !== info.role) ctx.roleSeen = { role: info.role, since: answeredFrom };
     // A restarted primary is harmless once it follows a primary (a command or a step-down did it).
     if (info.role === "replica") ctx.dbRestarted = false;
     // While connected, the replica acknowledges every second: the primary counts it until then.
@@ -189,6 +190,31 @@ function reportIdentityConflict(ctx: AgentContext, owner: string): void {
   );
 }
 
+/**
+ * The topology names this node primary but its database answers as a replica (restarted from a
+ * config file with \`replicaof\`, an operator's REPLICAOF): no node takes the shard's writes. The
+ * agent does not promote it back itself: a database restarted empty would then feed nothing to
+ * its replicas in a full sync, and only the controller can tell which node holds every
+ * acknowledged write. Its heartbeat says \`role: replica\` since \`role_since\`; past the failure
+ * timeout the controller fails over to the replica holding the most (gate \`primary_demoted_grace\`).
+ */
+function reportNamedReplica(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): void {
+  const named = snapshot.topology ? topologyPrimary(snapshot.topology)?.node_id === ctx.nodeId : false;
+  const namedButReplica = named && info.role === "replica";
+  if (namedButReplica && !ctx.namedButReplica) {
+    ctx.logger.error(
+      "the topology names this node primary but its database is a replica: no node takes writes",
+      {
+        ...ctx.epochContext,
+        replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+        link: info.primary?.link,
+        action: "the controller fails over once this lasts the failure timeout",
+      },
+    );
+  }
+  ctx.namedButReplica = namedButReplica;
+}
+
 /** A replica probes its primary (or the one it was parked from); a primary closes its probe. */
 async function probePrimary(ctx: AgentContext, info: ReplicationInfo): Promise<ProbeResult | undefined> {
   if (info.role !== "replica" || !info.primary) {
@@ -335,6 +361,7 @@ export function heartbeatFromInfo(
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
     keepalive_ms: keepaliveOf(ctx, info.role),
+    role_since: Math.floor((ctx.roleSeen?.role === info.role ? ctx.roleSeen.since : answeredFromMs) * 1000),
   };
   const prior = priorLineageOf(info);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
@@ -572,6 +599,7 @@ async function cycle(
       return { dbUp: true, storeUp: true, heartbeatWritten: false };
     }
     ctx.confirmed = verdict.kind === "keep" && verdict.primaryConfirmed;
+    reportNamedReplica(ctx, snapshot, info);
     ctx.unconfirmedReason = verdict.reason;
     ctx.guardMembers = snapshot.replicaSets[ctx.nodeId] ?? [];
     if (verdict.kind !== "keep") {

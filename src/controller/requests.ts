@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { describeIssues } from "../core/config.ts";
-import { dataLineageOf, describeHeartbeatAge, isAlive, planSwitchover } from "../core/decide.ts";
+import { planRecover, planSwitchover } from "../core/decide.ts";
 import { idSchema, type Topology } from "../core/model.ts";
 import { guarded } from "./cycle.ts";
 import {
@@ -227,7 +227,9 @@ export async function resumeShard(
  * to keep; its current lineage becomes the shard's (under a new epoch) and the controller's next
  * cycle brings the shard online on it (or on a node of that lineage further ahead), as for any
  * offline shard. Nodes of other lineages then resync from it: their data is given up, by the
- * operator's decision, which the reason records.
+ * operator's decision, which the reason records. Refused when the old primary may still take
+ * writes unfenced and the node is not in its replica set (\`planRecover\`, gate
+ * \`recover_unfenced_old_primary\`): the operator's choice gives up data, never the one-writer rule.
  */
 export async function recoverShard(
   deps: ControllerDeps,
@@ -236,32 +238,22 @@ export async function recoverShard(
   options: RequestOptions = {},
 ): Promise<CycleResult> {
   const snapshot = await deps.store.heartbeats.snapshot(shard);
-  const node = snapshot.nodes.find((heartbeat) => heartbeat.node_id === request.to);
-  const now = deps.clock.now();
-  if (node === undefined) return { shard, outcome: "refused", reason: `${request.to} has no heartbeat` };
-  if (!isAlive(node, deps.config, now)) {
-    return {
-      shard,
-      outcome: "refused",
-      reason: `${request.to} is not alive (heartbeat ${describeHeartbeatAge(node, now)}, database ${node.db_status})`,
-    };
-  }
-  if (node.priority === 0)
-    return { shard, outcome: "refused", reason: `${request.to} has priority 0 (never promote)` };
+  const plan = planRecover(snapshot, deps.config, deps.clock.now(), { to: request.to });
+  if (plan.kind === "refused")
+    return { shard, outcome: "refused", epoch: snapshot.topology?.epoch, reason: plan.reason };
   return underTopologyLock(
     deps,
     shard,
     (topology) => {
-      if (topology.status !== "offline") {
+      // The plan holds for the topology it read; a change since (another recover, a bring-online) is re-read by the operator.
+      if (topology.status !== "offline" || topology.epoch !== plan.epoch) {
         return {
-          refused: `the shard is ${topology.status}; only an offline shard is recovered (use switchover)`,
+          refused: `the shard changed since it was read (${topology.status} at epoch ${topology.epoch})`,
         };
       }
-      // A database restarted from its RDB, fenced by its agent, holds its earlier lineage only.
-      const lineage = dataLineageOf(node);
       return {
-        next: { ...topology, epoch: topology.epoch + 1, lineage },
-        result: `lineage set to ${node.node_id}'s (${lineage.repl_id} at ${lineage.last_txn_id}): ${request.reason}; the controller brings the shard online on it`,
+        next: { ...topology, epoch: topology.epoch + 1, lineage: plan.lineage },
+        result: `${plan.reason}: ${request.reason}; the controller brings the shard online on ${request.to}`,
       };
     },
     "recovered",

@@ -37,6 +37,7 @@ export {
 } from "./decide/gate.ts";
 export { pickCandidates, type RankOptions, rankCandidates } from "./decide/pick-candidate.ts";
 export { quorumNeeded } from "./decide/primary.ts";
+export { planRecover, type RecoverPlan } from "./decide/recover.ts";
 export { planSwitchover, type SwitchoverPlan } from "./decide/switchover.ts";
 export {
   awaitingReports,

@@ -39,7 +39,15 @@ export function judgeRestart(
   const harmless = (reason: string): RestartVerdict => ({ kind: "harmless", continues, reason });
   if (continues) return harmless("it continues its replication lineage");
   // A database that already follows a primary serves nobody's writes: its sync replaces its data.
-  if (current.role !== "primary") return harmless("it came back as a replica");
+  // Harmless to the data, not to availability when the topology names it primary: nobody takes
+  // writes then, and the controller replaces it once that lasts the failure timeout (its heartbeat's
+  // \`role_since\`, gate \`primary_demoted_grace\`).
+  if (current.role !== "primary")
+    return harmless(
+      context.named
+        ? "it came back as a replica while the topology names it primary: it takes no writes until the controller replaces it"
+        : "it came back as a replica",
+    );
   if (previous.role !== "primary" && !context.named) return harmless("it was not the shard's primary");
   // Without a replica holding the data, fencing would only stop writes. Members of the replica
   // set hold it, and so do the replicas attached to the old process when it was last read, members

@@ -69,6 +69,13 @@ export const heartbeatSchema = z.object({
    * (`store_recovering`) rather than take their silence for failure.
    */
   store_resumed_at: z.number().int().nonnegative().optional(),
+  /**
+   * µs (AWS-aligned) of the first read in which this agent found its database in its current
+   * `role`. A node the topology names primary that answers as a replica this long takes no writes:
+   * past the failure timeout the controller replaces it (gate `primary_demoted_grace`). Absent
+   * (older agents): the topology's `updated_at` stands in.
+   */
+  role_since: z.number().int().nonnegative().optional(),
   db_status: z.enum(["up", "down"]).default("up"),
   /** With `db_status: down`: the agent's evidence that the process died (not merely stalled). */
   db_crash: crashReportSchema.optional(),

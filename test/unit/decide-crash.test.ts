@@ -137,7 +137,9 @@ describe("decide: the crash fast path", () => {
     {
       name: "does not mark the shard offline on the fast path when nobody is eligible",
       shard: () =>
-        aCrashedShard().withNode({ node_id: "r1", priority: 0 }).withNode({ node_id: "r2", priority: 0 }),
+        aCrashedShard()
+          .withNode({ node_id: "r1", repl_id: "other" })
+          .withNode({ node_id: "r2", repl_id: "other" }),
       expected: { kind: "none", code: "crash_no_candidate" },
     },
     {

@@ -120,11 +120,19 @@ function eligibleWithin(
   const others = snapshot.nodes.filter((node) => node.node_id !== exclude);
   const sameLineageFresh = others.filter((node) => fresh(node) && node.repl_id === replId);
   const reference = Math.max(lineageTxn, ...sameLineageFresh.map((node) => node.last_txn_id));
-  return sameLineageFresh.filter(
-    (node) =>
-      node.db_status === "up" && node.priority > 0 && reference - node.last_txn_id <= config.maxLagOnFailover,
+  const judged = sameLineageFresh.filter(
+    (node) => node.db_status === "up" && reference - node.last_txn_id <= config.maxLagOnFailover,
   );
+  // Priority 0 only when it alone holds the most (issue 30, finding 2).
+  const preferredTop = Math.max(
+    -1,
+    ...judged.filter((node) => node.priority > 0).map((node) => node.last_txn_id),
+  );
+  return judged.filter((node) => node.priority > 0 || node.last_txn_id > preferredTop);
 }
+
+/** Priority 0 ranks after every other priority. */
+const rankOf = (priority: number) => (priority === 0 ? Number.POSITIVE_INFINITY : priority);
 
 function targetNode(snapshot: ShardSnapshot, decision: Decision): Heartbeat | undefined {
   if (decision.kind !== "failover" && decision.kind !== "bring_online") return undefined;
@@ -134,7 +142,7 @@ function targetNode(snapshot: ShardSnapshot, decision: Decision): Heartbeat | un
 const RUNS = { numRuns: 1500 };
 
 describe("decide() properties over random shards", () => {
-  it("never promotes a stale, database-down, foreign-lineage, priority-0 or over-lag node", () => {
+  it("never promotes a stale, database-down, foreign-lineage or over-lag node, nor a priority-0 node when another holds as much", () => {
     fc.assert(
       fc.property(shardArb, (shard) => {
         const { snapshot, config } = build(shard);
@@ -144,7 +152,11 @@ describe("decide() properties over random shards", () => {
         const eligibleIds = oracleEligible(snapshot, config).map((node) => node.node_id);
         expect(fresh(target)).toBe(true);
         expect(target.db_status).toBe("up");
-        expect(target.priority).toBeGreaterThan(0);
+        const eligible = oracleEligible(snapshot, config);
+        if (target.priority === 0) {
+          for (const node of eligible.filter((other) => other.priority > 0))
+            expect(node.last_txn_id).toBeLessThan(target.last_txn_id);
+        }
         // With the old primary's heartbeat present its lineage is the only one allowed.
         if (snapshot.nodes.some((node) => node.node_id === "p1")) expect(target.repl_id).toBe("lineage-a");
         expect(eligibleIds).toContain(target.node_id);
@@ -153,7 +165,7 @@ describe("decide() properties over random shards", () => {
     );
   });
 
-  it("chooses the best priority and, within it, the highest last_txn_id among eligible nodes", () => {
+  it("chooses the highest last_txn_id among eligible nodes and, among those tied there, the best priority", () => {
     fc.assert(
       fc.property(shardArb, (shard) => {
         const { snapshot, config } = build(shard);
@@ -161,10 +173,10 @@ describe("decide() properties over random shards", () => {
         const target = targetNode(snapshot, decision);
         if (target === undefined) return;
         const eligible = oracleEligible(snapshot, config);
-        const bestPriority = Math.min(...eligible.map((node) => node.priority));
-        expect(target.priority).toBe(bestPriority);
-        const samePriority = eligible.filter((node) => node.priority === bestPriority);
-        expect(target.last_txn_id).toBe(Math.max(...samePriority.map((node) => node.last_txn_id)));
+        const top = Math.max(...eligible.map((node) => node.last_txn_id));
+        expect(target.last_txn_id).toBe(top);
+        const tied = eligible.filter((node) => node.last_txn_id === top);
+        expect(rankOf(target.priority)).toBe(Math.min(...tied.map((node) => rankOf(node.priority))));
       }),
       RUNS,
     );

@@ -339,13 +339,32 @@ describe("decide: quorum", () => {
 describe("decide: eligible candidates and their order", () => {
   runRows([
     {
-      name: "prefers the better priority over a higher last_txn_id",
+      name: "promotes the highest last_txn_id over a better priority (issue 30 finding 2: the preferred node lacks writes a replica may have acknowledged)",
       snapshot: () =>
         aShardWithStalePrimary()
           .withNode({ node_id: "r1", priority: 100, last_txn_id: 1000 })
           .withNode({ node_id: "r2", priority: 10, last_txn_id: 900 })
           .build(),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "lets priority choose among the candidates tied at the highest last_txn_id",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", priority: 100, last_txn_id: 1000 })
+          .withNode({ node_id: "r2", priority: 10, last_txn_id: 1000 })
+          .withNode({ node_id: "r3", priority: 1, last_txn_id: 900, primary_link: "down" })
+          .build(),
       expected: { kind: "failover", target: "r2" },
+    },
+    {
+      name: "promotes a priority-0 replica that alone holds the most (passing it over would drop writes it may have acknowledged)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", priority: 0, last_txn_id: 1000 })
+          .withNode({ node_id: "r2", priority: 10, last_txn_id: 900 })
+          .build(),
+      expected: { kind: "failover", target: "r1" },
     },
     {
       name: "prefers the highest last_txn_id within one priority",
@@ -411,8 +430,9 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "mark_offline" },
     },
     {
-      name: "skips a candidate with priority 0",
-      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0 }).build(),
+      name: "skips a candidate with priority 0 when a node of another priority holds as much",
+      snapshot: () =>
+        aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0, last_txn_id: 980 }).build(),
       expected: { kind: "failover", target: "r2" },
     },
     {
@@ -445,7 +465,7 @@ describe("decide: eligible candidates and their order", () => {
   it("lists every node with the reason it is or is not eligible", () => {
     // Prepare
     const snapshot = aShardWithStalePrimary()
-      .withNode({ node_id: "r1", priority: 0 })
+      .withNode({ node_id: "r1", priority: 0, last_txn_id: 980 })
       .withNode({ node_id: "r3", repl_id: "other", primary_link: "down" })
       .build();
     // Act
@@ -455,8 +475,8 @@ describe("decide: eligible candidates and their order", () => {
     if (decision.kind !== "failover") return;
     expect(decision.candidates.map((c) => [c.node_id, c.eligible, c.reason])).toEqual([
       ["r2", true, "eligible"],
-      ["r1", false, "priority 0 (never promote)"],
       ["r3", false, `foreign replication lineage other, expected ${LINEAGE}`],
+      ["r1", false, "priority 0 (never promote): a node of another priority holds as much"],
     ]);
     expect(decision.lineage).toEqual({ node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 });
   });
@@ -468,7 +488,7 @@ describe("decide: no eligible candidate and offline shards", () => {
       name: "marks the shard offline when no node is eligible",
       snapshot: () =>
         aShardWithStalePrimary()
-          .withNode({ node_id: "r1", priority: 0 })
+          .withNode({ node_id: "r1", db_status: "down" })
           .withNode({ node_id: "r2", repl_id: "x" })
           .build(),
       expected: { kind: "mark_offline", epoch: 3 },

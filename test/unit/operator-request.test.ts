@@ -72,7 +72,8 @@ describe("operator recover: the way out of offline_no_candidate", () => {
     expect(shard.topology).toMatchObject({
       epoch: 8,
       status: "offline",
-      lineage: { node_id: "r1", repl_id: LINEAGE, last_txn_id: 990 },
+      // The old primary stays named: the offline rules judge membership against it (issue 30, finding 8).
+      lineage: { node_id: "p1", repl_id: LINEAGE, last_txn_id: 990 },
     });
     expect(decide(shard.snapshot(), shard.config, shard.now())).toMatchObject({ kind: "bring_online" });
   });

@@ -19,6 +19,7 @@ export type NoActionCode =
   | "no_agent_heard"
   | "crash_no_candidate"
   | "waiting_for_replica"
+  | "primary_demoted"
   | "awaiting_reports"
   | "store_recovering"
   | "offline_no_candidate"

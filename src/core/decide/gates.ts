@@ -2,6 +2,7 @@ import { FAILING_OVER_GATES } from "./failing-over.ts";
 import { ENTRY_GATES, type Gate } from "./gate.ts";
 import { OFFLINE_GATES } from "./offline.ts";
 import { ONLINE_GATES } from "./online.ts";
+import { RECOVER_GATES } from "./recover.ts";
 import { UNINITIALIZED_GATES } from "./uninitialized.ts";
 
 /**
@@ -14,6 +15,7 @@ export const GATE_LISTS = {
   FAILING_OVER_GATES,
   ONLINE_GATES,
   OFFLINE_GATES,
+  RECOVER_GATES,
 } as const satisfies Readonly<Record<string, readonly Gate<never>[]>>;
 
-export { ENTRY_GATES, FAILING_OVER_GATES, OFFLINE_GATES, ONLINE_GATES, UNINITIALIZED_GATES };
+export { ENTRY_GATES, FAILING_OVER_GATES, OFFLINE_GATES, ONLINE_GATES, RECOVER_GATES, UNINITIALIZED_GATES };

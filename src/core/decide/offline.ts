@@ -70,19 +70,31 @@ function lastResortWaiting(v: OfflineView): string {
   return `; ${waiting.node_id} holds the lineage up to ${waiting.last_txn_id} as its earlier one (restarted from its RDB): the last resort, promoted if no node with more returns within ${grace} s`;
 }
 
-/** The old primary, when its agent is not heard, it reported no crash, and `best` is outside its guarded set. */
-function unfencedOldPrimary(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat | undefined {
-  const oldId = lineage.node_id;
-  const old = oldId === undefined ? undefined : v.snapshot.nodes.find((node) => node.node_id === oldId);
-  const oldMembers = oldId === undefined ? undefined : guardMembers(v.snapshot, oldId);
+/**
+ * The old primary \`oldId\`, when its agent is not heard, it reported no crash, and \`nodeId\` is
+ * outside its guarded set: its database may still take writes unfenced (nobody read it the offline
+ * topology), and making \`nodeId\` primary would not detach a replica its write guard counts.
+ * Shared by the gate \`unfenced_old_primary\` and \`shardguard recover\` (gate \`recover_unfenced_old_primary\`).
+ */
+export function unfencedOldPrimaryOf(
+  view: ShardView,
+  oldId: string | undefined,
+  nodeId: string,
+): Heartbeat | undefined {
+  const old = oldId === undefined ? undefined : view.snapshot.nodes.find((node) => node.node_id === oldId);
+  const oldMembers = oldId === undefined ? undefined : guardMembers(view.snapshot, oldId);
   return old !== undefined &&
-    best.node_id !== old.node_id &&
-    !isAgentHeard(old, v.config, v.now) &&
+    nodeId !== old.node_id &&
+    !isAgentHeard(old, view.config, view.now) &&
     old.db_crash === undefined &&
     oldMembers !== undefined &&
-    !oldMembers.includes(best.node_id)
+    !oldMembers.includes(nodeId)
     ? old
     : undefined;
+}
+
+function unfencedOldPrimary(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat | undefined {
+  return unfencedOldPrimaryOf(v, lineage.node_id, best.node_id);
 }
 
 /** Past the grace, with only the last resort eligible: nodes of the lineage with more that hang, not died. */

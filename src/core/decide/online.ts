@@ -29,7 +29,7 @@ import {
 } from "./view.ts";
 
 /** The primary's state as one value. */
-export type PrimaryState = "healthy" | "stale" | "crashed" | "restarted" | "missing";
+export type PrimaryState = "healthy" | "stale" | "crashed" | "restarted" | "demoted" | "missing";
 
 /** An online shard as its gates see it: the shard's view plus the primary's evidence. */
 export interface OnlineView extends ShardView {
@@ -43,6 +43,11 @@ export interface OnlineView extends ShardView {
   readonly crash: CrashReport | undefined;
   /** Why the primary counts as failed (meaningless while it is healthy). */
   readonly staleness: string;
+  /**
+   * ms the fresh primary's database has answered as a replica (\`demoted\`): it takes no writes. Until
+   * it has for the failure timeout, a PROMOTE in flight or a repair may still make it primary.
+   */
+  readonly demotedMs: number | undefined;
   /** Nodes other than the primary that are quiet within their keepalive. */
   readonly quiet: readonly Heartbeat[];
   readonly lineage: Lineage | undefined;
@@ -72,6 +77,10 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
     primary !== undefined && fresh && crash === undefined
       ? restartedPrimary(snapshot, primary, config, now)
       : undefined;
+  const demotedMs =
+    primary !== undefined && fresh && primary.db_status === "up" && primary.role === "replica"
+      ? now - (primary.role_since !== undefined ? primary.role_since / 1000 : topology.updated_at)
+      : undefined;
   const primaryState: PrimaryState =
     primary === undefined
       ? "missing"
@@ -79,9 +88,11 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
         ? "restarted"
         : crash !== undefined
           ? "crashed"
-          : fresh
-            ? "healthy"
-            : "stale";
+          : demotedMs !== undefined
+            ? "demoted"
+            : fresh
+              ? "healthy"
+              : "stale";
   const staleness =
     primary === undefined
       ? `primary ${primaryId ?? "(none)"} has no heartbeat`
@@ -90,14 +101,20 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
         : crash !== undefined
           ? `primary ${primary.node_id}'s agent saw its database die (${crash.state}, process ${crash.run_id || "unknown"},` +
             ` confirmed over ${Math.round((crash.last_seen - crash.first_seen) / 1000)} ms)`
-          : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
-            `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
+          : demotedMs !== undefined
+            ? `primary ${primary.node_id}'s database is a replica (of ${primary.primary_node_id ?? "an unknown node"}, link ${
+                primary.primary_link ?? "unknown"
+              }) for ${Math.round(demotedMs)} ms: it takes no writes`
+            : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
+              `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
   const lineage =
     restarted !== undefined
       ? restarted.lineage
-      : primary
-        ? lineageOf(primary)
-        : (topology.lineage ?? inferLineage(snapshot.nodes, primaryId));
+      : primary === undefined
+        ? (topology.lineage ?? inferLineage(snapshot.nodes, primaryId))
+        : demotedMs !== undefined
+          ? demotedLineage(snapshot.nodes, primary, topology)
+          : lineageOf(primary);
   // A primary whose own agent confirms its process dead has nothing left to fence: the replica-set
   // rule would only stand between the shard and the replica holding the most.
   const members = deadPrimary === undefined ? guardMembers(snapshot, primaryId) : undefined;
@@ -132,6 +149,7 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
     deadPrimary,
     crash,
     staleness,
+    demotedMs,
     quiet: awaitingReports(snapshot, config, now, primaryId),
     lineage,
     members,
@@ -141,6 +159,21 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
     downVoters,
     needed,
     quorumText,
+  };
+}
+
+/**
+ * The lineage a demoted primary's replacement must hold: the one its followers agree on (its own
+ * \`repl_id\` is a new one when it restarted empty), up to the highest offset of it known, its own
+ * included when it kept the lineage (an operator's REPLICAOF, a restart from its RDB).
+ */
+function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topology: Topology): Lineage {
+  const followed = inferLineage(nodes, primary.node_id) ?? topology.lineage;
+  if (followed === undefined || followed.repl_id !== primary.repl_id) return followed ?? lineageOf(primary);
+  return {
+    ...followed,
+    node_id: primary.node_id,
+    last_txn_id: Math.max(followed.last_txn_id, primary.last_txn_id),
   };
 }
 
@@ -220,6 +253,18 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     test: (v) =>
       v.primaryState === "healthy" && v.primary !== undefined
         ? `primary ${v.primary.node_id} is fresh (database answered ${Math.max(0, Math.round(heartbeatAgeMs(v.primary, v.now)))} ms ago)`
+        : undefined,
+  },
+  {
+    name: "primary_demoted_grace",
+    code: "primary_demoted",
+    // A named primary answering as a replica takes no writes; sooner than the failure timeout a
+    // PROMOTE in flight or a repair may still make it primary.
+    invariant: [3],
+    primaryStale: false,
+    test: (v) =>
+      v.demotedMs !== undefined && v.demotedMs <= v.config.failureTimeoutMs
+        ? `${v.staleness}; waiting up to ${v.config.failureTimeoutMs} ms for it to be primary again before replacing it`
         : undefined,
   },
   {

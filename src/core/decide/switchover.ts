@@ -44,6 +44,8 @@ export function planSwitchover(
   const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
     exclude: primary.node_id,
     members: guardMembers(snapshot, primary.node_id),
+    // The target catches up to the old primary before PROMOTE: the preferred node loses nothing.
+    order: "priority",
   });
   const chosen =
     request.to === undefined

@@ -1,0 +1,113 @@
+import { describe, expect, it } from "vitest";
+import { decide } from "../../src/core/decide.ts";
+import { aConfig, aShard, LINEAGE, NOW } from "../support/builders.ts";
+
+/**
+ * Issue 30, finding 4 (guarantee 3): the node the topology names primary answers as a replica
+ * (its redis restarted from a config with `replicaof`, or an operator's REPLICAOF). Its heartbeat
+ * stays fresh, so it used to be judged healthy for ever while no node took writes.
+ */
+
+/** p1 answers as a replica of r1 (link down: r1 follows p1) since `sinceMs` before NOW. */
+function aShardWhosePrimaryIsAReplica(
+  options: { sinceMs?: number; replId?: string; offset?: number; roleSince?: boolean } = {},
+) {
+  const { sinceMs = 5_000, replId = "lineage-new", offset = 0, roleSince = true } = options;
+  return aShard()
+    .withNode({
+      node_id: "p1",
+      role: "replica",
+      repl_id: replId,
+      last_txn_id: offset,
+      primary_node_id: "r1",
+      primary_link: "down",
+      ...(roleSince ? { role_since: (NOW - sinceMs) * 1000 } : {}),
+    })
+    .withNode({ node_id: "r1", primary_link: "down", last_txn_id: 980 })
+    .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 990 });
+}
+
+describe("decide: a named primary whose database is a replica (gate primary_demoted_grace)", () => {
+  it("fails over from a named primary that has answered as a replica for longer than the failure timeout", () => {
+    // Prepare
+    const snapshot = aShardWhosePrimaryIsAReplica({ sinceMs: 3_500 }).build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess: the replica holding the most of the followers' lineage, not the empty restart's.
+    expect(decision).toMatchObject({
+      kind: "failover",
+      oldPrimary: "p1",
+      target: { node_id: "r2" },
+      lineage: { repl_id: LINEAGE, last_txn_id: 990 },
+    });
+    expect(decision.reason).toMatch(
+      /p1's database is a replica \(of r1, link down\) for 3500 ms: it takes no writes/,
+    );
+  });
+
+  it("waits while the named primary has answered as a replica for less than the failure timeout (a PROMOTE in flight)", () => {
+    // Prepare
+    const snapshot = aShardWhosePrimaryIsAReplica({ sinceMs: 2_000 }).build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none", code: "primary_demoted", primaryStale: false });
+    expect(decision.reason).toMatch(/waiting up to 3000 ms for it to be primary again/);
+  });
+
+  it("counts a demoted primary's time from the topology's last change when its agent reports no role_since (older agent)", () => {
+    // Prepare: the topology changed 60 s ago (the builder's default).
+    const snapshot = aShardWhosePrimaryIsAReplica({ roleSince: false }).build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "failover", target: { node_id: "r2" } });
+  });
+
+  it("measures lag against a demoted primary that kept the lineage, and takes the shard offline when every replica is too far behind it", () => {
+    // Prepare: an operator's REPLICAOF on a primary 4000 ahead of its replicas (beyond maxLagOnFailover 1000).
+    const snapshot = aShardWhosePrimaryIsAReplica({ replId: LINEAGE, offset: 5_000 }).build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess: offline on the lineage up to 5000, from which the demoted node itself comes back.
+    expect(decision).toMatchObject({
+      kind: "mark_offline",
+      lineage: { node_id: "p1", repl_id: LINEAGE, last_txn_id: 5_000 },
+    });
+  });
+
+  it("keeps the quorum rule: replicas that still see their link up do not let a demoted primary be replaced", () => {
+    // Prepare
+    const snapshot = aShardWhosePrimaryIsAReplica()
+      .withNode({ node_id: "r1", primary_link: "up" })
+      .withNode({ node_id: "r2", primary_link: "up" })
+      .build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none", code: "quorum_not_met" });
+  });
+
+  it("does not treat a fresh primary reporting itself primary as demoted", () => {
+    // Prepare
+    const snapshot = aShard()
+      .withNode({ node_id: "p1", role_since: (NOW - 600_000) * 1000 })
+      .build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none", code: "healthy" });
+  });
+});
