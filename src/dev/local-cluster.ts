@@ -435,10 +435,11 @@ export class LocalCluster {
       ...this.#controllers.map((controller) => controller.stop(3000)),
     ]);
     await Promise.all(this.redis.map((node) => node.destroy()));
-    await this.netlab?.close();
     this.aws.destroy();
     if (this.#ownsStack) await this.stack.stop();
     for (const dir of this.#stateDirs.values()) rmSync(dir, { recursive: true, force: true });
     if (!options.keepLogs) rmSync(this.logDir, { recursive: true, force: true });
+    // Last: its namespaces vanish once no process is left inside, and a leftover it reports throws.
+    await this.netlab?.close();
   }
 }

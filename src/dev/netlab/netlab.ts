@@ -61,10 +61,13 @@ let availability: { reason: string | undefined } | undefined;
  * - Names: namespaces `sgnl-<id>-<node>`, links `sgl<id>b` (bridge) and `sgl<id>h<n>` (veth);
  *   `<id>` is six random characters.
  * - Processes run inside with `ip netns exec` (see `inNamespace`); the pid is the process's own.
+ *   A node that joins later (membership changes): `addNode(id)`, then a RedisNode whose `network`
+ *   is `{ namespace, host: address }` of the returned LabNode; `removeNode` takes it out again.
  * - Cuts are silent drops (policy rules and a void next hop, see plan.ts `cutCommands`);
  *   `partition` adds, `heal` removes them all.
  * - Cleanup: `close()` deletes every namespace and link (rules and routes go with their
- *   namespace); the same runs on exit and on SIGINT/SIGTERM/SIGHUP; a record under /run names what
+ *   namespace); the same runs on exit, and on SIGINT/SIGTERM/SIGHUP when nothing else listens for
+ *   the signal (a runner that does closes the lab in its own stop); a record under /run names what
  *   each lab made, and every `create` first sweeps labs whose owner process is dead.
  */
 export class NetLab {

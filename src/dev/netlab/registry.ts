@@ -202,16 +202,20 @@ function closeAll(): void {
 }
 
 function onSignal(signal: NodeJS.Signals): void {
-  closeAll();
-  // Alone on this signal, our listener replaced the default (exit): restore it and die of the
+  // Another listener owns this signal (a runner that heals and reads before it stops): leave the
+  // labs to its stop, or to the exit hook.
+  if (process.listenerCount(signal) > 1) return;
+  // Alone, our listener replaced the default (exit): close, restore the default and die of the
   // signal, as the process would have without the lab.
-  if (process.listenerCount(signal) === 1) {
-    process.removeListener(signal, onSignal);
-    process.kill(process.pid, signal);
-  }
+  closeAll();
+  process.removeListener(signal, onSignal);
+  process.kill(process.pid, signal);
 }
 
-/** Closes `lab` on exit, an uncaught error or SIGINT/SIGTERM/SIGHUP, unless `forget` comes first. */
+/**
+ * Closes `lab` on exit (an uncaught error included) and on SIGINT/SIGTERM/SIGHUP when nothing else
+ * listens for the signal, unless `forget` comes first.
+ */
 export function closeOnExit(lab: SyncClosable): void {
   live.add(lab);
   if (hooksInstalled) return;
