@@ -53,6 +53,11 @@ export const ENV = {
   sentinelCert: "SHARDGUARD_SENTINEL_CERT",
   sentinelKey: "SHARDGUARD_SENTINEL_KEY",
   sentinelCa: "SHARDGUARD_SENTINEL_CA",
+  httpPort: "SHARDGUARD_HTTP_PORT",
+  httpBind: "SHARDGUARD_HTTP_BIND",
+  httpTls: "SHARDGUARD_HTTP_TLS",
+  httpCert: "SHARDGUARD_HTTP_CERT",
+  httpKey: "SHARDGUARD_HTTP_KEY",
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
   /** A directory: every AWS request a component makes is appended there (src/adapters/aws-call-journal.ts). */
   awsCallLog: "SHARDGUARD_AWS_CALL_LOG",

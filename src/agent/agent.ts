@@ -7,6 +7,7 @@ import { AgentContext, type AgentDeps } from "./context.ts";
 import { CrashWatch } from "./crash-watch.ts";
 import { type Database, RedisDatabase, redisConnectSettings } from "./database.ts";
 import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
+import { HttpEndpoint } from "./http-endpoint.ts";
 import { type AgentOptionsInput, parseAgentOptions } from "./options.ts";
 import { runLoop } from "./scheduling.ts";
 import { SentinelEndpoint } from "./sentinel-endpoint.ts";
@@ -26,6 +27,8 @@ export interface AgentHandle {
   readonly address: string;
   /** host:port of the Sentinel-protocol endpoint, when `sentinelPort` is set (docs/sentinel.md). */
   readonly sentinelAddress: string | undefined;
+  /** host:port of the HTTP role checks and metrics, when `httpPort` is set (docs/http.md). */
+  readonly httpAddress: string | undefined;
   /** What the agent currently believes, for the CLI, the demo and tests. */
   status(): AgentStatus;
   /** Runs one heartbeat cycle now (tests and the demo; the loop runs on its own). */
@@ -88,6 +91,12 @@ export async function startAgent(
   const sentinel =
     options.sentinelPort === undefined ? undefined : new SentinelEndpoint({ options, nodeId, deps, logger });
   const ctx = new AgentContext({ options, nodeId, deps: sentinel?.wrap(deps) ?? deps, db, state, logger });
+  const http = options.httpPort === undefined ? undefined : new HttpEndpoint(ctx, options, logger);
+  if (http) {
+    const { commands, storeErrors } = http.metrics;
+    ctx.count = (event, label) =>
+      event === "command" ? commands.inc({ outcome: label }) : storeErrors.inc({ operation: label });
+  }
   logger.info("agent starting", {
     redis: options.redis,
     address: ctx.address,
@@ -107,6 +116,7 @@ export async function startAgent(
       controller.abort();
       await loops;
       await sentinel?.close();
+      await http?.close();
       ctx.probe.close();
       await db.close();
       state.release();
@@ -117,10 +127,12 @@ export async function startAgent(
 
   try {
     await sentinel?.listen();
+    await http?.listen();
     await db.waitReady(redisTimeoutMs);
     await runCycle(ctx, { force: true });
   } catch (error) {
     await sentinel?.close();
+    await http?.close();
     await db.close();
     state.release();
     throw error;
@@ -137,6 +149,7 @@ export async function startAgent(
     shard: options.shard,
     address: ctx.address,
     sentinelAddress: sentinel?.address,
+    httpAddress: http?.address,
     status: () => ({
       role: ctx.lastInfo?.role ?? ctx.lastHeartbeat?.role,
       epoch: ctx.highestEpoch,

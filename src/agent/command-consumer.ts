@@ -47,6 +47,9 @@ async function applyCommand(ctx: AgentContext, command: Command): Promise<void> 
   }
 }
 
+/** A screened command's outcome as `/metrics` counts it. */
+const COUNTED_AS = { apply: "applied", reject: "rejected", ignore: "ignored", refuse: "refused" } as const;
+
 /**
  * Handles one message: screened, applied under the role lock, confirmed by an immediate
  * heartbeat, and deleted only after it took effect. Returns false when it failed and stays
@@ -82,6 +85,7 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
       }
       return screening;
     });
+    ctx.count("command", COUNTED_AS[outcome.action]);
     if (outcome.action === "reject") {
       ctx.logger.warn("command rejected; left for the dead-letter queue", {
         reason: outcome.reason,
@@ -112,6 +116,7 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
     await bus.delete(ctx.shard, ctx.nodeId, message);
     return true;
   } catch (error) {
+    ctx.count("command", "failed");
     ctx.logger.error("command failed; left for redelivery", {
       ...(message.command ? commandContext(message.command) : {}),
       ...ctx.epochContext,

@@ -35,6 +35,9 @@ export interface AgentDeps {
   readonly wake?: WakeSender;
 }
 
+/** Events the agent counts: commands by outcome, failed store calls by operation. */
+export type AgentEvent = "command" | "store_error";
+
 /** Everything the agent's loops share. One per running agent. */
 export class AgentContext {
   readonly options: AgentOptions;
@@ -145,6 +148,8 @@ export class AgentContext {
   topologyDoubt = false;
   /** Monotonic ms until which the controller asked this agent to report every cycle (REPORT). */
   reportUntil = Number.NEGATIVE_INFINITY;
+  /** Counts an event for `/metrics` (src/agent/http-endpoint.ts); nothing without the HTTP endpoint. */
+  count: (event: AgentEvent, label: string) => void = () => {};
 
   constructor(init: {
     options: AgentOptions;

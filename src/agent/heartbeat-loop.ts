@@ -232,6 +232,7 @@ async function probePrimary(ctx: AgentContext, info: ReplicationInfo): Promise<P
 }
 
 function storeFailed(ctx: AgentContext, what: string, error: unknown): void {
+  ctx.count("store_error", what);
   ctx.storeFailingSince ??= ctx.deps.clock.now();
   if (ctx.storeUp) {
     ctx.logger.warn("coordination store unreachable", { operation: what, error: errorMessage(error) });

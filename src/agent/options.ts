@@ -368,6 +368,51 @@ export const AGENT_SETTINGS = [
     default: "none: no client certificate asked",
     description: "PEM CA bundle: Sentinel clients must present a certificate it signed (mutual TLS).",
   },
+  {
+    key: "httpPort",
+    kind: "integer",
+    flag: "--http-port",
+    placeholder: "<port>",
+    env: ENV.httpPort,
+    default: "off",
+    description:
+      "Serve the HTTP role checks (`/primary`, `/replica`, `/health`, `/status`) and Prometheus `/metrics` ([docs/http.md](http.md)); `0` = a free port.",
+  },
+  {
+    key: "httpBind",
+    kind: "string",
+    flag: "--http-bind",
+    placeholder: "<host>",
+    env: ENV.httpBind,
+    default: "host of `--address`",
+    description: "Address the HTTP endpoint listens on (`0.0.0.0` for every interface).",
+  },
+  {
+    key: "httpTls",
+    kind: "boolean",
+    flag: "--http-tls",
+    env: ENV.httpTls,
+    default: "`false`",
+    description: "Serve the HTTP endpoint over TLS with `--http-cert` / `--http-key`.",
+  },
+  {
+    key: "httpCert",
+    kind: "string",
+    flag: "--http-cert",
+    placeholder: "<file>",
+    env: ENV.httpCert,
+    default: "none",
+    description: "PEM server certificate of the HTTP endpoint; with `--http-key`.",
+  },
+  {
+    key: "httpKey",
+    kind: "string",
+    flag: "--http-key",
+    placeholder: "<file>",
+    env: ENV.httpKey,
+    default: "none",
+    description: "PEM private key of `--http-cert`.",
+  },
 ] as const satisfies readonly Setting[];
 
 export type AgentSettingKey = (typeof AGENT_SETTINGS)[number]["key"];
@@ -414,6 +459,11 @@ const agentOptionFields = z.object({
   sentinelCert: z.string().min(1).optional(),
   sentinelKey: z.string().min(1).optional(),
   sentinelCa: z.string().min(1).optional(),
+  httpPort: z.number().int().min(0).max(65535).optional(),
+  httpBind: z.string().min(1).optional(),
+  httpTls: z.boolean().default(false),
+  httpCert: z.string().min(1).optional(),
+  httpKey: z.string().min(1).optional(),
 });
 
 type AgentFields = z.output<typeof agentOptionFields>;
@@ -435,6 +485,14 @@ function checkAgentOptions(options: AgentFields, ctx: z.RefinementCtx): void {
     }
   }
   checkSentinelOptions(options, problem);
+  if (options.httpTls && options.httpPort === undefined) problem("httpTls", "needs {httpPort}");
+  if (options.httpTls && (options.httpCert === undefined || options.httpKey === undefined))
+    problem("httpTls", "needs {httpCert} and {httpKey}");
+  if (!options.httpTls) {
+    for (const key of ["httpCert", "httpKey"] as const) {
+      if (options[key] !== undefined) problem(key, "needs {httpTls} true");
+    }
+  }
   if (options.redisCert !== undefined && options.redisKey === undefined)
     problem("redisCert", "needs {redisKey} (a client certificate and its key go together)");
   if (options.redisKey !== undefined && options.redisCert === undefined)
