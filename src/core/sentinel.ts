@@ -1,5 +1,6 @@
 import { parseAddress } from "./address.ts";
 import type { Heartbeat, Topology } from "./model.ts";
+import { offsetAgeMs } from "./node-age.ts";
 
 /**
  * What the agent's Sentinel-protocol endpoint answers for a given shard state (docs/sentinel.md).
@@ -158,7 +159,11 @@ function replicaFields(view: SentinelView, node: Heartbeat): SentinelReply {
     ["master-host", master.host],
     ["master-port", master.port],
     ["slave-priority", node.priority],
+    // What is known and how old it is: a quiet replica's offset is as old as its last report.
     ["slave-repl-offset", node.last_txn_id],
+    ["info-refresh", Math.max(0, Math.round(offsetAgeMs(node, view.nowMs)))],
+    // Known only while the link was up at that report; Sentinel's "down since" is not reported.
+    ...(node.primary_link === "up" ? ([["master-link-down-time", 0]] as const) : []),
   ]);
 }
 

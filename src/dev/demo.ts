@@ -62,6 +62,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     nodes: options.nodes,
     config: options.config,
     onProgress: event,
+    // A first run on a busy machine: processes may take tens of seconds to start.
+    readyTimeoutMs: 120_000,
   });
   const config = parseFailoverConfig(options.config);
   const { failureTimeoutMs } = config;
