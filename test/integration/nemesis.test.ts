@@ -3,16 +3,19 @@ import { FAULT_KINDS, type FaultKind, scheduleFaults } from "../../src/dev/nemes
 import { runNemesis } from "../../src/dev/nemesis/runner.ts";
 
 /**
- * A short nemesis run in the suite: two minutes of seeded, overlapping faults of every kind against
- * a shard of real processes (the 30-minute runs are `npm run nemesis`, recorded in docs/chaos.md).
- * The checker must find the run valid.
+ * A short nemesis run in the suite: 90 s of seeded, overlapping faults of every kind against a
+ * shard of real processes (the 30-minute runs are `npm run nemesis`, recorded in docs/chaos.md).
+ * The seed is one whose schedule draws every kind in its first minute, restarts only a replica as
+ * a replica of another node, and leaves no node dead for good (chosen by scanning schedules, which
+ * are pure). The checker, guarantee 3 included, must find the run valid.
  */
-const SEED = 20_261_123;
-const MINUTES = 2;
+const SEED = 20_261_885;
+const MINUTES = 1.5;
 const FAULTS: FaultKind[] = [...FAULT_KINDS];
+const SCHEDULE = { gapMinMs: 2000, gapMaxMs: 4000, maxConcurrent: 3 } as const;
 
 describe("nemesis", () => {
-  it("a two-minute fixed-seed run of combined faults of every kind keeps every guarantee the checker checks", {
+  it("a 90-second fixed-seed run of combined faults of every kind keeps every guarantee the checker checks", {
     timeout: 420_000,
   }, async () => {
     // Prepare
@@ -21,32 +24,35 @@ describe("nemesis", () => {
       nodes: 3,
       faults: FAULTS,
       lockLeaseMs: 5000,
-      gapMinMs: 3000,
-      gapMaxMs: 6000,
+      ...SCHEDULE,
     });
     const lines: string[] = [];
+    const started = performance.now();
 
     // Act
     const report = await runNemesis({
       seed: SEED,
       minutes: MINUTES,
       faults: FAULTS,
-      schedule: { gapMinMs: 3000, gapMaxMs: 6000 },
+      schedule: SCHEDULE,
       settleTimeoutMs: 45_000,
       keepLogs: false,
       onLine: (line) => lines.push(line),
     });
 
     // Assess
-    const injected = Object.values(report.faultsByKind).reduce((sum, kind) => sum + kind.injected, 0);
-    expect(report.violations, `${lines.join("\n")}\nviolations`).toEqual([]);
+    const log = `${lines.join("\n")}\n(${Math.round((performance.now() - started) / 1000)} s)`;
+    const counts = Object.values(report.faultsByKind);
+    const injected = counts.reduce((sum, kind) => sum + kind.injected, 0);
+    expect(report.violations, `${log}\nviolations`).toEqual([]);
     expect(report.valid).toBe(true);
     expect(report.settled).toBe(true);
-    expect(injected + Object.values(report.faultsByKind).reduce((sum, kind) => sum + kind.skipped, 0)).toBe(
-      schedule.length,
-    );
-    expect(injected).toBeGreaterThanOrEqual(10);
-    expect(report.writes.ackedByReplica).toBeGreaterThan(500);
+    expect(report.availability).toEqual([]);
+    expect(injected + counts.reduce((sum, kind) => sum + kind.skipped, 0)).toBe(schedule.length);
+    for (const kind of FAULTS) {
+      expect(report.faultsByKind[kind]?.injected ?? 0, `${log}\n${kind} injected`).toBeGreaterThanOrEqual(1);
+    }
+    expect(report.writes.ackedByReplica).toBeGreaterThan(300);
     expect(report.writes.lost).toBe(0);
     expect(report.samples).toBeGreaterThan(100);
   });
