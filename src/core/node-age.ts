@@ -60,12 +60,15 @@ export function comparableLag(
   now: number,
 ): LagReading {
   if (primary === undefined) return { known: false, code: "no_primary", why: "no primary report" };
-  if (primary.db_status !== "up" || !isFresh(primary, config, now)) {
-    return { known: false, code: "primary_not_recent", why: "the primary's offset is not recent" };
-  }
-  if (replica.db_status !== "up" || !isFresh(replica, config, now)) {
-    return { known: false, code: "not_recent", why: "its offset is not recent" };
-  }
+  const stale = (node: Heartbeat, whose: string): string | undefined => {
+    if (node.db_status !== "up") return `${whose} database is down`;
+    if (!isFresh(node, config, now)) return `${whose} offset was read ${describeAge(offsetAgeMs(node, now))}`;
+    return undefined;
+  };
+  const primaryStale = stale(primary, "the primary's");
+  if (primaryStale !== undefined) return { known: false, code: "primary_not_recent", why: primaryStale };
+  const replicaStale = stale(replica, "its");
+  if (replicaStale !== undefined) return { known: false, code: "not_recent", why: replicaStale };
   if (replica.repl_id !== primary.repl_id) {
     return { known: false, code: "other_lineage", why: "another lineage than the primary's" };
   }
