@@ -15,6 +15,7 @@ import {
   observerAddress,
   type PartitionSpec,
   pickSubnet,
+  reachableUrl,
   removeNodeCommands,
   voidAddress,
 } from "../../src/dev/netlab/plan.ts";
@@ -94,6 +95,19 @@ describe("lab names and addresses", () => {
 
     // Assess
     expect(make).toThrow(message);
+  });
+
+  it.each([
+    ["http://127.0.0.1:8000", "http://10.171.4.2:8000"],
+    ["http://localhost:4566/", "http://10.171.4.2:4566"],
+    ["http://[::1]:9324/queue?x=1", "http://10.171.4.2:9324/queue?x=1"],
+    ["https://dynamodb.eu-west-1.amazonaws.com", "https://dynamodb.eu-west-1.amazonaws.com"],
+  ])("points %s at the host's AWS address for a node: %s", (url, expected) => {
+    // Act
+    const reachable = reachableUrl(url, awsAddress(LAYOUT.subnet));
+
+    // Assess
+    expect(reachable).toBe(expected);
   });
 
   it("puts the observer at .1, AWS at .2 and the void next hop at .254", () => {

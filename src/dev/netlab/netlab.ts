@@ -19,6 +19,7 @@ import {
   observerAddress,
   type PartitionSpec,
   pickSubnet,
+  reachableUrl,
   removeNodeCommands,
   subnetCidr,
 } from "./plan.ts";
@@ -193,10 +194,7 @@ export class NetLab {
    * off the lab, so endpoints elsewhere are out of reach in this mode).
    */
   hostUrl(url: string): string {
-    const parsed = new URL(url);
-    if (!["127.0.0.1", "localhost", "[::1]", "0.0.0.0"].includes(parsed.hostname)) return url;
-    const path = parsed.pathname === "/" ? "" : parsed.pathname;
-    return `${parsed.protocol}//${this.awsAddress}${parsed.port ? `:${parsed.port}` : ""}${path}${parsed.search}`;
+    return reachableUrl(url, this.awsAddress);
   }
 
   /**

@@ -127,6 +127,14 @@ export function labNode(layout: LabLayout, name: string, index: number): LabNode
   };
 }
 
+/** `url` with a loopback host (127.0.0.1, localhost, ::1, 0.0.0.0) replaced by `address`; others as they are. */
+export function reachableUrl(url: string, address: string): string {
+  const parsed = new URL(url);
+  if (!["127.0.0.1", "localhost", "[::1]", "0.0.0.0"].includes(parsed.hostname)) return url;
+  const path = parsed.pathname === "/" ? "" : parsed.pathname;
+  return `${parsed.protocol}//${address}${parsed.port ? `:${parsed.port}` : ""}${path}${parsed.search}`;
+}
+
 /** One command the lab runs: an iproute2 tool and its arguments. */
 export interface Command {
   readonly tool: "ip" | "bridge" | "tc";
