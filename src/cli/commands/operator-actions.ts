@@ -116,7 +116,7 @@ function report(
     process.stdout.write(
       json
         ? `${JSON.stringify({ ok: true, submitted: true, ...request })}\n`
-        : `${request.action} of shard ${request.shard} submitted; follow it with: shardguard status --shard ${request.shard}\n`,
+        : `${request.action} of shard ${request.shard} submitted; follow it with: shardguard status --shard ${request.shard} --watch\n`,
     );
     return;
   }
