@@ -1,5 +1,5 @@
 import { execFile, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ShardguardError } from "../../core/errors.ts";
 import { type Command, type LabSubnet, LINK_PREFIX, NAMESPACE_PREFIX } from "./plan.ts";
@@ -68,9 +68,16 @@ function ownerAlive(record: Pick<LabRecord, "pid" | "pidStart">): boolean {
   return processStart(record.pid) === record.pidStart;
 }
 
+/**
+ * Writes (or replaces) a lab's record atomically: a sweep in another process that read half a
+ * file would skip the record and take the live lab's names for a dead lab's.
+ */
 export function writeRecord(record: LabRecord): void {
   mkdirSync(STATE_DIR, { recursive: true });
-  writeFileSync(join(STATE_DIR, `${record.id}.json`), `${JSON.stringify(record)}\n`);
+  const path = join(STATE_DIR, `${record.id}.json`);
+  const partial = `${path}.${process.pid}.partial`;
+  writeFileSync(partial, `${JSON.stringify(record)}\n`);
+  renameSync(partial, path);
 }
 
 export function removeRecord(id: string): void {
@@ -86,7 +93,8 @@ export function readRecords(): LabRecord[] {
     try {
       records.push(JSON.parse(readFileSync(join(STATE_DIR, entry), "utf8")) as LabRecord);
     } catch {
-      // A record cut by a crash mid-write names nothing reliable; its leftovers match the prefixes below.
+      // Records are renamed into place whole; an unreadable one names nothing reliable, and its
+      // leftovers match the prefixes below.
     }
   }
   return records;
@@ -170,6 +178,10 @@ export function sweepDeadLabs(): string[] {
     }
     const probe = PROBE_NAMESPACE.exec(namespace);
     if (probe && processStart(Number(probe[1])) !== probe[2]) destroyNamespace(namespace);
+  }
+  for (const entry of existsSync(STATE_DIR) ? readdirSync(STATE_DIR) : []) {
+    const writer = /\.(\d+)\.partial$/.exec(entry)?.[1];
+    if (writer && processStart(Number(writer)) === undefined) rmSync(join(STATE_DIR, entry), { force: true });
   }
   for (const link of links) {
     const lab = LAB_LINK.exec(link)?.[1];
