@@ -61,6 +61,11 @@ export interface LocalClusterOptions {
    * redis under a clock shim with it). @default none
    */
   readonly redisEnv?: (id: string) => NodeJS.ProcessEnv | undefined;
+  /**
+   * `network: "netns"`: called with the lab once it exists, before any process starts (the nemesis
+   * opens its proxies on the lab's AWS address there).
+   */
+  readonly onNetlab?: (lab: NetLab) => Promise<void> | void;
 }
 
 /** How one agent process is started (all optional; the defaults are the plain start). */
@@ -134,6 +139,7 @@ export class LocalCluster {
         const ids = Array.from({ length: options.nodes ?? 3 }, (_, index) => `node-${index + 1}`);
         netlab = await NetLab.create({ nodes: ids });
         progress(`network lab ${netlab.id}: namespaces for ${ids.join(", ")}, AWS at ${netlab.awsAddress}`);
+        await options.onNetlab?.(netlab);
       }
       const lab = netlab;
       progress(`starting ${options.nodes ?? 3} redis-server nodes`);

@@ -183,6 +183,21 @@ describe("nemesis fault schedule", () => {
     );
   });
 
+  it("cuts between nodes one way, both ways, isolates the primary or splits it off with one replica", () => {
+    const faults = scheduleFaults(12, { minutes: 20, nodes: 3, faults: ["partition-nodes"] });
+    expect(faults.length).toBeGreaterThan(20);
+    expect(new Set(faults.map((fault) => fault.params.shape))).toEqual(
+      new Set(["one-way", "two-way", "split", "isolate"]),
+    );
+    for (const fault of faults) {
+      expect(fault.target).toBe(
+        fault.params.shape === "split" || fault.params.shape === "isolate" ? "primary" : "random-node",
+      );
+      expect(fault.durationMs).toBeGreaterThanOrEqual(3000);
+      expect(fault.durationMs).toBeLessThanOrEqual(30_000);
+    }
+  });
+
   it("reads a gap range and rejects a bad one by its text", () => {
     expect(parseGap("3000-7000")).toEqual({ min: 3000, max: 7000 });
     expect(() => parseGap("7000-3000")).toThrow(/7000-3000/);

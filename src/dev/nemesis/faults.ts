@@ -26,6 +26,7 @@ export const FAULT_KINDS = [
   "store-throttle",
   "redis-clock-step",
   "operator",
+  "partition-nodes",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -62,7 +63,8 @@ export interface ScheduledFault {
    * redis-clock-step: `offsetS`; delay-commands and store-slow: `delayMs`; kill-agent-long:
    * `untilEnd`; restart-as-replica: `restart` (rdb | empty), `of` (which other node, in [0, 1));
    * priorities: `priority`; store-throttle: `error` (throttle | 500), `fraction`; operator:
-   * `action` (switchover | pause | recover), `to` (switchover: named | best).
+   * `action` (switchover | pause | recover), `to` (switchover: named | best); partition-nodes:
+   * `shape` (one-way | two-way | split | isolate), `with` (which other node, in [0, 1)).
    */
   readonly params: Readonly<Record<string, string | number | boolean>>;
   /** How long the fault lasts before its heal (kill-redis: the downtime before the restart). */
@@ -266,6 +268,16 @@ function draw(
         target: random.pick(NODE_TARGETS_WEIGHTED),
         params: { offsetS },
         durationMs: ms(5000, 30_000),
+      };
+    }
+    case "partition-nodes": {
+      // Cuts between redis nodes (the network lab): one link one way or both, or an AZ split that
+      // puts the primary with some replicas on one side and the store (and the rest) on the other.
+      const shape = random.pick(["one-way", "two-way", "split", "split", "isolate"] as const);
+      return {
+        target: shape === "one-way" || shape === "two-way" ? "random-node" : "primary",
+        params: { shape, with: random.next() },
+        durationMs: ms(3000, 30_000),
       };
     }
     case "operator": {

@@ -10,6 +10,7 @@ import { LocalCluster } from "../local-cluster.ts";
 import type { ManagedProcess } from "../local-stack/processes.ts";
 import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
+import { NetLab, type PartitionSpec } from "../netlab/netlab.ts";
 import { type CheckResult, check } from "./checker.ts";
 import { buildClockShim } from "./clock-shim.ts";
 import { CommandTap } from "./command-tap.ts";
@@ -238,6 +239,9 @@ function resourcesOf(kind: FaultKind, target: string): string[] {
       return [`clock:${target}`];
     case "operator":
       return ["operator"];
+    case "partition-nodes":
+      // The lab's heal lifts every cut: one partition at a time.
+      return ["netlab"];
     case "store-slow":
     case "store-throttle":
     case "partition-agent-store":
@@ -339,14 +343,22 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     }
   }
   const clockFile = (id: string) => join(clockDir ?? tmpdir(), `${id}.offset`);
+  // `partition-nodes`: every node in its own network namespace (src/dev/netlab), where there are.
+  const labMissing = faultsEnabled.includes("partition-nodes") ? NetLab.unavailableReason() : undefined;
+  const useLab = faultsEnabled.includes("partition-nodes") && labMissing === undefined;
+  if (labMissing) line(`partition-nodes will be skipped: no network lab here (${labMissing})`);
+  /** The lab's AWS address once it exists: the agents reach their proxies there. */
+  let labAws: string | undefined;
+  const viaLab = (url: string | undefined) =>
+    url && labAws ? url.replace("//127.0.0.1:", `//${labAws}:`) : url;
   let cluster: LocalCluster | undefined;
   // Logs and the history stay when asked, and always after a run that did not pass.
   let keepLogs = options.keepLogs ?? true;
   try {
     await Promise.all(proxies.map((proxy) => proxy.start()));
     const agentEnv = (id: string): NodeJS.ProcessEnv => ({
-      AWS_ENDPOINT_URL_DYNAMODB: agentStore.get(id)?.urlFor(dynamoUrl),
-      AWS_ENDPOINT_URL_SQS: agentSqs.get(id)?.urlFor(sqsUrl),
+      AWS_ENDPOINT_URL_DYNAMODB: viaLab(agentStore.get(id)?.urlFor(dynamoUrl)),
+      AWS_ENDPOINT_URL_SQS: viaLab(agentSqs.get(id)?.urlFor(sqsUrl)),
     });
     cluster = await LocalCluster.start({
       stack,
@@ -360,6 +372,19 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         AWS_ENDPOINT_URL_DYNAMODB: controllerStore.get(`controller-${serial}`)?.urlFor(dynamoUrl),
       }),
       ...(priorities ? { priorities } : {}),
+      ...(useLab
+        ? {
+            network: "netns" as const,
+            onNetlab: async (lab: NetLab) => {
+              labAws = lab.awsAddress;
+              await Promise.all(
+                [...agentStore.values(), ...agentSqs.values()].map((proxy) =>
+                  proxy.listenAlso(lab.awsAddress),
+                ),
+              );
+            },
+          }
+        : {}),
       ...(clockShim
         ? { redisEnv: (id: string) => ({ LD_PRELOAD: clockShim, SHARDGUARD_CLOCK_FILE: clockFile(id) }) }
         : {}),
@@ -487,6 +512,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         fault.kind === "redis-clock-step";
       if (fault.kind === "redis-clock-step" && clockShimMissing)
         return { targets: [], why: clockShimMissing };
+      if (fault.kind === "partition-nodes" && !useLab)
+        return { targets: [], why: `no network lab (${labMissing ?? "not started"})` };
       const liveNodes = nodeIds.filter((id) => !(kindNeedsRedis && dead.has(id)));
       let candidates: string[];
       switch (fault.target) {
@@ -682,6 +709,29 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             const offsetMs = Number(fault.params.offsetS) * 1000;
             writeFileSync(clockFile(id), String(offsetMs));
             heals.push(() => writeFileSync(clockFile(id), "0"));
+            break;
+          }
+          case "partition-nodes": {
+            const others = nodeIds.filter((other) => other !== id);
+            const other = others[Math.floor(Number(fault.params.with) * others.length)] as string;
+            const rest = others.filter((node) => node !== other);
+            const spec: PartitionSpec =
+              fault.params.shape === "one-way"
+                ? { cuts: [{ from: id, to: other, oneWay: true }] }
+                : fault.params.shape === "two-way"
+                  ? { cuts: [{ from: id, to: other }] }
+                  : fault.params.shape === "split"
+                    ? // An AZ split: this node with one other | the rest with the store and the controllers.
+                      {
+                        groups: [
+                          [id, other],
+                          [...rest, "aws"],
+                        ],
+                      }
+                    : { groups: [[id], [...others, "aws"]] };
+            const cuts = await active.partition(spec);
+            line(`  partition-nodes: ${cuts.map((cut) => `${cut.from}->${cut.to}`).join(" ")}`);
+            heals.push(() => active.heal());
             break;
           }
           case "operator": {
@@ -1005,6 +1055,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     await Promise.all(tasks);
     for (const proxy of proxies) proxy.heal();
     effects.clear();
+    if (active.netlab) await active.heal().catch((error) => line(`lab heal: ${errorMessage(error)}`));
     if (clockShim) for (const id of nodeIds) writeFileSync(clockFile(id), "0");
     for (const node of active.redis) if (!dead.has(node.id)) node.signal("SIGCONT");
     for (const proc of controllers) proc.child.kill("SIGCONT");

@@ -83,6 +83,8 @@ export class TcpProxy {
   readonly upstreamPort: number;
   readonly name: string;
   #server: Server | undefined;
+  /** Listeners on other addresses of the same port (`listenAlso`). */
+  readonly #extra: Server[] = [];
   #port = 0;
   #mode: ProxyMode = PASS;
   readonly #links = new Set<Link>();
@@ -141,6 +143,19 @@ export class TcpProxy {
     this.#server = server;
   }
 
+  /**
+   * Accepts on `host` too, same port (the network lab's AWS address, which nodes in their
+   * namespaces reach while 127.0.0.1 is their own loopback). After `start`.
+   */
+  async listenAlso(host: string): Promise<void> {
+    const server = createServer((client) => this.#accept(client));
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(this.#port, host, () => resolve());
+    });
+    this.#extra.push(server);
+  }
+
   /** Switches the mode; applies to open connections at once (see ProxyMode). */
   setMode(mode: ProxyMode): void {
     const previous = this.#mode;
@@ -187,7 +202,8 @@ export class TcpProxy {
     for (const link of [...this.#links]) this.#close(link);
     const server = this.#server;
     this.#server = undefined;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+    const servers = [...(server ? [server] : []), ...this.#extra.splice(0)];
+    await Promise.all(servers.map((one) => new Promise<void>((resolve) => one.close(() => resolve()))));
   }
 
   #accept(client: Socket): void {
