@@ -309,14 +309,15 @@ try {
   // The controller's rates, averaged over a month. Looping: as measured. Lambda: what one
   // invocation sent, 43,200 times a month (its wake-up queue is polled by the event source
   // mapping, ESM_POLLS_PER_SECOND, not by the handler).
-  // A snapshot is two Queries: the shard's agents' partition and its controller's partition.
+  // A snapshot's Queries: the shard's members, its controller's partition, each member's partition.
   const none = { requests: 0, capacityUnits: 0, errors: 0 };
-  const shardQuery = measured.controllerDynamo["Query (shard)"] ?? none;
-  const controlQuery = measured.controllerDynamo["Query (control)"] ?? none;
+  const parts = ["Query (shard)", "Query (control)", "Query (node)"].map(
+    (operation) => measured.controllerDynamo[operation] ?? none,
+  );
   const snapshotQuery = {
-    requests: shardQuery.requests + controlQuery.requests,
-    capacityUnits: shardQuery.capacityUnits + controlQuery.capacityUnits,
-    errors: shardQuery.errors + controlQuery.errors,
+    requests: parts.reduce((sum, part) => sum + part.requests, 0),
+    capacityUnits: parts.reduce((sum, part) => sum + part.capacityUnits, 0),
+    errors: parts.reduce((sum, part) => sum + part.errors, 0),
   };
   const controllerUnits = units(measured.controllerDynamo, seconds);
   const toMonthlyAverage = handler ? seconds / invocationCount / 60 : 1;

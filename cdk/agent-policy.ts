@@ -25,12 +25,12 @@ export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity): Qu
 }
 
 /**
- * The agents' partition of its shard (`SHARD#<shard>`): Query (the snapshot: the nodes' heartbeats
- * and replica sets), GetItem (an older installation's topology, until `shardguard migrate-layout`
- * moves it), PutItem (its heartbeat), UpdateItem (ADD/DELETE on its replica set as primary). IAM
- * authorizes a transaction item by item: the replica-set shrink's Update needs UpdateItem here and
- * its topology check ConditionCheckItem on the controller's partition. Proven from recorded calls:
- * test/integration/iam-recorded-calls.test.ts.
+ * The shard partition (`SHARD#<shard>`): Query (the snapshot's membership), GetItem (the topology of
+ * the layout before the controller's partition, until `shardguard migrate-layout` moves it), PutItem
+ * (its member item), UpdateItem. Every agent of the shard may write here, so readers take nothing
+ * from it but member ids in sort keys (keys.shardPk); PutItem and UpdateItem also let agents of the
+ * previous release (heartbeats and replica sets here) run through an upgrade. No DeleteItem: no node
+ * can unlist a peer.
  */
 export const AGENT_SHARD_ACTIONS = [
   "dynamodb:Query",
@@ -38,6 +38,16 @@ export const AGENT_SHARD_ACTIONS = [
   "dynamodb:PutItem",
   "dynamodb:UpdateItem",
 ] as const;
+/**
+ * The node's own partition (`NODE#<shard>#<node>`), the only one of the shard it writes: PutItem (its
+ * heartbeat), UpdateItem (ADD/DELETE on its replica set as primary). IAM authorizes a transaction item
+ * by item: the replica-set shrink's Update needs UpdateItem here and its topology check
+ * ConditionCheckItem on the controller's partition. Proven from recorded calls:
+ * test/integration/iam-recorded-calls.test.ts.
+ */
+export const AGENT_NODE_ACTIONS = ["dynamodb:PutItem", "dynamodb:UpdateItem"] as const;
+/** Every node partition of its shard (`NODE#<shard>#*`), read-only: the snapshot's Queries. */
+export const AGENT_PEER_ACTIONS = ["dynamodb:Query"] as const;
 /**
  * The controller's partition of the agent's shard (`CONTROL#<shard>`: topology and lock), read-only:
  * Query (the snapshot), GetItem (the topology a command is checked against), ConditionCheckItem (the
@@ -93,17 +103,16 @@ export interface AgentPolicyTarget extends AgentIdentity {
 /**
  * The statements of one agent's policy.
  *
- * `dynamodb:LeadingKeys` constrains the partition key only, so what agents may write and what only the
- * controller may write live in different partitions: the agent writes in its shard's agents'
- * partition (`SHARD#<shard>`: heartbeats, replica sets) and only reads the controller's
- * (`CONTROL#<shard>`: topology, lock), so one node's credentials cannot name a primary, hold the lock
- * or redirect clients (docs/security.md). Within the agents' partition sort keys cannot be constrained
- * by IAM: a node's credentials can overwrite another node's heartbeat of the same shard (a residual
- * risk, docs/security.md). The shard index lives in another partition (`SHARDS`), so it gets a
- * statement with PutItem only: an agent can write index entries (which hold nothing but a shard id),
- * never read or delete them, and cannot touch history (`HISTORY#<shard>`) at all.
- * `ForAllValues` is safe here because no granted action can run without a partition key (no Scan, no
- * batch operations).
+ * `dynamodb:LeadingKeys` constrains the partition key only, so what each party writes lives in a
+ * partition of its own: the agent writes its heartbeat and replica set in its node's partition
+ * (`NODE#<shard>#<node>`) and no other node's, only reads its peers' (`NODE#<shard>#*`) and the
+ * controller's (`CONTROL#<shard>`: topology, lock), so one node's credentials can neither name a
+ * primary, hold the lock, nor report for a peer (docs/security.md). In the shard partition
+ * (`SHARD#<shard>`) it writes its member item, which carries nothing a reader trusts beyond the id.
+ * The shard index lives in another partition (`SHARDS`), so it gets a statement with PutItem only:
+ * an agent can write index entries (which hold nothing but a shard id), never read or delete them,
+ * and cannot touch history (`HISTORY#<shard>`) at all. `ForAllValues` is safe here because no
+ * granted action can run without a partition key (no Scan, no batch operations).
  */
 export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarget): PolicyStatement[] {
   const stack = Stack.of(scope);
@@ -112,7 +121,23 @@ export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarg
   const names = nodeQueueNames(target.queuePrefix, target);
   return [
     new PolicyStatement({
-      sid: "OwnShardPartition",
+      sid: "OwnNodePartition",
+      actions: [...AGENT_NODE_ACTIONS],
+      resources: [target.tableArn],
+      conditions: {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.nodePk(target.shard, target.node)] },
+      },
+    }),
+    new PolicyStatement({
+      sid: "ReadShardNodes",
+      actions: [...AGENT_PEER_ACTIONS],
+      resources: [target.tableArn],
+      conditions: {
+        "ForAllValues:StringLike": { "dynamodb:LeadingKeys": [keys.nodePkPattern(target.shard)] },
+      },
+    }),
+    new PolicyStatement({
+      sid: "ShardMembership",
       actions: [...AGENT_SHARD_ACTIONS],
       resources: [target.tableArn],
       conditions: {

@@ -49,12 +49,19 @@ export function agentIamRows(): IamRow[] {
       if (queue === undefined) throw new Error(`docs-iam: no description for resource ${arn}`);
       return queues[queue] as string;
     });
-    const leadingKeys = (
-      statement.conditions as { "ForAllValues:StringEquals"?: { "dynamodb:LeadingKeys"?: string[] } }
-    )["ForAllValues:StringEquals"]?.["dynamodb:LeadingKeys"];
-    const where = leadingKeys
-      ? `, items whose partition key is ${leadingKeys.map((key) => `\`${key}\``).join(", ")} (\`dynamodb:LeadingKeys\`)`
-      : "";
+    type LeadingKeys = { "dynamodb:LeadingKeys"?: string[] };
+    const conditions = statement.conditions as {
+      "ForAllValues:StringEquals"?: LeadingKeys;
+      "ForAllValues:StringLike"?: LeadingKeys;
+    };
+    const exact = conditions["ForAllValues:StringEquals"]?.["dynamodb:LeadingKeys"];
+    const like = conditions["ForAllValues:StringLike"]?.["dynamodb:LeadingKeys"];
+    const quoted = (keys: readonly string[]) => keys.map((key) => `\`${key}\``).join(", ");
+    const where = exact
+      ? `, items whose partition key is ${quoted(exact)} (\`dynamodb:LeadingKeys\`)`
+      : like
+        ? `, items whose partition key matches ${quoted(like)} (\`dynamodb:LeadingKeys\`, \`StringLike\`)`
+        : "";
     return {
       principal: `agent (\`${statement.sid}\`)`,
       actions: statement.actions,

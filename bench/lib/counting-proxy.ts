@@ -6,7 +6,7 @@ import type { AddressInfo } from "node:net";
  * counts every request by API operation, from every process that talks through it (agents,
  * controllers, the bench itself). The operation comes from the `X-Amz-Target` header (DynamoDB
  * and SQS JSON protocol) or the `Action` parameter (SQS query protocol); a Query also names the
- * partition it read: `Query (shard)`, `Query (control)`, `Query (shard index)`, `Query (history)`.
+ * partition it read: `Query (shard)`, `Query (node)`, `Query (control)`, `Query (shard index)`, `Query (history)`.
  *
  * For DynamoDB it also asks for the capacity each request consumed (`ReturnConsumedCapacity:
  * TOTAL`, added to requests that did not set it) and sums the `CapacityUnits` of the answers, so
@@ -135,14 +135,15 @@ async function readAll(stream: AsyncIterable<Buffer>): Promise<Buffer> {
 }
 
 /**
- * Which kind of partition a Query reads: the shard index, one shard's agents' partition (heartbeats,
- * replica sets), its controller's partition (topology, lock), or its history.
+ * Which kind of partition a Query reads: the shard index, one shard's partition (its members), one
+ * node's partition (heartbeat, replica set), its controller's partition (topology, lock), or its history.
  */
 function queriedPartition(body: string): string {
-  const match = /"S":"(SHARDS|SHARD#|CONTROL#|HISTORY#)/.exec(body);
+  const match = /"S":"(SHARDS|SHARD#|NODE#|CONTROL#|HISTORY#)/.exec(body);
   if (match?.[1] === "SHARDS") return "(shard index)";
   if (match?.[1] === "HISTORY#") return "(history)";
   if (match?.[1] === "CONTROL#") return "(control)";
+  if (match?.[1] === "NODE#") return "(node)";
   return match ? "(shard)" : "(other)";
 }
 

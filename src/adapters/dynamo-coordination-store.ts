@@ -155,6 +155,40 @@ class DynamoTable {
     }
   }
 
+  /**
+   * A node's member item: the id in its sort key is all a reader takes from it (any agent of the
+   * shard can write the shard partition). TTL twice the heartbeat's (see DynamoHeartbeatStore).
+   */
+  protected memberItem(shard: string, node: string): Record<string, unknown> {
+    return {
+      pk: keys.shardPk(shard),
+      sk: keys.member(node),
+      [TTL_ATTRIBUTE]: this.ttlIn(2 * this.heartbeatTtlSeconds),
+    };
+  }
+
+  /** Every item of partition `pk`, strongly consistent (more pages only past 1 MB). */
+  protected async queryAll(operation: string, pk: string): Promise<Record<string, unknown>[]> {
+    const items: Record<string, unknown>[] = [];
+    let startKey: Record<string, unknown> | undefined;
+    do {
+      const page: QueryCommandOutput = await this.call(operation, () =>
+        this.documents.send(
+          new QueryCommand({
+            TableName: this.tableName,
+            KeyConditionExpression: "pk = :pk",
+            ExpressionAttributeValues: { ":pk": pk },
+            ConsistentRead: true,
+            ExclusiveStartKey: startKey,
+          }),
+        ),
+      );
+      items.push(...(page.Items ?? []));
+      startKey = page.LastEvaluatedKey;
+    } while (startKey);
+    return items;
+  }
+
   /** TTL attribute value (epoch seconds) `seconds` from now. */
   protected ttlIn(seconds: number): number {
     return Math.ceil(this.clock.now() / 1000) + seconds;
@@ -203,7 +237,7 @@ function replicaSetCheck(
   return {
     ConditionCheck: {
       TableName: tableName,
-      Key: { pk: keys.shardPk(shard), sk: keys.replicas(replicaSet.primary) },
+      Key: { pk: keys.nodePk(shard, replicaSet.primary), sk: keys.replicas(replicaSet.primary) },
       ...(replicaSet.version === undefined
         ? { ConditionExpression: "attribute_not_exists(version)" }
         : {
@@ -303,6 +337,10 @@ const NEWER_HEARTBEAT_CONDITION =
 export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore {
   /** Orders this store's puts made within one µs; other writers compare by time first. */
   #writeSeq = 0;
+  /** `<shard>/<node>` -> when this store last wrote the node's member item (AWS-aligned ms). */
+  readonly #memberWrittenAt = new Map<string, number>();
+  /** Shard -> the member ids its last snapshot found, read alongside the membership (see snapshot). */
+  readonly #knownMembers = new Map<string, readonly string[]>();
 
   /**
    * The port's put: resolves normally whether written or superseded, so a caller never backs off
@@ -326,13 +364,14 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
     const item = parsed.data;
     const writtenAt = item.agent_updated ?? item.last_updated;
     this.#writeSeq += 1;
-    const written = await this.conditional(`PutItem (heartbeat ${item.shard}/${item.node_id})`, () =>
-      this.documents.send(
+    let previous: Record<string, unknown> | undefined;
+    const written = await this.conditional(`PutItem (heartbeat ${item.shard}/${item.node_id})`, async () => {
+      const out = await this.documents.send(
         new PutCommand({
           TableName: this.tableName,
           Item: {
             ...item,
-            pk: keys.shardPk(item.shard),
+            pk: keys.nodePk(item.shard, item.node_id),
             sk: keys.node(item.node_id),
             written_at: writtenAt,
             write_seq: this.#writeSeq,
@@ -344,89 +383,193 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
             ":ceiling": writtenAt + MAX_CLOCK_SKEW_MS * 1000,
             ":write_seq": this.#writeSeq,
           },
+          // Free with a put: tells a first heartbeat (or one after a deletion) from a refresh.
+          ReturnValues: "ALL_OLD",
         }),
-      ),
-    );
+      );
+      previous = out.Attributes;
+    });
+    if (written) await this.#ensureMember(item.shard, item.node_id, previous === undefined);
     return written ? "written" : "superseded";
   }
 
   /**
-   * Two strongly consistent Queries sent together: the agents' partition (heartbeats, replica sets)
-   * and the controller's (topology, lock), which IAM keeps apart (keys.controlPk). History lives in
-   * its own partition (`HISTORY#<shard>`), so the snapshot's cost does not grow with the number of
-   * failovers.
+   * Writes the node's member item when this store has not (since it started, or for half the
+   * heartbeat TTL), or when the heartbeat had to be created (the controller deletes both when it
+   * removes a node; a node that comes back registers again). Its TTL is twice the heartbeat's, so
+   * it outlives the last heartbeat of a node that stopped; the snapshot reads nothing for a member
+   * without a heartbeat. After the heartbeat: a failed member put is retried on the next heartbeat.
+   */
+  async #ensureMember(shard: string, node: string, created: boolean): Promise<void> {
+    const key = `${shard}/${node}`;
+    const now = this.clock.now();
+    const last = this.#memberWrittenAt.get(key);
+    if (!created && last !== undefined && now - last < (this.heartbeatTtlSeconds * 1000) / 2) return;
+    await this.call(`PutItem (member ${shard}/${node})`, () =>
+      this.documents.send(new PutCommand({ TableName: this.tableName, Item: this.memberItem(shard, node) })),
+    );
+    this.#memberWrittenAt.set(key, now);
+  }
+
+  /**
+   * The shard's state from strongly consistent Queries: the shard partition (who the members are),
+   * the controller's partition (topology, lock, layout marker) and each member's own partition
+   * (heartbeat, replica set). The member partitions a previous snapshot of this store found are read
+   * in the same round as the other two, so a snapshot costs one round trip unless the membership
+   * changed (then one more, for the new members). History lives in its own partition, never read here.
+   *
+   * Heartbeats and replica sets are taken from their node's own partition only, and only the
+   * node's own items (`NODE#<node>`, `REPLICAS#<node>` there): IAM lets no other node write there.
+   * A shard not yet migrated (no layout marker) with a topology is also read the older way: its
+   * heartbeats and replica sets in the shard partition, the newer heartbeat of a node winning, and
+   * the snapshot says `legacyTopology` so that the controller takes no automatic action. A migrated
+   * shard ignores every item of the shard partition but member sort keys.
    */
   async snapshot(shard: string): Promise<ShardSnapshot> {
     this.requireId("shard id", shard);
-    // Both partitions at once: the latency of one Query. The controller's partition is read after the
-    // agents' in item order, so its topology and lock win over an older installation's (legacy)
-    // copies in the shard partition, which are read only until the first topology write moves them.
-    const [nodeItems, controlItems] = await Promise.all([
-      this.#queryAll(`Query (snapshot of shard ${shard})`, keys.shardPk(shard)),
-      this.#queryAll(`Query (topology and lock of shard ${shard})`, keys.controlPk(shard)),
+    const nodeReads = new Map<string, Promise<Record<string, unknown>[]>>();
+    const readNode = (node: string) => {
+      const read = this.queryAll(`Query (partition of node ${shard}/${node})`, keys.nodePk(shard, node));
+      // Awaited below, or dropped when the node is no longer a member: never an unhandled rejection.
+      read.catch(() => undefined);
+      nodeReads.set(node, read);
+    };
+    for (const node of this.#knownMembers.get(shard) ?? []) readNode(node);
+    const [shardItems, controlItems] = await Promise.all([
+      this.queryAll(`Query (members of shard ${shard})`, keys.shardPk(shard)),
+      this.queryAll(`Query (topology and lock of shard ${shard})`, keys.controlPk(shard)),
     ]);
-    const controlled = controlItems.some((item) => item.sk === keys.topology);
-    // A lock in the agents' partition is never used; a topology there only while the controller's
-    // partition has none (an installation not yet migrated).
-    const fromNodes = nodeItems.filter(
-      (item) => item.sk !== keys.lock && (item.sk !== keys.topology || !controlled),
+    const members = memberIds(shardItems);
+    for (const node of members) if (!nodeReads.has(node)) readNode(node);
+    const perNode = await Promise.all(
+      members.map((node) => nodeReads.get(node) as Promise<Record<string, unknown>[]>),
     );
-    const legacyTopology = fromNodes.some((item) => item.sk === keys.topology);
-    const parsed = snapshotFromItems(shard, [...fromNodes, ...controlItems]);
-    const snapshot = legacyTopology ? { ...parsed, legacyTopology } : parsed;
+    this.#knownMembers.set(shard, members);
+
+    const malformed: MalformedItem[] = [];
+    const current = new Map<string, Record<string, unknown>>();
+    members.forEach((node, index) => {
+      for (const item of perNode[index] ?? []) {
+        const sk = String(item.sk);
+        if (sk === keys.node(node) || sk === keys.replicas(node)) current.set(sk, item);
+        else
+          malformed.push({
+            sk,
+            field: "sk",
+            reason: `in the partition of node ${node}, which holds only that node's heartbeat and replica set`,
+          });
+      }
+    });
+
+    const marked = controlItems.some((item) => item.sk === keys.layout);
+    const controlled = controlItems.some((item) => item.sk === keys.topology);
+    const shardTopology =
+      marked || controlled ? undefined : shardItems.find((item) => item.sk === keys.topology);
+    const legacyNodeItems =
+      marked || !(controlled || shardTopology)
+        ? []
+        : shardItems.filter(
+            (item) => String(item.sk).startsWith("NODE#") || String(item.sk).startsWith("REPLICAS#"),
+          );
+    for (const item of legacyNodeItems) {
+      const sk = String(item.sk);
+      const mine = current.get(sk);
+      // A node upgraded before the migration writes its own partition; its older copy is stale.
+      if (mine === undefined || (sk.startsWith("NODE#") && writtenAt(item) > writtenAt(mine)))
+        current.set(sk, item);
+    }
+    const legacyTopology = shardTopology !== undefined || legacyNodeItems.length > 0;
+    const parsed = snapshotFromItems(shard, [
+      ...current.values(),
+      ...(shardTopology ? [shardTopology] : []),
+      ...controlItems.filter((item) => item.sk !== keys.layout),
+    ]);
+    const snapshot: ShardSnapshot = {
+      ...parsed,
+      malformed: [...malformed, ...parsed.malformed],
+      ...(legacyTopology ? { legacyTopology } : {}),
+    };
     for (const bad of snapshot.malformed) {
       this.logger.warn("malformed item left out of the shard snapshot", { shard, ...bad });
     }
     return snapshot;
   }
 
-  /** Every item of partition `pk`, strongly consistent (more pages only past 1 MB). */
-  async #queryAll(operation: string, pk: string): Promise<Record<string, unknown>[]> {
-    const items: Record<string, unknown>[] = [];
-    let startKey: Record<string, unknown> | undefined;
-    do {
-      const page: QueryCommandOutput = await this.call(operation, () =>
-        this.documents.send(
-          new QueryCommand({
-            TableName: this.tableName,
-            KeyConditionExpression: "pk = :pk",
-            ExpressionAttributeValues: { ":pk": pk },
-            ConsistentRead: true,
-            ExclusiveStartKey: startKey,
-          }),
-        ),
-      );
-      items.push(...(page.Items ?? []));
-      startKey = page.LastEvaluatedKey;
-    } while (startKey);
-    return items;
-  }
-
+  /**
+   * Deletes the node's heartbeat, replica set and member item (and their copies of an older
+   * layout, in a shard not yet migrated), across partitions in one transaction.
+   */
   async deleteNode(shard: string, nodeId: string, fence?: WriteFence): Promise<void> {
     this.requireId("shard id", shard);
     this.requireId("node id", nodeId);
-    const pk = keys.shardPk(shard);
+    const own = keys.nodePk(shard, nodeId);
+    const shared = keys.shardPk(shard);
+    const deletes: TransactItem[] = [
+      [own, keys.node(nodeId)],
+      [own, keys.replicas(nodeId)],
+      [shared, keys.member(nodeId)],
+      [shared, keys.node(nodeId)],
+      [shared, keys.replicas(nodeId)],
+    ].map(([pk, sk]) => ({ Delete: { TableName: this.tableName, Key: { pk, sk } } }));
     if (fence) {
-      await this.fencedTransaction(`delete node ${shard}/${nodeId}`, fence, [
-        { Delete: { TableName: this.tableName, Key: { pk, sk: keys.node(nodeId) } } },
-        { Delete: { TableName: this.tableName, Key: { pk, sk: keys.replicas(nodeId) } } },
-      ]);
+      await this.fencedTransaction(`delete node ${shard}/${nodeId}`, fence, deletes);
       return;
     }
     await this.call(`TransactWriteItems (delete node ${shard}/${nodeId})`, () =>
-      this.documents.send(
-        new TransactWriteCommand({
-          TransactItems: [
-            { Delete: { TableName: this.tableName, Key: { pk, sk: keys.node(nodeId) } } },
-            { Delete: { TableName: this.tableName, Key: { pk, sk: keys.replicas(nodeId) } } },
-          ],
-        }),
-      ),
+      this.documents.send(new TransactWriteCommand({ TransactItems: deletes })),
     );
   }
 }
 
+/** The node ids the member items of a shard partition name (by sort key; nothing else is read). */
+function memberIds(items: readonly Record<string, unknown>[]): string[] {
+  const ids = items
+    .map((item) => String(item.sk))
+    .filter((sk) => sk.startsWith("MEMBER#"))
+    .map((sk) => sk.slice("MEMBER#".length))
+    .filter((id) => idSchema.safeParse(id).success);
+  return [...new Set(ids)].sort();
+}
+
+/**
+ * The condition that `item` is still as read: it exists and each of `attributes` has the value read
+ * (or is still absent).
+ */
+function unchangedSince(
+  item: Record<string, unknown>,
+  attributes: readonly string[],
+): Pick<
+  NonNullable<TransactItem["Delete"]>,
+  "ConditionExpression" | "ExpressionAttributeNames" | "ExpressionAttributeValues"
+> {
+  const names: Record<string, string> = {};
+  const values: Record<string, unknown> = {};
+  const terms = ["attribute_exists(pk)"];
+  attributes.forEach((attribute, index) => {
+    names[`#a${index}`] = attribute;
+    if (item[attribute] === undefined) terms.push(`attribute_not_exists(#a${index})`);
+    else {
+      values[`:a${index}`] = item[attribute];
+      terms.push(`#a${index} = :a${index}`);
+    }
+  });
+  return {
+    ConditionExpression: terms.join(" AND "),
+    ExpressionAttributeNames: names,
+    ...(Object.keys(values).length > 0 ? { ExpressionAttributeValues: values } : {}),
+  };
+}
+
+/** A stored heartbeat's write time (µs), for choosing the newer of two copies. */
+function writtenAt(item: Record<string, unknown>): number {
+  const value = item.written_at ?? item.agent_updated ?? item.last_updated;
+  return typeof value === "number" ? value : Number(value ?? 0);
+}
+
 export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStore {
+  /** `<shard>/<node>` whose member item this store wrote. */
+  readonly #members = new Set<string>();
+
   async add(shard: string, primaryId: string, nodeIds: readonly string[]): Promise<void> {
     return this.#update("ADD", shard, primaryId, nodeIds);
   }
@@ -483,6 +626,16 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
     await this.call(`UpdateItem (${action} replicas of ${shard}/${primaryId})`, () =>
       this.documents.send(new UpdateCommand(input)),
     );
+    // A replica set is read only for a member (normally listed by its heartbeats already): once per store.
+    const member = `${shard}/${primaryId}`;
+    if (!this.#members.has(member)) {
+      await this.call(`PutItem (member ${member})`, () =>
+        this.documents.send(
+          new PutCommand({ TableName: this.tableName, Item: this.memberItem(shard, primaryId) }),
+        ),
+      );
+      this.#members.add(member);
+    }
   }
 
   #updateInput(action: "ADD" | "DELETE", shard: string, primaryId: string, nodeIds: readonly string[]) {
@@ -491,7 +644,7 @@ export class DynamoReplicaSetStore extends DynamoTable implements ReplicaSetStor
     for (const id of nodeIds) this.requireId("node id", id);
     return {
       TableName: this.tableName,
-      Key: { pk: keys.shardPk(shard), sk: keys.replicas(primaryId) },
+      Key: { pk: keys.nodePk(shard, primaryId), sk: keys.replicas(primaryId) },
       // One ADD section at most: "ADD replicas :ids, version :one" or "DELETE replicas :ids ADD version :one".
       UpdateExpression:
         action === "ADD"
@@ -650,13 +803,48 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
   }
 
   /**
-   * Moves a shard's topology from the agents' partition, where installations before the
-   * controller's partition kept it, in one transaction: put into the controller's partition (only
-   * if it has none), delete the old copy (only if unchanged since read) and the old lock.
-   * `moved`; `current` when there was nothing to move; `conflict` when either changed meanwhile.
+   * Moves a shard written by an older installation to the current layout, each step idempotent:
+   * 1. the topology and lock from the shard partition (the layout before the controller's
+   *    partition) into the controller's: put the topology there only if it has none, delete the old
+   *    topology only if unchanged since read, and the old lock; one transaction;
+   * 2. each heartbeat and replica set from the shard partition into its node's own partition, with
+   *    the node's member item; a heartbeat the node already wrote there (an upgraded agent) is kept
+   *    when newer, a replica set there is kept; the old copy is deleted only if unchanged since read;
+   *    one transaction per item;
+   * 3. the layout marker (keys.layout), after which readers ignore the shard partition's old items.
+   * `moved` (something moved), `current` (nothing to move), `conflict` (an item changed while being
+   * moved, e.g. an agent of the older release still writing; nothing more moved, run again). A
+   * marked shard is `current` and left alone: a heartbeat in its shard partition is a leftover or a
+   * forgery, never moved into a node's partition.
    */
   async migrateLegacy(shard: string): Promise<"moved" | "current" | "conflict"> {
     this.requireId("shard id", shard);
+    const marker = await this.call(`GetItem (layout of shard ${shard})`, () =>
+      this.documents.send(
+        new GetCommand({
+          TableName: this.tableName,
+          Key: { pk: keys.controlPk(shard), sk: keys.layout },
+          ConsistentRead: true,
+        }),
+      ),
+    );
+    if (marker.Item) return "current";
+    const topology = await this.#migrateTopology(shard);
+    if (topology === "conflict") return "conflict";
+    let moved = topology === "moved";
+    for (const item of await this.queryAll(`Query (old layout of shard ${shard})`, keys.shardPk(shard))) {
+      const result = await this.#migrateNodeItem(shard, item);
+      if (result === "conflict") return "conflict";
+      moved ||= result === "moved";
+    }
+    await this.call(`PutItem (layout marker, shard ${shard})`, () =>
+      this.documents.send(new PutCommand(this.#layoutMarker(shard))),
+    );
+    return moved ? "moved" : "current";
+  }
+
+  /** Step 1 of migrateLegacy: the topology and lock of the layout before the controller's partition. */
+  async #migrateTopology(shard: string): Promise<"moved" | "current" | "conflict"> {
     const legacy = await this.#get(shard, keys.shardPk(shard));
     if (!legacy) return "current";
     const parsed = topologySchema.safeParse(legacy);
@@ -668,39 +856,90 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
         bad.reason,
       );
     }
-    const moved = await this.conditional(`TransactWriteItems (move the topology of shard ${shard})`, () =>
-      this.documents.send(
-        new TransactWriteCommand({
-          TransactItems: [
-            {
-              Put: {
-                TableName: this.tableName,
-                Item: {
-                  ...parsed.data,
-                  pk: keys.controlPk(shard),
-                  sk: keys.topology,
-                  write_id: randomUUID(),
-                },
-                ConditionExpression: "attribute_not_exists(pk)",
-              },
-            },
-            {
-              Delete: {
-                TableName: this.tableName,
-                Key: { pk: keys.shardPk(shard), sk: keys.topology },
-                ConditionExpression: "epoch = :epoch AND updated_at = :updated",
-                ExpressionAttributeValues: {
-                  ":epoch": parsed.data.epoch,
-                  ":updated": parsed.data.updated_at,
-                },
-              },
-            },
-            { Delete: { TableName: this.tableName, Key: { pk: keys.shardPk(shard), sk: keys.lock } } },
-          ],
-        }),
-      ),
-    );
-    return moved ? "moved" : "conflict";
+    const codes = await this.#transact(`move the topology of shard ${shard}`, [
+      {
+        Put: {
+          TableName: this.tableName,
+          Item: { ...parsed.data, pk: keys.controlPk(shard), sk: keys.topology, write_id: randomUUID() },
+          ConditionExpression: "attribute_not_exists(pk)",
+        },
+      },
+      {
+        Delete: {
+          TableName: this.tableName,
+          Key: { pk: keys.shardPk(shard), sk: keys.topology },
+          ConditionExpression: "epoch = :epoch AND updated_at = :updated",
+          ExpressionAttributeValues: { ":epoch": parsed.data.epoch, ":updated": parsed.data.updated_at },
+        },
+      },
+      { Delete: { TableName: this.tableName, Key: { pk: keys.shardPk(shard), sk: keys.lock } } },
+    ]);
+    return codes.length === 0 ? "moved" : "conflict";
+  }
+
+  /** Step 2 of migrateLegacy for one item of the shard partition (members and others are skipped). */
+  async #migrateNodeItem(
+    shard: string,
+    item: Record<string, unknown>,
+  ): Promise<"moved" | "current" | "conflict"> {
+    const sk = String(item.sk);
+    const heartbeat = sk.startsWith("NODE#");
+    if (!heartbeat && !sk.startsWith("REPLICAS#")) return "current";
+    const node = sk.slice(sk.indexOf("#") + 1);
+    if (!idSchema.safeParse(node).success) return "current";
+    const removeOld: TransactItem = {
+      Delete: {
+        TableName: this.tableName,
+        Key: { pk: keys.shardPk(shard), sk },
+        ...unchangedSince(item, heartbeat ? ["last_updated", "written_at", "write_seq"] : ["version"]),
+      },
+    };
+    const { pk: _pk, ...attributes } = item;
+    let copy: TransactItem;
+    if (heartbeat) {
+      const at = writtenAt(item);
+      copy = {
+        Put: {
+          TableName: this.tableName,
+          Item: { ...attributes, pk: keys.nodePk(shard, node), written_at: at },
+          // Older than what the node wrote itself: keep the node's (no clock bound: both are real writes).
+          ConditionExpression: "attribute_not_exists(written_at) OR written_at < :written_at",
+          ExpressionAttributeValues: { ":written_at": at },
+        },
+      };
+    } else {
+      copy = {
+        Put: {
+          TableName: this.tableName,
+          Item: { ...attributes, pk: keys.nodePk(shard, node) },
+          ConditionExpression: "attribute_not_exists(pk)",
+        },
+      };
+    }
+    const member: TransactItem[] = heartbeat
+      ? [{ Put: { TableName: this.tableName, Item: this.memberItem(shard, node) } }]
+      : [];
+    const operation = `move ${sk} of shard ${shard} to its node's partition`;
+    let codes = await this.#transact(operation, [copy, ...member, removeOld]);
+    // The node already wrote a newer copy in its own partition: keep it, drop the old one.
+    if (codes[0] === "ConditionalCheckFailed" && !codes.slice(1).includes("ConditionalCheckFailed")) {
+      codes = await this.#transact(operation, [...member, removeOld]);
+    }
+    return codes.length === 0 ? "moved" : "conflict";
+  }
+
+  /** One TransactWriteItems: [] when written, else each item's cancellation code. */
+  async #transact(operation: string, items: readonly TransactItem[]): Promise<string[]> {
+    return this.call(`TransactWriteItems (${operation})`, async () => {
+      try {
+        await this.documents.send(new TransactWriteCommand({ TransactItems: [...items] }));
+        return [];
+      } catch (error) {
+        const reasons = cancellationCodes(error);
+        if (reasons === undefined) throw error;
+        return reasons;
+      }
+    });
   }
 
   #requireFenceOf(shard: string, fence: WriteFence): void {
@@ -740,6 +979,8 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
       expectedEpoch === undefined
         ? { condition: "attribute_not_exists(pk) OR write_id = :writeId", values: {} }
         : { condition: "epoch = :expected OR write_id = :writeId", values: { ":expected": expectedEpoch } };
+    // A shard's first topology marks it as laid out by node partitions (keys.layout).
+    const marker = expectedEpoch === undefined ? [{ Put: this.#layoutMarker(shard) }] : [];
     if (fence) {
       this.#requireFenceOf(shard, fence);
       const failed = await this.fencedTransaction(`topology compare-and-set, shard ${shard}`, fence, [
@@ -751,10 +992,11 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
             ExpressionAttributeValues: { ...expected.values, ":writeId": writeId },
           },
         },
+        ...marker,
       ]);
       return failed.length === 0;
     }
-    return this.conditional(`PutItem (topology compare-and-set, shard ${shard})`, () =>
+    const written = await this.conditional(`PutItem (topology compare-and-set, shard ${shard})`, () =>
       this.documents.send(
         new PutCommand({
           TableName: this.tableName,
@@ -764,6 +1006,17 @@ export class DynamoTopologyStore extends DynamoTable implements TopologyStore {
         }),
       ),
     );
+    if (written && marker.length > 0) {
+      await this.call(`PutItem (layout marker, shard ${shard})`, () =>
+        this.documents.send(new PutCommand(this.#layoutMarker(shard))),
+      );
+    }
+    return written;
+  }
+
+  /** The layout marker's put (idempotent): the shard's nodes write in their own partitions. */
+  #layoutMarker(shard: string): { TableName: string; Item: Record<string, unknown> } {
+    return { TableName: this.tableName, Item: { pk: keys.controlPk(shard), sk: keys.layout, layout: 2 } };
   }
 }
 

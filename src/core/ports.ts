@@ -22,8 +22,8 @@ export interface MalformedItem {
 }
 
 /**
- * One shard's whole state: two strongly consistent queries issued together (the agents' partition and
- * the controller's). Immutable for a cycle.
+ * One shard's whole state: strongly consistent queries issued together (the shard's membership, the
+ * controller's partition, each member node's own partition). Immutable for a cycle.
  */
 export interface ShardSnapshot {
   readonly shard: string;
@@ -40,9 +40,10 @@ export interface ShardSnapshot {
   readonly lock: Lock | undefined;
   readonly malformed: readonly MalformedItem[];
   /**
-   * The topology was read from the agents' partition, where installations before the controller's
-   * own partition kept it (`keys.controlPk`). Agents follow it; the controller takes no automatic
-   * action until `shardguard migrate-layout` moves it (docs/deploy.md#upgrading).
+   * Part of the snapshot was read where an older installation kept it, where any node's credentials
+   * can write: the topology in the shard partition (before `keys.controlPk`), or heartbeats and
+   * replica sets there (before `keys.nodePk`). Agents follow it; the controller takes no automatic
+   * action until `shardguard migrate-layout` moves them (docs/deploy.md#upgrading).
    */
   readonly legacyTopology?: boolean;
 }
@@ -126,9 +127,10 @@ export interface TopologyStore {
     fence?: WriteFence,
   ): Promise<boolean>;
   /**
-   * Moves a topology an older installation kept in the agents' partition to the controller's
-   * (ShardSnapshot.legacyTopology): `moved`, `current` (nothing to move), or `conflict` (it changed
-   * while being moved; run again).
+   * Moves what an older installation kept in the shard partition (ShardSnapshot.legacyTopology) to
+   * the current layout: the topology to the controller's partition, heartbeats and replica sets to
+   * their nodes' own partitions, then marks the shard migrated: `moved`, `current` (nothing to move),
+   * or `conflict` (something changed while being moved; run again).
    */
   migrateLegacy(shard: string): Promise<"moved" | "current" | "conflict">;
 }

@@ -28,16 +28,40 @@ export function tableDefinition(tableName: string) {
 
 /** Key builders: the data model of docs/ARCHITECTURE.md in one place. */
 export const keys = {
-  /** The agents' partition of a shard: heartbeats (`NODE#`) and replica sets (`REPLICAS#`). */
+  /**
+   * The shard-wide partition: one membership item per node (`MEMBER#<node>`, nothing but the id in
+   * its sort key), which tells a snapshot whose partitions to read. Every agent of the shard may
+   * write here, so nothing in it is trusted beyond a sort key naming a node: a forged or overwritten
+   * member item makes a reader look at a partition, never believe anything. Older layouts kept the
+   * heartbeats and replica sets here (and before them the topology and lock); a reader honours them
+   * only in a shard not yet migrated (`keys.layout`, docs/deploy.md#upgrading).
+   */
   shardPk: (shard: string) => `SHARD#${shard}`,
   /**
-   * The controller's partition of a shard: topology and lock. Apart from the agents' partition so
-   * that IAM (`dynamodb:LeadingKeys`, which sees partition keys only) can let agents read it and
-   * never write it: only the controller's role changes who is primary (docs/security.md).
-   * Installations before it kept both in the shard partition; the store still reads them there
-   * and the controller's first topology write moves them (docs/deploy.md#upgrading).
+   * One node's partition: its heartbeat (`NODE#<node>`) and its replica set as primary
+   * (`REPLICAS#<node>`). IAM (`dynamodb:LeadingKeys`, which sees partition keys only) lets the
+   * node's own agent write here and no other node's, so one node's credentials cannot report for a
+   * peer (docs/security.md). Ids never contain `#`, so `NODE#<shard>#*` names one shard's nodes.
+   */
+  nodePk: (shard: string, node: string) => `NODE#${shard}#${node}`,
+  /** Every node partition of a shard, as an IAM `StringLike` pattern (read access). */
+  nodePkPattern: (shard: string) => `NODE#${shard}#*`,
+  member: (node: string) => `MEMBER#${node}`,
+  /**
+   * The controller's partition of a shard: topology, lock and the layout marker. Apart from the
+   * agents' partitions so that IAM can let agents read it and never write it: only the controller's
+   * role changes who is primary (docs/security.md). Installations before it kept topology and lock in
+   * the shard partition; the store still reads them there until `shardguard migrate-layout` moves
+   * them (docs/deploy.md#upgrading).
    */
   controlPk: (shard: string) => `CONTROL#${shard}`,
+  /**
+   * The marker in the controller's partition that the shard's nodes write in their own partitions
+   * (`keys.nodePk`): written by the controller's first topology write of a new shard and by
+   * `shardguard migrate-layout`. Without it a shard is read the older way too (heartbeats in the
+   * shard partition) and the controller takes no automatic action while any are there.
+   */
+  layout: "LAYOUT",
   node: (node: string) => `NODE#${node}`,
   replicas: (primary: string) => `REPLICAS#${primary}`,
   lock: "LOCK",

@@ -1,4 +1,4 @@
-import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { PutCommand, QueryCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, describe, expect, it } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { AwsClock } from "../../src/adapters/clock.ts";
@@ -392,7 +392,7 @@ describe("fenced writes (every controller write conditioned on its lease)", () =
 });
 
 describe("heartbeats and the shard snapshot", () => {
-  it("returns typed heartbeats, replica sets, topology and lock from two strongly consistent queries (the agents' partition and the controller's)", async () => {
+  it("returns typed heartbeats, replica sets, topology and lock from strongly consistent queries: members and the controller's partition, then each member's own partition", async () => {
     // Prepare
     const built = adapters();
     const { store } = built;
@@ -409,7 +409,8 @@ describe("heartbeats and the shard snapshot", () => {
     const snapshot = await store.heartbeats.snapshot(shard);
 
     // Assess
-    expect(built.counter.snapshot()).toEqual({ "DynamoDB.Query": { calls: 2, requests: 2, errors: 0 } });
+    // The membership and the controller's partition, then n1's and n2's partitions.
+    expect(built.counter.snapshot()).toEqual({ "DynamoDB.Query": { calls: 4, requests: 4, errors: 0 } });
     expect(snapshot.nodes.map((node) => [node.node_id, node.role, node.last_txn_id])).toEqual([
       ["n1", "primary", 100],
       ["n2", "replica", 90],
@@ -437,11 +438,14 @@ describe("heartbeats and the shard snapshot", () => {
         TableName: tableName(),
         Item: {
           ...aHeartbeat(shard, "bad"),
-          pk: keys.shardPk(shard),
+          pk: keys.nodePk(shard, "bad"),
           sk: keys.node("bad"),
           last_updated: "yesterday",
         },
       }),
+    );
+    await built.clients.documents.send(
+      new PutCommand({ TableName: tableName(), Item: { pk: keys.shardPk(shard), sk: keys.member("bad") } }),
     );
 
     // Act
@@ -474,9 +478,70 @@ describe("heartbeats and the shard snapshot", () => {
     expect(stored?.ttl).toBeGreaterThan(Date.now() / 1000 + 86_400);
   });
 
-  it("deletes a node's heartbeat and replica set, leaving the other nodes", async () => {
+  it("takes from a node's partition only that node's own heartbeat and replica set, never a peer's it holds", async () => {
+    // Prepare: n3's partition holds copies of n1's heartbeat and replica set (what n3's credentials can write).
+    const built = adapters();
+    const { store } = built;
+    const shard = shardId();
+    await store.heartbeats.put(aHeartbeat(shard, "n1", { role: "primary", last_txn_id: 100 }));
+    await store.heartbeats.put(aHeartbeat(shard, "n3", { last_txn_id: 50 }));
+    await store.replicaSets.add(shard, "n1", ["n2", "n3"]);
+    for (const item of [
+      { ...aHeartbeat(shard, "n1", { last_txn_id: 999, last_updated: 1 }), sk: keys.node("n1") },
+      { sk: keys.replicas("n1"), replicas: new Set(["n3"]), version: 99 },
+    ]) {
+      await built.clients.documents.send(
+        new PutCommand({ TableName: tableName(), Item: { ...item, pk: keys.nodePk(shard, "n3") } }),
+      );
+    }
+
+    // Act
+    const snapshot = await store.heartbeats.snapshot(shard);
+
+    // Assess
+    expect(snapshot.nodes.map((node) => [node.node_id, node.last_txn_id])).toEqual([
+      ["n1", 100],
+      ["n3", 50],
+    ]);
+    expect(snapshot.replicaSets).toEqual({ n1: ["n2", "n3"] });
+    expect(snapshot.malformed.map((bad) => bad.sk).sort()).toEqual(["NODE#n1", "REPLICAS#n1"]);
+  });
+
+  it("ignores heartbeats and replica sets in the shard partition once the shard is laid out by node partitions", async () => {
+    // Prepare: a forged old-layout heartbeat of n1 (any agent of the shard may write the shard partition).
+    const built = adapters();
+    const { store } = built;
+    const shard = shardId();
+    await store.heartbeats.put(aHeartbeat(shard, "n1", { role: "primary", last_txn_id: 100 }));
+    await store.topology.compareAndSet(shard, undefined, aTopology(shard, 1, "n1"));
+    for (const item of [
+      {
+        ...aHeartbeat(shard, "n1", { last_txn_id: 999 }),
+        sk: keys.node("n1"),
+        written_at: Number.MAX_SAFE_INTEGER,
+      },
+      { ...aHeartbeat(shard, "n9"), sk: keys.node("n9") },
+      { sk: keys.replicas("n1"), replicas: new Set(["n9"]) },
+    ]) {
+      await built.clients.documents.send(
+        new PutCommand({ TableName: tableName(), Item: { ...item, pk: keys.shardPk(shard) } }),
+      );
+    }
+
+    // Act
+    const snapshot = await store.heartbeats.snapshot(shard);
+
+    // Assess
+    expect(snapshot.legacyTopology).toBeUndefined();
+    expect(snapshot.nodes.map((node) => [node.node_id, node.last_txn_id])).toEqual([["n1", 100]]);
+    expect(snapshot.replicaSets).toEqual({});
+    expect(snapshot.malformed).toEqual([]);
+  });
+
+  it("deletes a node's heartbeat, replica set and member item, leaving the other nodes", async () => {
     // Prepare
-    const { store } = adapters();
+    const built = adapters();
+    const { store } = built;
     const shard = shardId();
     await store.heartbeats.put(aHeartbeat(shard, "n1", { role: "primary" }));
     await store.heartbeats.put(aHeartbeat(shard, "n2"));
@@ -490,6 +555,15 @@ describe("heartbeats and the shard snapshot", () => {
     const snapshot = await store.heartbeats.snapshot(shard);
     expect(snapshot.nodes.map((node) => node.node_id)).toEqual(["n2"]);
     expect(snapshot.replicaSets).toEqual({});
+    const { Items } = await built.clients.documents.send(
+      new QueryCommand({
+        TableName: tableName(),
+        KeyConditionExpression: "pk = :pk",
+        ExpressionAttributeValues: { ":pk": keys.shardPk(shard) },
+        ConsistentRead: true,
+      }),
+    );
+    expect(Items?.map((item) => item.sk)).toEqual([keys.member("n2")]);
   });
 });
 

@@ -71,7 +71,7 @@ async function stored(
   const { Item } = await documents.send(
     new GetCommand({
       TableName: tableName(),
-      Key: { pk: keys.shardPk(shard), sk: keys.node("n1") },
+      Key: { pk: keys.nodePk(shard, "n1"), sk: keys.node("n1") },
       ConsistentRead: true,
     }),
   );
@@ -183,7 +183,7 @@ describe("heartbeat put ordering", () => {
     await documents.send(
       new PutCommand({
         TableName: tableName(),
-        Item: { ...aHeartbeat(shard, t + 60_000 * MS), pk: keys.shardPk(shard), sk: keys.node("n1") },
+        Item: { ...aHeartbeat(shard, t + 60_000 * MS), pk: keys.nodePk(shard, "n1"), sk: keys.node("n1") },
       }),
     );
     const heartbeat = aHeartbeat(shard, t, { last_txn_id: 7 });

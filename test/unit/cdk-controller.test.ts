@@ -302,7 +302,7 @@ describe("IAM", () => {
     ]);
   });
 
-  it("gives the agent policy its own shard partition, the shard index and its own queues only", () => {
+  it("gives the agent policy writes to its own node partition only, reads of its shard, the shard index and its own queues", () => {
     // Act
     const policies = template.findResources("AWS::IAM::ManagedPolicy");
 
@@ -312,7 +312,9 @@ describe("IAM", () => {
       Object.values(policies)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
     ).Properties.PolicyDocument.Statement;
     expect(statements.map((statement) => statement.Sid)).toEqual([
-      "OwnShardPartition",
+      "OwnNodePartition",
+      "ReadShardNodes",
+      "ShardMembership",
       "ReadShardControl",
       "RegisterShardInIndex",
       "CreateOwnQueues",
@@ -320,6 +322,12 @@ describe("IAM", () => {
       "WakeController",
     ]);
     expect(statements.map(grantOf)).toEqual([
+      expectedGrant(["dynamodb:PutItem", "dynamodb:UpdateItem"], [tableArn()], {
+        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["NODE#orders#n1"] },
+      }),
+      expectedGrant(["dynamodb:Query"], [tableArn()], {
+        "ForAllValues:StringLike": { "dynamodb:LeadingKeys": ["NODE#orders#*"] },
+      }),
       expectedGrant(
         ["dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
         [tableArn()],
@@ -365,6 +373,11 @@ describe("IAM", () => {
       Object.values(policies)[0] as { Properties: { PolicyDocument: { Statement: Statement[] } } }
     ).Properties.PolicyDocument.Statement;
     expect(granted.map((statement) => [actionsOf(statement), statement.Condition ?? null])).toEqual([
+      [
+        ["dynamodb:PutItem", "dynamodb:UpdateItem"],
+        { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["NODE#orders#n2"] } },
+      ],
+      [["dynamodb:Query"], { "ForAllValues:StringLike": { "dynamodb:LeadingKeys": ["NODE#orders#*"] } }],
       [
         ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"],
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARD#orders"] } },

@@ -6,17 +6,18 @@ import { listAllShards, withOperatorSession } from "../aws-session.ts";
 const MIGRATE_ATTEMPTS = 3;
 
 /**
- * Installations before the controller's own partition (`CONTROL#<shard>`) kept each shard's topology
- * and lock in the agents' partition, where any node's credentials could overwrite them. The new
- * controller takes no automatic action on such a shard (decision `legacy_layout`) and agents follow
- * the old topology until this moves it: one transaction per shard (docs/deploy.md#upgrading). Run it
- * with administrator or controller-role credentials right after upgrading; it is idempotent.
+ * Older installations kept in the shard partition `SHARD#<shard>`, where any node's credentials can
+ * write, what only the controller (topology, lock) or only one node (its heartbeat and replica set)
+ * should write. The controller takes no automatic action on such a shard (decision `legacy_layout`)
+ * until this moves them: the topology to the controller's partition, each heartbeat and replica set to
+ * its node's own partition, then marks the shard (docs/deploy.md#upgrading-to-node-partitions). Run it
+ * with administrator or controller-role credentials once every agent is upgraded; it is idempotent.
  */
 export function registerMigrateLayout(program: Command): void {
   program
     .command("migrate-layout")
     .description(
-      "move each shard's topology to the controller's partition (once, after upgrading from an installation before it)",
+      "move each shard's topology, heartbeats and replica sets out of the shard partition (once, after upgrading every agent)",
     )
     .option("--shard <id>", "one shard instead of every registered shard")
     .option("--json", "machine-readable result")
@@ -42,7 +43,7 @@ export function registerMigrateLayout(program: Command): void {
       const conflicts = Object.entries(results).filter(([, result]) => result === "conflict");
       if (conflicts.length > 0) {
         throw new ShardguardError(
-          `the topology of ${conflicts.map(([shard]) => shard).join(", ")} kept changing while being moved; run migrate-layout again`,
+          `shard ${conflicts.map(([shard]) => shard).join(", ")}: an item kept changing while being moved (an agent of the previous release still writing? upgrade it); run migrate-layout again`,
         );
       }
     });
