@@ -127,10 +127,11 @@ describe("orchestrator on the local stack", () => {
   });
 
   it("takes a shard with no eligible node offline and brings it online when a node returns", async () => {
-    // Prepare: r1 may never be promoted, r2 is down.
+    // Prepare: r1 may never be promoted, r2 is down. r1 holds no more than r2: a priority-0 node
+    // holding more would keep the shard offline (gate priority_zero_ahead_offline).
     const shard = aScriptedShard();
     shard.node("p1", { role: "primary", primary: undefined, primary_link: undefined });
-    shard.node("r1", { txn: 1000, priority: 0 });
+    shard.node("r1", { txn: 980, priority: 0 });
     shard.node("r2", { txn: 990, alive: false });
     await shard.start();
     const { deps, events, metrics } = controller(shard);

@@ -358,13 +358,13 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "failover", target: "r2" },
     },
     {
-      name: "promotes a priority-0 replica that alone holds the most (passing it over would drop writes it may have acknowledged)",
+      name: "waits while a priority-0 replica holds more than the best candidate (passing it over would drop writes it may have acknowledged)",
       snapshot: () =>
         aShardWithStalePrimary()
           .withNode({ node_id: "r1", priority: 0, last_txn_id: 1000 })
           .withNode({ node_id: "r2", priority: 10, last_txn_id: 900 })
           .build(),
-      expected: { kind: "failover", target: "r1" },
+      expected: { kind: "none", code: "waiting_for_replica", primaryStale: true },
     },
     {
       name: "prefers the highest last_txn_id within one priority",
@@ -430,6 +430,17 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "mark_offline" },
     },
     {
+      name: "keeps an offline shard offline while a priority-0 node holds more than the node to bring back",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode({ node_id: "p1", ageMs: 20_000 })
+          .withNode({ node_id: "r1", priority: 0, last_txn_id: 1000 })
+          .withNode({ node_id: "r2", last_txn_id: 990 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
       name: "skips a candidate with priority 0 when a node of another priority holds as much",
       snapshot: () =>
         aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0, last_txn_id: 980 }).build(),
@@ -476,7 +487,7 @@ describe("decide: eligible candidates and their order", () => {
     expect(decision.candidates.map((c) => [c.node_id, c.eligible, c.reason])).toEqual([
       ["r2", true, "eligible"],
       ["r3", false, `foreign replication lineage other, expected ${LINEAGE}`],
-      ["r1", false, "priority 0 (never promote): a node of another priority holds as much"],
+      ["r1", false, "priority 0 (never promote)"],
     ]);
     expect(decision.lineage).toEqual({ node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 });
   });

@@ -18,6 +18,7 @@ import {
   describeHeartbeatAge,
   guardMembers,
   isAgentHeard,
+  isAlive,
   type ShardView,
 } from "./view.ts";
 
@@ -163,6 +164,32 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
         `shard offline; ${best.node_id} is eligible but not in ${old.node_id}'s replica set, and ${old.node_id}'s agent ` +
         `is not heard (${describeHeartbeatAge(old, v.now, "ago")}) nor reported a crash: its database may still take ` +
         "writes unfenced; waiting for its agent, a confirmed crash, a member of its set, or shardguard recover"
+      );
+    },
+  },
+  {
+    name: "priority_zero_ahead_offline",
+    code: "offline_no_candidate",
+    // As priority_zero_ahead: bringing the shard back on a node behind it would drop what it acknowledged.
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best, lineage } = v.target;
+      const ahead = v.snapshot.nodes.filter(
+        (node) =>
+          node.priority === 0 &&
+          isAlive(node, v.config, v.now) &&
+          node.repl_id === lineage.repl_id &&
+          node.last_txn_id > best.last_txn_id,
+      );
+      if (ahead.length === 0) return undefined;
+      return (
+        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${ahead
+          .map((node) => `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`)
+          .sort()
+          .join(", ")} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
+        "waiting for a node with as much, or for an operator to give that node a priority (restart its agent with --priority)"
       );
     },
   },

@@ -232,6 +232,21 @@ function outsideAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbe
   );
 }
 
+/**
+ * Live priority-0 replicas of the lineage further ahead than the best candidate: never promoted by
+ * the operator's choice, they may hold writes they acknowledged that the candidate lacks.
+ */
+function priorityZeroAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.priority === 0 &&
+      isAlive(node, v.config, v.now) &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id,
+  );
+}
+
 function notPromoting(v: OnlineView, best: Candidate): string {
   return `${v.staleness}, ${v.quorumText}; not promoting ${best.node_id} (last_txn_id ${best.last_txn_id}) while `;
 }
@@ -383,6 +398,25 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
         .join(", ")}, outside ${v.primaryId}'s replica set, holds more: waiting up to ${
         OUTSIDE_SET_GRACE * v.config.failureTimeoutMs
       } ms past the failure timeout for ${v.primaryId} to return or its agent to confirm a crash`;
+    },
+  },
+  {
+    name: "priority_zero_ahead",
+    code: "waiting_for_replica",
+    // Priority 0 is the operator's "never promote"; passing it over would drop what it acknowledged.
+    invariant: [1],
+    primaryStale: true,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const ahead = priorityZeroAhead(v, v.target.best, v.target.lineage);
+      if (ahead.length === 0) return undefined;
+      return (
+        `${notPromoting(v, v.target.best)}${ahead
+          .map((node) => `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`)
+          .sort()
+          .join(", ")} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
+        "waiting for the primary to return, or for an operator to give that node a priority (restart its agent with --priority)"
+      );
     },
   },
   {

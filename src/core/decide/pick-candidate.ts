@@ -14,17 +14,18 @@ export interface RankOptions {
    */
   readonly acceptPrior?: boolean;
   /**
-   * The order: \`offset\` (a failover, a bring-online: only a node holding the most may be
-   * promoted, priority breaks ties, priority 0 only when it alone holds the most) or \`priority\`
-   * (a switchover: the target catches up to the old primary before PROMOTE, so the preferred node
-   * loses nothing; priority 0 never). @default "offset"
+   * The order: \`offset\` (a failover, a bring-online: priority only breaks ties at the highest
+   * offset) or \`priority\` (a switchover: the target catches up to the old primary before
+   * PROMOTE, so the preferred node loses nothing). Priority 0 is never eligible; a priority-0 node
+   * holding more than the best candidate holds up a failover (gate \`priority_zero_ahead\`).
+   * @default "offset"
    */
   readonly order?: "offset" | "priority";
 }
 
 /**
  * Judges each node (except `options.exclude`) for promotion and returns them in promotion order:
- * eligible first; then, by default, last_txn_id descending, priority ascending (0 last), node_id
+ * eligible first; then, by default, last_txn_id descending, priority ascending, node_id
  * ascending: priority only chooses among the nodes tied at the highest offset, which hold every
  * write any replica may have acknowledged (guarantee 1). With \`order: "priority"\` (a
  * switchover, which catches up first): priority ascending, then last_txn_id, then node_id.
@@ -73,7 +74,7 @@ export function pickCandidates(
         `foreign replication lineage ${node.repl_id || "(none)"}, expected ${lineage.repl_id}`,
       );
     }
-    if (node.priority === 0 && order === "priority") return ineligible("priority 0 (never promote)");
+    if (node.priority === 0) return ineligible("priority 0 (never promote)");
     if (members !== undefined && !members.includes(node.node_id)) {
       // The old primary's write guard does not count this node: promoting it would not fence the old primary.
       return ineligible(
@@ -86,32 +87,7 @@ export function pickCandidates(
     }
     return { ...base, eligible: true, reason: "eligible" };
   });
-  return (order === "priority" ? judged : withPriorityZeroLast(judged)).sort(
-    order === "priority" ? compareByPriority : compareByOffset,
-  );
-}
-
-/**
- * A priority-0 node ("never promote") is promoted only when it alone holds the most: passing it
- * over would give up writes a replica may have acknowledged (guarantee 1). Otherwise a node of
- * another priority holding as much is promoted and the priority-0 node is ineligible.
- */
-function withPriorityZeroLast(judged: readonly Candidate[]): Candidate[] {
-  const preferredTop = Math.max(
-    -1,
-    ...judged.filter((c) => c.eligible && c.priority !== 0).map((c) => c.last_txn_id),
-  );
-  return judged.map((c) =>
-    c.eligible && c.priority === 0 && c.last_txn_id <= preferredTop
-      ? {
-          ...c,
-          eligible: false,
-          reason: "priority 0 (never promote): a node of another priority holds as much",
-        }
-      : c.eligible && c.priority === 0
-        ? { ...c, reason: "eligible: priority 0, promoted only because it alone holds the most" }
-        : c,
-  );
+  return judged.sort(order === "priority" ? compareByPriority : compareByOffset);
 }
 
 /**
@@ -143,15 +119,10 @@ function heldOffset(node: Heartbeat, lineage: Lineage, acceptPrior: boolean): nu
   return node.repl_id === lineage.repl_id ? node.last_txn_id : undefined;
 }
 
-/** Priority 0 ranks after every other priority. */
-function rankOfPriority(priority: number): number {
-  return priority === 0 ? Number.POSITIVE_INFINITY : priority;
-}
-
 function compareByOffset(a: Candidate, b: Candidate): number {
   if (a.eligible !== b.eligible) return a.eligible ? -1 : 1;
   if (a.last_txn_id !== b.last_txn_id) return b.last_txn_id - a.last_txn_id;
-  if (a.priority !== b.priority) return rankOfPriority(a.priority) - rankOfPriority(b.priority);
+  if (a.priority !== b.priority) return a.priority - b.priority;
   return a.node_id < b.node_id ? -1 : a.node_id > b.node_id ? 1 : 0;
 }
 
