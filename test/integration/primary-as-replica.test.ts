@@ -98,6 +98,10 @@ describe("a primary whose database comes back as a replica", () => {
       },
       writableWithinMs,
     );
+    console.log(
+      `writable primary ${writablePrimary} ${Math.round(writableAfterMs ?? 0)} ms after the restart, ` +
+        `${Math.round((writableAfterMs ?? 0) - cooldownLeftMs)} ms after the cool-down ended`,
+    );
     const report = await writer.stop();
     const missing = await missingKeys(active.node(writablePrimary ?? ""), report.acked);
     expect(writablePrimary).not.toBe(promoted);

@@ -2,7 +2,13 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
-import { probeWrite, startChaosCluster, WAIT_MS, withClient } from "../support/chaos-cluster.ts";
+import {
+  CHAOS_CONFIG,
+  probeWrite,
+  startChaosCluster,
+  WAIT_MS,
+  withClient,
+} from "../support/chaos-cluster.ts";
 import { holdsFor } from "../support/wait.ts";
 
 /**
@@ -31,6 +37,12 @@ async function shardguard(cluster: LocalCluster, ...args: string[]) {
   }
 }
 
+/**
+ * The production failure timeout: on loaded cores node-1's heartbeat must not go stale (and be
+ * failed over) while its replicas detach, before its agent is paused on purpose.
+ */
+const CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000 };
+
 /** Long enough for the controller's next cycles (200 ms apart) to act on an accepted recover. */
 const STILL_OFFLINE_MS = 5_000;
 
@@ -47,7 +59,7 @@ describe("shardguard recover and the old primary's replica set", () => {
     timeout: 180_000,
   }, async () => {
     // Prepare: both replicas detached (their handshake refused), node-1's set empty and writable alone.
-    cluster = await startChaosCluster({ readyTimeoutMs: 90_000 });
+    cluster = await startChaosCluster({ config: CONFIG, readyTimeoutMs: 90_000 });
     const active = cluster;
     for (const id of ["node-2", "node-3"]) {
       await withClient(active.node(id), async (client) => {
