@@ -44,9 +44,12 @@ export function roleFactsOf(ctx: AgentContext): RoleFacts {
   const info = ctx.lastInfo;
   const link = info?.primary;
   const topology = ctx.lastTopology;
+  // The crash watch hears the database die at once (its connection closes); the heartbeat cycle's
+  // INFO may take up to the database timeout to fail. Either is the database down.
+  const dbUp = ctx.dbUp && ctx.crash === undefined;
   return {
-    dbUp: ctx.dbUp,
-    role: ctx.dbUp ? info?.role : undefined,
+    dbUp,
+    role: dbUp ? info?.role : undefined,
     confirmedPrimary: ctx.confirmed,
     unconfirmedReason: ctx.unconfirmedReason,
     fencedBecause: fencedBecause(ctx),
@@ -93,7 +96,7 @@ export class AgentMetrics {
   constructor(ctx: AgentContext) {
     const registers = [this.registry];
     this.registry.setDefaultLabels({ shard: ctx.shard, node: ctx.nodeId });
-    collectDefaultMetrics({ register: this.registry, prefix: "shardguard_agent_process_" });
+    collectDefaultMetrics({ register: this.registry, prefix: "shardguard_agent_" });
     this.commands = new Counter({
       name: "shardguard_agent_commands_total",
       help: "Commands received from the controller, by outcome (applied, ignored, refused, rejected, failed).",

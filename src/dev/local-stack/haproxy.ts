@@ -119,6 +119,16 @@ export class Haproxy {
     return proxy;
   }
 
+  /** The last lines HAProxy printed (alerts, warnings). */
+  output(): string {
+    return this.#process.output();
+  }
+
+  /** `show stat` as HAProxy prints it (CSV), for a failure message. */
+  rawStats(): Promise<string> {
+    return this.#ask("show stat");
+  }
+
   /** The backend's servers as HAProxy sees them now. */
   async servers(): Promise<ServerState[]> {
     return parseServerStates(await this.#ask("show stat"));
