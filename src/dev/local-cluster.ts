@@ -133,6 +133,7 @@ export class LocalCluster {
     const stack = options.stack ?? (await startLocalStack({ onProgress: progress }));
     const ownsStack = options.stack === undefined;
     let redis: RedisNode[] = [];
+    let started: LocalCluster | undefined;
     let netlab: NetLab | undefined;
     try {
       if (options.network === "netns") {
@@ -175,6 +176,7 @@ export class LocalCluster {
         agentEnv: options.agentEnv,
         controllerEnv: options.controllerEnv,
       });
+      started = cluster;
       progress("starting one agent per node and the controller");
       for (const node of redis) cluster.startAgent(node.id);
       for (let index = 0; index < (options.controllers ?? 1); index++) cluster.startController();
@@ -194,6 +196,11 @@ export class LocalCluster {
       );
       return cluster;
     } catch (error) {
+      // The agents and controllers already started go too (their logs stay for the error message).
+      if (started !== undefined) {
+        await started.stop({ keepLogs: true }).catch(() => {});
+        throw error;
+      }
       await Promise.all(redis.map((node) => node.destroy()));
       netlab?.closeSync();
       if (ownsStack) await stack.stop();
