@@ -81,7 +81,8 @@ export const AGENT_SETTINGS = [
     placeholder: "<n>",
     env: ENV.priority,
     default: "`100`",
-    description: "`0` = never promote; otherwise lower is preferred.",
+    description:
+      "`0` = never promote; otherwise lower is preferred — among the nodes holding the most data only (a failover never gives up writes for a preference; a switchover goes to the preferred node).",
   },
   {
     key: "stateDir",
