@@ -52,13 +52,13 @@ export function buildProgram(): Command {
     .option("--nodes <n>", "redis-server nodes", parseIntegerOption(2, 7), 3)
     .option(
       "--fence-window <ms>",
-      "tolerated two-writable time after an epoch change or a heal",
+      "tolerated two-writable time after a change of epoch or primary (docs/agent.md: 3000)",
       parseIntegerOption(0, 600_000),
       3000,
     )
     .option(
       "--gap <min-max>",
-      "pause between two fault starts in ms, drawn uniformly (a 30-minute run with 12 kinds: 3000-7000)",
+      "pause between two fault starts in ms, drawn uniformly (a 30-minute run with every kind: 3000-7000)",
       parseGap,
       { min: 4000, max: 10_000 },
     )
