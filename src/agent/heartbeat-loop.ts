@@ -4,7 +4,7 @@ import { type DatabaseIdentity, judgeRestart } from "../core/identity.ts";
 import type { HeartbeatInput } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import type { Wake } from "../core/wake.ts";
-import { GUARD_MAX_LAG_S } from "../core/write-guard.ts";
+import { GUARD_MAX_LAG_S, nodeIdsByAddress } from "../core/write-guard.ts";
 import { Backoff, sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
@@ -255,7 +255,15 @@ async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | undefine
     storeAnswered(ctx);
     ctx.topologyRead = true;
     ctx.lastTopology = snapshot.topology;
-    for (const node of snapshot.nodes) ctx.knownNodes.set(node.node_address, node.node_id);
+    // Freshest heartbeat per address and per node id; stale ones only for members and the primary.
+    const known = nodeIdsByAddress(
+      snapshot.nodes.map((node) => ({ ...node, written_us: node.agent_updated ?? node.last_updated })),
+      ctx.deps.clock.now(),
+      ctx.options.replicaKeepaliveMs + ctx.options.failureTimeoutMs,
+      (claim) => ctx.guardMembers.includes(claim.node_id) || claim.node_id === ctx.nodeId,
+    );
+    ctx.knownNodes.clear();
+    for (const [address, id] of known) ctx.knownNodes.set(address, id);
     const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
     if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
     return snapshot;

@@ -1,5 +1,6 @@
 import { errorMessage } from "../core/errors.ts";
 import {
+  classifyReplicas,
   FENCED_MIN_REPLICAS,
   GUARD_MAX_LAG_S,
   planWriteGuard,
@@ -18,15 +19,25 @@ import { withStoreTimeout } from "./scheduling.ts";
  * membership) in step. Callers hold `ctx.roleLock`.
  */
 
-/** Node ids of the replicas attached with a completed sync and acknowledging within the guard's lag. */
-export function attachedReplicas(ctx: AgentContext, info: ReplicationInfo): string[] {
-  const ids: string[] = [];
-  for (const address of syncedReplicaAddresses(info, GUARD_MAX_LAG_S)) {
-    const id = ctx.knownNodes.get(address);
-    // A replica without a heartbeat has no agent yet: it joins once its agent reports.
-    if (id !== undefined && id !== ctx.nodeId) ids.push(id);
-  }
-  return ids;
+/**
+ * Node ids of the replicas attached with a completed sync and acknowledging within the guard's
+ * lag, and how many more such replicas no known node id stands for (`classifyReplicas`): Redis
+ * counts those too, so the guard demands them as well.
+ */
+export function attachedReplicas(
+  ctx: AgentContext,
+  info: ReplicationInfo,
+): { attached: string[]; outsiders: number } {
+  const acknowledging = new Set(syncedReplicaAddresses(info, GUARD_MAX_LAG_S));
+  return classifyReplicas(
+    syncedReplicaAddresses(info).map((address) => ({
+      address,
+      // A replica without a heartbeat has no agent yet: it joins once its agent reports.
+      nodeId: ctx.knownNodes.get(address),
+      acknowledging: acknowledging.has(address),
+    })),
+    ctx.nodeId,
+  );
 }
 
 /**
@@ -83,13 +94,15 @@ export function endFailsafe(ctx: AgentContext): void {
 
 /** The plan for this node now, from what the context holds. */
 export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuardPlan {
+  const { attached, outsiders } = attachedReplicas(ctx, info);
   return planWriteGuard({
     policy: ctx.options.fencePolicy,
     role: info.role,
     confirmed: ctx.confirmed,
     unconfirmedReason: ctx.unconfirmedReason,
     members: ctx.guardMembers,
-    attached: attachedReplicas(ctx, info),
+    attached,
+    outsiders,
     msSinceHeartbeatWritten: ctx.monotonicNow() - ctx.lastHeartbeatWrittenAt,
     fenced: ctx.state.state.fence !== undefined,
     topologyFresh: ctx.topologyFresh,

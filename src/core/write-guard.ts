@@ -2,8 +2,10 @@
  * The write guard: which writes a primary's own database accepts, as a pure function of what
  * the agent sees. One mechanism for every fence (docs/agent.md#the-replica-set-guard):
  *
- * - **guard**: `min-replicas-to-write` = the size of the primary's replica set (every member must
- *   be attached and acknowledging within `min-replicas-max-lag`). A promotion detaches its target
+ * - **guard**: `min-replicas-to-write` = the size of the primary's replica set plus every other
+ *   replica acknowledging now (`outsiders`: no agent, an unknown or duplicate address): Redis counts
+ *   every acknowledging replica, so only when the count includes them all does reaching it take
+ *   every member, attached and acknowledging within `min-replicas-max-lag`. A promotion detaches its target
  *   from the old primary, so the old primary refuses writes within that lag, even when its agent
  *   is dead, hung or cut off, and even when the coordination store is down. Only members may be
  *   promoted (decide.ts), so every promotion removes a member.
@@ -49,6 +51,12 @@ export interface WriteGuardInput {
   readonly members: readonly string[];
   /** Node ids of the replicas attached to the database with a completed sync. */
   readonly attached: readonly string[];
+  /**
+   * Replicas the database counts toward `min-replicas-to-write` now (online, acknowledging within
+   * the guard's lag) that `attached` does not name: no known node id, this node's own id, or an id
+   * another address already stands for (`classifyReplicas`). @default 0
+   */
+  readonly outsiders?: number;
   readonly msSinceHeartbeatWritten: number;
   /** The write fence is on now. @default false */
   readonly fenced?: boolean;
@@ -162,17 +170,94 @@ export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
           reason: `${cutOffReason} while ${[...witnesses].sort().join(", ")} of the replica set reach the coordination store: this agent alone is cut off`,
         };
       }
+      // Redis counts every acknowledging replica: each one outside the set must be demanded
+      // too, or two anonymous replicas would stand in for two members (guarantee 2).
+      const outsiders = Math.max(0, input.outsiders ?? 0);
+      const demanded = members.size + join.length;
+      const named = `every member of the replica set must acknowledge (${[...members, ...join].sort().join(", ")})`;
+      const others = `${outsiders} replica${outsiders === 1 ? "" : "s"} outside the replica set`;
       return {
         kind: "guard",
         // Raise before the store learns of a joiner; lower only after the store agreed.
-        minReplicas: members.size + join.length,
+        minReplicas: demanded + outsiders,
         join,
         leave,
         reason:
-          members.size + join.length === 0
-            ? "no replica in the replica set"
-            : `every member of the replica set must acknowledge (${[...members, ...join].sort().join(", ")})`,
+          demanded === 0
+            ? outsiders === 0
+              ? "no replica in the replica set"
+              : `no replica in the replica set; ${others} must acknowledge too`
+            : outsiders === 0
+              ? named
+              : `${named}, and the ${others}`,
       };
     }
   }
+}
+
+/** One replica the database lists as online, as the agent sees it. */
+export interface ListedReplica {
+  readonly address: string;
+  /** The node id this address maps to (`nodeIdsByAddress`), if any. */
+  readonly nodeId: string | undefined;
+  /** Acknowledging within the guard's lag: Redis counts it toward `min-replicas-to-write` now. */
+  readonly acknowledging: boolean;
+}
+
+/**
+ * Splits the database's acknowledging replicas into node ids (`attached`) and the count of those
+ * no id may stand for (`outsiders`): an unknown address, this node's own id (a stale map), or an
+ * id a second address claims too (only one replica can be that node). Each outsider is a replica
+ * Redis counts that no member is: the guard demands it as well.
+ */
+export function classifyReplicas(
+  replicas: readonly ListedReplica[],
+  selfId: string,
+): { attached: string[]; outsiders: number } {
+  const attached: string[] = [];
+  let outsiders = 0;
+  for (const replica of replicas) {
+    if (!replica.acknowledging) continue;
+    const id = replica.nodeId;
+    if (id === undefined || id === selfId || attached.includes(id)) outsiders++;
+    else attached.push(id);
+  }
+  return { attached, outsiders };
+}
+
+/** The freshness of one heartbeat, as `nodeIdsByAddress` reads it. */
+export interface AddressClaim {
+  readonly node_id: string;
+  readonly node_address: string;
+  /** µs (AWS-aligned) of the heartbeat's last write. */
+  readonly written_us: number;
+}
+
+/**
+ * address -> node id from the stored heartbeats. Heartbeat items live for days, so the map must
+ * not be last-writer-wins over all of them: per address and per node id the freshest heartbeat
+ * wins (a reused IP, a node moved to a new address), and a heartbeat older than `maxAgeMs` names
+ * nothing unless `keep` does (the topology's primary, a member of this primary's replica set:
+ * a member whose agent fell silent stays demanded at its address while its database acknowledges).
+ */
+export function nodeIdsByAddress(
+  claims: readonly AddressClaim[],
+  nowMs: number,
+  maxAgeMs: number,
+  keep: (claim: AddressClaim) => boolean = () => false,
+): Map<string, string> {
+  const freshestFirst = [...claims].sort((a, b) => b.written_us - a.written_us);
+  const byAddress = new Map<string, string>();
+  // Decided by its freshest claim, even one too old to name anything: an older claim never wins.
+  const seenAddresses = new Set<string>();
+  const seenIds = new Set<string>();
+  for (const claim of freshestFirst) {
+    const decided = seenAddresses.has(claim.node_address) || seenIds.has(claim.node_id);
+    seenAddresses.add(claim.node_address);
+    seenIds.add(claim.node_id);
+    if (decided) continue;
+    if (nowMs - claim.written_us / 1000 > maxAgeMs && !keep(claim)) continue;
+    byAddress.set(claim.node_address, claim.node_id);
+  }
+  return byAddress;
 }

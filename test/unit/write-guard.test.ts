@@ -1,7 +1,10 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  classifyReplicas,
   FENCE_POLICIES,
+  type ListedReplica,
+  nodeIdsByAddress,
   planWriteGuard,
   storeWitnessesOf,
   WITNESS_ADVANCE,
@@ -92,6 +95,40 @@ describe("the write guard", () => {
       { msSinceHeartbeatWritten: 5000, members: ["r1"], attached: ["r1"], storeWitnesses: ["r1"] },
       { kind: "fence" },
     ],
+    [
+      "failsafe demands the replicas outside the set too: two anonymous replicas cannot stand for two members",
+      { outsiders: 2 },
+      { kind: "guard", minReplicas: 4, join: [], leave: [] },
+    ],
+    [
+      "failsafe keeps demanding a detached member and the outsiders until the store removed the member",
+      { attached: ["r1"], outsiders: 2 },
+      { kind: "guard", minReplicas: 4, join: [], leave: ["r2"] },
+    ],
+    [
+      "failsafe demands a joiner and an outsider beside the members",
+      { attached: ["r1", "r2", "r3"], outsiders: 1 },
+      { kind: "guard", minReplicas: 4, join: ["r3"], leave: [] },
+    ],
+    [
+      "failsafe with an empty set demands the outsiders while the store answers",
+      { members: [], attached: [], outsiders: 2 },
+      {
+        kind: "guard",
+        minReplicas: 2,
+        reason: "no replica in the replica set; 2 replicas outside the replica set must acknowledge too",
+      },
+    ],
+    [
+      "failsafe with an empty set still fences when cut off: an outsider cannot witness",
+      { members: [], attached: [], outsiders: 2, msSinceHeartbeatWritten: 2000 },
+      { kind: "fence" },
+    ],
+    [
+      "failsafe keeps demanding members and outsiders while cut off from the store",
+      { confirmed: undefined, msSinceHeartbeatWritten: 60_000, outsiders: 1 },
+      { kind: "guard", minReplicas: 3 },
+    ],
     ["policy fence serves while heartbeats are written", { policy: "fence" }, { kind: "open" }],
     [
       "policy fence fences after the fence timeout",
@@ -177,5 +214,130 @@ describe("the write guard", () => {
         expect(plan.kind === "fence").toBe(counted * 2 > members.length);
       }),
     );
+  });
+
+  it.each([
+    [
+      "members by their ids",
+      [
+        ["a1", "r1", true],
+        ["a2", "r2", true],
+      ],
+      ["r1", "r2"],
+      0,
+    ],
+    [
+      "a replica without a known id is an outsider",
+      [
+        ["a1", "r1", true],
+        ["a9", undefined, true],
+      ],
+      ["r1"],
+      1,
+    ],
+    ["a known non-member is attached (it joins)", [["a3", "r3", true]], ["r3"], 0],
+    ["an address mapped to this node's own id is an outsider", [["a0", "p1", true]], [], 1],
+    [
+      "a second address claiming the same id is an outsider",
+      [
+        ["a1", "r1", true],
+        ["a8", "r1", true],
+      ],
+      ["r1"],
+      1,
+    ],
+    [
+      "a replica not acknowledging within the lag is neither",
+      [
+        ["a1", "r1", false],
+        ["a9", undefined, false],
+      ],
+      [],
+      0,
+    ],
+  ] as const)("classifies the replicas: %s", (_name, listed, attached, outsiders) => {
+    const replicas: ListedReplica[] = listed.map(([address, nodeId, acknowledging]) => ({
+      address,
+      nodeId,
+      acknowledging,
+    }));
+    expect(classifyReplicas(replicas, "p1")).toEqual({ attached, outsiders });
+  });
+
+  it("reaching the guard's count takes every member: no other acknowledging replica can stand in", () => {
+    const replica = fc.record({
+      nodeId: fc.constantFrom("r1", "r2", "r3", "p1", undefined),
+      acknowledging: fc.boolean(),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(replica, { maxLength: 6 }),
+        fc.uniqueArray(fc.constantFrom("r1", "r2", "r3"), { maxLength: 3 }),
+        (listed, members) => {
+          const replicas = listed.map((entry, index) => ({ ...entry, address: `a${index}` }));
+          const { attached, outsiders } = classifyReplicas(replicas, "p1");
+          const plan = planWriteGuard({ ...base, members, attached, outsiders });
+          if (plan.kind !== "guard") return;
+          // Redis counts every acknowledging replica; the count is reached only if each counted
+          // one that is not a member is matched by one more demanded beyond the members.
+          const counted = replicas.filter((entry) => entry.acknowledging).length;
+          const standingForMembers = attached.filter((id) =>
+            (members as readonly string[]).includes(id),
+          ).length;
+          expect(plan.minReplicas - members.length).toBeGreaterThanOrEqual(counted - standingForMembers);
+        },
+      ),
+    );
+  });
+
+  describe("the address map", () => {
+    const NOW_MS = 1_000_000;
+    const MAX_AGE_MS = 23_000;
+    const claim = (node_id: string, node_address: string, ageMs: number) => ({
+      node_id,
+      node_address,
+      written_us: (NOW_MS - ageMs) * 1000,
+    });
+
+    it.each([
+      ["a fresh heartbeat names its address", [claim("r1", "a1", 1000)], [], { a1: "r1" }],
+      [
+        "the freshest heartbeat of a reused address wins, whatever the order read",
+        [claim("r2", "a1", 1000), claim("r1", "a1", 5000)],
+        [],
+        { a1: "r2" },
+      ],
+      [
+        "a node moved to a new address is known there only",
+        [claim("r1", "a1", 9000), claim("r1", "a2", 1000)].reverse(),
+        [],
+        { a2: "r1" },
+      ],
+      [
+        "a node at the address of an older heartbeat of another id takes it",
+        [claim("r1", "a1", 9000), claim("r1", "a2", 1000), claim("r9", "a1", 500)],
+        [],
+        { a2: "r1", a1: "r9" },
+      ],
+      ["a heartbeat older than the max age names nothing", [claim("r1", "a1", MAX_AGE_MS + 1)], [], {}],
+      [
+        "an old heartbeat of a kept node (a member, the primary) still names its address",
+        [claim("r1", "a1", 60_000)],
+        ["r1"],
+        { a1: "r1" },
+      ],
+      [
+        "a kept node's older claim never beats a fresher claim of its address",
+        [claim("r1", "a1", 60_000), claim("r2", "a1", 40_000)],
+        ["r1"],
+        {},
+      ],
+    ] as const)("%s", (_name, claims, kept, expected) => {
+      // Act
+      const map = nodeIdsByAddress(claims, NOW_MS, MAX_AGE_MS, (c) => kept.some((id) => id === c.node_id));
+
+      // Assess
+      expect(Object.fromEntries(map)).toEqual(expected);
+    });
   });
 });
