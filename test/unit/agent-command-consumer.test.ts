@@ -34,6 +34,7 @@ function contextWithHangingStore(roleLock: Mutex, storeTimeoutMs: number) {
     storeTimeoutMs,
     logger: silentLogger,
     state: { hasApplied: () => false },
+    count: () => {},
     deps: {
       // A store outage: the GetItem answers nothing.
       topology: { read: () => new Promise<never>(() => {}) },
