@@ -640,7 +640,8 @@ describe("decide: no eligible candidate and offline shards", () => {
           .offline()
           .guardedBy(["r1"])
           .withNode({ node_id: "p1", db_status: "down", agent_updated: (NOW - 100) * 1000 })
-          .withNode({ node_id: "r1", ageMs: 9000 })
+          // r1's agent reports its database dead: its offset is known (an unheard member holds the shard: decide-unheard-member.test.ts).
+          .withNode({ node_id: "r1", ageMs: 9000, db_status: "down", agent_updated: (NOW - 100) * 1000 })
           .build(),
       expected: { kind: "bring_online", target: "r2" },
     },
@@ -660,7 +661,8 @@ describe("decide: no eligible candidate and offline shards", () => {
               last_seen: (NOW - 10_000) * 1000,
             },
           })
-          .withNode({ node_id: "r1", ageMs: 9000 })
+          // r1's agent reports its database dead: its offset is known (an unheard member holds the shard: decide-unheard-member.test.ts).
+          .withNode({ node_id: "r1", ageMs: 9000, db_status: "down", agent_updated: (NOW - 100) * 1000 })
           .build(),
       expected: { kind: "bring_online", target: "r2" },
     },

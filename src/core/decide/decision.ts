@@ -21,6 +21,7 @@ export type NoActionCode =
   | "waiting_for_replica"
   | "primary_demoted"
   | "awaiting_reports"
+  | "member_unheard"
   | "store_recovering"
   | "offline_no_candidate"
   | "inconsistent_topology"

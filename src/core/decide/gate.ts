@@ -1,6 +1,6 @@
 import type { Heartbeat } from "../model.ts";
 import type { Decision, NoActionCode } from "./decision.ts";
-import { describeAgentAge, type ShardView } from "./view.ts";
+import { agentAgeMs, describeAgentAge, guardMembers, type ShardView } from "./view.ts";
 
 /**
  * A wait or refusal rule of the decision. A decision walks its status's ordered gate list; the
@@ -139,4 +139,53 @@ export function awaitingReason(quiet: readonly Heartbeat[], context: string, now
     )
     .sort()
     .join("; ")}), too old to vote or be ranked on`;
+}
+
+/** A member of the old primary's stored replica set whose agent's report is neither fresh nor current. */
+export interface UnheardMember {
+  readonly node_id: string;
+  /** Its last stored heartbeat; undefined when none is stored. */
+  readonly heartbeat: Heartbeat | undefined;
+}
+
+/**
+ * The members of \`primaryId\`'s stored replica set under the write guard (\`guardMembers\`; every
+ * set the agent writes is versioned, one written before the guard is not counted) other than \`exclude\`
+ * whose agent is unheard: no heartbeat, or one whose last report is past its keepalive plus the
+ * failure timeout (a member quiet within its keepalive is gate \`quiet_replicas\`'s). Its database
+ * may still replicate and acknowledge writes (an agent killed by the OOM killer, an AZ split that
+ * cut it from the store but not from the primary): what it holds is unknown, and may be writes
+ * no other node has. Gates \`member_unheard\` and \`member_unheard_offline\`.
+ */
+export function unheardMembers(
+  view: ShardView,
+  primaryId: string | undefined,
+  exclude: string,
+): UnheardMember[] {
+  const members = guardMembers(view.snapshot, primaryId) ?? [];
+  return members
+    .filter((id) => id !== primaryId && id !== exclude)
+    .map((id) => ({ id, node: view.nodes.find((node) => node.heartbeat.node_id === id) }))
+    .filter(({ node }) => node === undefined || !node.current)
+    .map(({ id, node }) => ({ node_id: id, heartbeat: node?.heartbeat }))
+    .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+/** Why a change of primary waits for unheard members (gates \`member_unheard\`, \`member_unheard_offline\`). */
+export function memberUnheardReason(
+  unheard: readonly UnheardMember[],
+  primaryId: string,
+  now: number,
+): string {
+  const each = unheard.map(({ node_id, heartbeat }) =>
+    heartbeat === undefined
+      ? `member ${node_id} of ${primaryId}'s replica set has no heartbeat stored`
+      : `member ${node_id} of ${primaryId}'s replica set unheard for ${Math.max(0, Math.round(agentAgeMs(heartbeat, now) / 1000))} s` +
+        ` (its agent's last report: last_txn_id ${heartbeat.last_txn_id}, keepalive ${heartbeat.keepalive_ms ?? 0} ms)`,
+  );
+  return (
+    `${each.join("; ")}: it may hold acknowledged writes no other node has; waiting for its agent to report` +
+    ` (restart it) or for ${primaryId}'s agent to drop it from the set` +
+    " (docs/safety.md: after a primary failure, guarantee 3 assumes every member's agent runs)"
+  );
 }

@@ -9,7 +9,9 @@ import {
   type Gate,
   HUNG_HOLDER_GRACE,
   LAST_COPY_GRACE,
+  memberUnheardReason,
   quietIds,
+  unheardMembers,
 } from "./gate.ts";
 import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
 import {
@@ -114,6 +116,12 @@ function hungHolders(v: OfflineView, best: Candidate, lineage: Lineage): Heartbe
   );
 }
 
+/** The node's database is up on the lineage's own replication run (not a restart from its RDB). */
+function ownRun(v: OfflineView, nodeId: string, lineage: Lineage): boolean {
+  const node = v.snapshot.nodes.find((n) => n.node_id === nodeId);
+  return node !== undefined && node.db_status === "up" && node.repl_id === lineage.repl_id;
+}
+
 /** The wait and refusal rules of an offline shard, in order (docs/safety.md). */
 export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
   {
@@ -164,6 +172,25 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
         `shard offline; ${best.node_id} is eligible but not in ${old.node_id}'s replica set, and ${old.node_id}'s agent ` +
         `is not heard (${describeHeartbeatAge(old, v.now, "ago")}) nor reported a crash: its database may still take ` +
         "writes unfenced; waiting for its agent, a confirmed crash, a member of its set, or shardguard recover"
+      );
+    },
+  },
+  {
+    name: "member_unheard_offline",
+    code: "member_unheard",
+    // As member_unheard: bringing the shard back on another node drops what an unheard member acknowledged.
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best, lineage } = v.target;
+      // The old primary back on its own run holds everything any member of its set acknowledged.
+      if (best.node_id === lineage.node_id && ownRun(v, best.node_id, lineage)) return undefined;
+      const unheard = unheardMembers(v, lineage.node_id, best.node_id);
+      if (unheard.length === 0 || lineage.node_id === undefined) return undefined;
+      return (
+        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ` +
+        memberUnheardReason(unheard, lineage.node_id, v.now)
       );
     },
   },

@@ -8,9 +8,11 @@ import {
   firstGate,
   type Gate,
   JUST_HEARD_GRACE,
+  memberUnheardReason,
   OUTSIDE_SET_GRACE,
   quietIds,
   REPLICA_AHEAD_GRACE,
+  unheardMembers,
 } from "./gate.ts";
 import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
 import { inferLineage, quorumNeeded, restartedPrimary } from "./primary.ts";
@@ -360,6 +362,20 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
       v.target === undefined && v.crash !== undefined
         ? `${v.staleness}, ${v.quorumText}, but no node is eligible (${describeCandidates(v.candidates)}); waiting for the failure timeout`
         : undefined,
+  },
+  {
+    name: "member_unheard",
+    code: "member_unheard",
+    // A member whose agent is unheard may hold writes only it acknowledged; its offset is unknown.
+    // The stored set counts even when the primary's agent confirms its crash: the data is the question.
+    invariant: [1],
+    primaryStale: true,
+    test: (v) => {
+      if (v.target === undefined || v.primaryId === undefined) return undefined;
+      const unheard = unheardMembers(v, v.primaryId, v.target.best.node_id);
+      if (unheard.length === 0) return undefined;
+      return `${notPromoting(v, v.target.best)}${memberUnheardReason(unheard, v.primaryId, v.now)}`;
+    },
   },
   {
     name: "replica_ahead",
