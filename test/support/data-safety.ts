@@ -70,7 +70,8 @@ export async function rawHeartbeat(
 ): Promise<Record<string, unknown> | undefined> {
   const table = rawTable();
   try {
-    return await table.get(`SHARD#${shard}`, `NODE#${nodeId}`);
+    // The node's own partition (docs/coordination.md): only its agent writes there.
+    return await table.get(keys.nodePk(shard, nodeId), keys.node(nodeId));
   } finally {
     table.destroy();
   }
