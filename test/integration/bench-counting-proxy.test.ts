@@ -47,8 +47,12 @@ describe("bench counting proxy", () => {
 
     // Assess
     expect(snapshot.nodes.map((node) => node.node_id)).toEqual(["n1"]);
-    expect(counted.PutItem).toEqual({ requests: 1, capacityUnits: 1, errors: 0 });
+    // The heartbeat, and the node's member item with its first heartbeat (docs/coordination.md).
+    expect(counted.PutItem).toEqual({ requests: 2, capacityUnits: 2, errors: 0 });
+    // The snapshot: the members, the controller's partition and the node's own partition.
     expect(counted["Query (shard)"]).toEqual({ requests: 1, capacityUnits: 1, errors: 0 });
+    expect(counted["Query (control)"]?.requests).toBe(1);
+    expect(counted["Query (node)"]).toEqual({ requests: 1, capacityUnits: 1, errors: 0 });
     expect(counted["Query (shard index)"]?.requests).toBe(1);
     expect(counted["Query (shard index)"]?.capacityUnits).toBeGreaterThan(0);
     expect(Object.keys(sqs.snapshot()).length).toBeGreaterThan(0);
