@@ -36,7 +36,9 @@ function alive(pid: number): boolean {
 }
 
 describe("shardguard local-stack", () => {
-  it("prints its environment line within 10 s, serves the SDK, and leaves no process after SIGTERM", async () => {
+  // The bound catches a start that hangs (each emulator has 30 s to answer); how fast the stack starts is
+  // not a functional property: on two busy cores DynamoDB Local alone took 10–12 s (old and new code).
+  it("prints its environment line within 40 s, serves the SDK, and leaves no process after SIGTERM", async () => {
     // Prepare
     const started = performance.now();
     const child = spawn(process.execPath, [CLI, "local-stack", "--redis", "2", "--json"], {
@@ -73,7 +75,7 @@ describe("shardguard local-stack", () => {
     const code = await exited;
 
     // Assess
-    expect(elapsedMs).toBeLessThan(10_000);
+    expect(elapsedMs).toBeLessThan(40_000);
     expect(Object.keys(env).sort()).toEqual(
       [
         "AWS_ACCESS_KEY_ID",
