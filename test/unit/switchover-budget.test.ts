@@ -4,6 +4,7 @@ import { handleOperatorRequest } from "../../src/controller/requests.ts";
 import type { FailoverPhase } from "../../src/core/model.ts";
 import { NOW } from "../support/builders.ts";
 import { MemoryShard } from "../support/memory-shard.ts";
+import { settled } from "../support/settled.ts";
 
 /**
  * Operator requests within the invocation's time budget (the failover phases' budget): a
@@ -23,16 +24,6 @@ beforeEach(() => {
 afterEach(() => {
   vi.useRealTimers();
 });
-
-/** Settles `work`, moving the fake clock on while it waits (phase polls, timeouts). */
-async function settled<T>(work: Promise<T>): Promise<T> {
-  let done = false;
-  const tracked = work.finally(() => {
-    done = true;
-  });
-  for (let step = 0; step < 1000 && !done; step++) await vi.advanceTimersByTimeAsync(50);
-  return tracked;
-}
 
 /** An invocation whose remaining time drops to `cutTo` ms once `phase` has done its work. */
 function invocation(shard: MemoryShard, startMs: number, phase?: FailoverPhase, cutTo?: number) {

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { requestSwitchover, SWITCHOVER_ATTEMPTS } from "../../src/controller/requests.ts";
 import { NOW } from "../support/builders.ts";
 import { MemoryShard } from "../support/memory-shard.ts";
+import { settled } from "../support/settled.ts";
 
 /**
  * A switchover whose epoch bump finds the decision stale wrote nothing: the old primary's agent
@@ -17,15 +18,6 @@ beforeEach(() => {
 afterEach(() => {
   vi.useRealTimers();
 });
-
-async function settled<T>(work: Promise<T>): Promise<T> {
-  let done = false;
-  const tracked = work.finally(() => {
-    done = true;
-  });
-  for (let step = 0; step < 1000 && !done; step++) await vi.advanceTimersByTimeAsync(50);
-  return tracked;
-}
 
 describe("a switchover that finds the old primary's replica set moved at its epoch bump", () => {
   it("decides again and completes when the set moved once", async () => {
