@@ -1,5 +1,5 @@
 import { stripVTControlCharacters } from "node:util";
-import pc from "picocolors";
+import { colors as pc } from "./colors.ts";
 import type { FailoverConfig } from "../core/config.ts";
 import { decide } from "../core/decide.ts";
 import type { HistoryRecord } from "../core/model.ts";

@@ -1,4 +1,4 @@
-import pc from "picocolors";
+import { colors as pc } from "../cli/colors.ts";
 import { discardMetrics, logEventPublisher, silentLogger } from "../adapters/observability.ts";
 import { ReportRequests } from "../cli/commands/report-requests.ts";
 import { formatDuration, renderShardStatus, shardStatus } from "../cli/status-view.ts";
