@@ -1,5 +1,4 @@
 import { stripVTControlCharacters } from "node:util";
-import { colors as pc } from "./colors.ts";
 import type { FailoverConfig } from "../core/config.ts";
 import { decide } from "../core/decide.ts";
 import type { HistoryRecord } from "../core/model.ts";
@@ -14,6 +13,7 @@ import {
   topologyRole,
 } from "../core/node-age.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
+import { colors as pc } from "./colors.ts";
 
 export interface NodeStatus {
   readonly node_id: string;

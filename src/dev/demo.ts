@@ -1,5 +1,5 @@
-import { colors as pc } from "../cli/colors.ts";
 import { discardMetrics, logEventPublisher, silentLogger } from "../adapters/observability.ts";
+import { colors as pc } from "../cli/colors.ts";
 import { ReportRequests } from "../cli/commands/report-requests.ts";
 import { formatDuration, renderShardStatus, shardStatus } from "../cli/status-view.ts";
 import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";

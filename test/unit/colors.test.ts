@@ -6,7 +6,12 @@ describe("colorWanted", () => {
     { env: {}, tty: true, want: true, why: "a terminal" },
     { env: {}, tty: false, want: false, why: "a pipe" },
     { env: {}, tty: undefined, want: false, why: "no stream information" },
-    { env: { CI: "true" }, tty: false, want: false, why: "a pipe on a CI machine (picocolors would colour it)" },
+    {
+      env: { CI: "true" },
+      tty: false,
+      want: false,
+      why: "a pipe on a CI machine (picocolors would colour it)",
+    },
     { env: { TERM: "dumb" }, tty: true, want: false, why: "a dumb terminal" },
     { env: { NO_COLOR: "1" }, tty: true, want: false, why: "NO_COLOR on a terminal" },
     { env: { NO_COLOR: "" }, tty: true, want: true, why: "an empty NO_COLOR is unset" },
