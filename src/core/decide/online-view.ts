@@ -1,0 +1,242 @@
+import { confirmedCrash } from "../crash.ts";
+import type { Candidate, CrashReport, Heartbeat, Lineage, Topology } from "../model.ts";
+import { JUST_HEARD_GRACE, REPLICA_AHEAD_GRACE } from "./gate.ts";
+import { pickCandidates } from "./pick-candidate.ts";
+import { inferLineage, quorumNeeded, restartedPrimary } from "./primary.ts";
+import {
+  awaitingReports,
+  describeHeartbeatAge,
+  freshVoters,
+  guardMembers,
+  heartbeatAgeMs,
+  isAgentHeard,
+  isAlive,
+  isFresh,
+  lineageOf,
+  MAX_CLOCK_SKEW_MS,
+  type ShardView,
+} from "./view.ts";
+
+/**
+ * An online shard's view: the shard's view plus the primary's evidence (its state as one value,
+ * the voters, the candidates), and the node selections the online gates test (decide/online.ts).
+ */
+
+/** The primary's state as one value. */
+export type PrimaryState = "healthy" | "stale" | "crashed" | "restarted" | "demoted" | "missing";
+
+/** An online shard as its gates see it: the shard's view plus the primary's evidence. */
+export interface OnlineView extends ShardView {
+  readonly topology: Topology;
+  readonly primaryId: string | undefined;
+  readonly primary: Heartbeat | undefined;
+  readonly primaryState: PrimaryState;
+  /** The primary's own agent's confirmed report that its process died, fresh primary or not. */
+  readonly deadPrimary: CrashReport | undefined;
+  /** `deadPrimary` of a fresh primary: the crash fast path. */
+  readonly crash: CrashReport | undefined;
+  /** Why the primary counts as failed (meaningless while it is healthy). */
+  readonly staleness: string;
+  /**
+   * ms the fresh primary's database has answered as a replica (\`demoted\`): it takes no writes. Until
+   * it has for the failure timeout, a PROMOTE in flight or a repair may still make it primary.
+   */
+  readonly demotedMs: number | undefined;
+  /** Nodes other than the primary that are quiet within their keepalive. */
+  readonly quiet: readonly Heartbeat[];
+  readonly lineage: Lineage | undefined;
+  /** The old primary's guarded replica set, unless its agent confirms its process dead. */
+  readonly members: readonly string[] | undefined;
+  readonly candidates: readonly Candidate[];
+  /** The candidate to promote, with the lineage it is judged against; undefined when none is eligible. */
+  readonly target: { readonly best: Candidate; readonly lineage: Lineage } | undefined;
+  readonly voters: readonly Heartbeat[];
+  readonly downVoters: readonly Heartbeat[];
+  /** `down` reports the quorum needs (on the crash fast path: every fresh replica, at least one). */
+  readonly needed: number;
+  readonly quorumText: string;
+}
+
+export function onlineView(view: ShardView, topology: Topology): OnlineView {
+  const { snapshot, config, now } = view;
+  const primaryId = topology.primary_node_id;
+  const primary = snapshot.nodes.find((node) => node.node_id === primaryId);
+  const fresh = primary !== undefined && isFresh(primary, config, now);
+  const deadPrimary =
+    primary === undefined ? undefined : confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS);
+  const crash = fresh ? deadPrimary : undefined;
+  // A fresh primary that its replicas find back as another process, not continuing their lineage,
+  // restarted without its data; its own agent did not tell (it lost its state dir too).
+  const restarted =
+    primary !== undefined && fresh && crash === undefined
+      ? restartedPrimary(snapshot, primary, config, now)
+      : undefined;
+  const demotedMs =
+    primary !== undefined && fresh && primary.db_status === "up" && primary.role === "replica"
+      ? now - (primary.role_since !== undefined ? primary.role_since / 1000 : topology.updated_at)
+      : undefined;
+  const primaryState: PrimaryState =
+    primary === undefined
+      ? "missing"
+      : restarted !== undefined
+        ? "restarted"
+        : crash !== undefined
+          ? "crashed"
+          : demotedMs !== undefined
+            ? "demoted"
+            : fresh
+              ? "healthy"
+              : "stale";
+  const staleness =
+    primary === undefined
+      ? `primary ${primaryId ?? "(none)"} has no heartbeat`
+      : restarted !== undefined
+        ? `primary ${primary.node_id} is back as a new process without its data (${restarted.reason})`
+        : crash !== undefined
+          ? `primary ${primary.node_id}'s agent saw its database die (${crash.state}, process ${crash.run_id || "unknown"},` +
+            ` confirmed over ${Math.round((crash.last_seen - crash.first_seen) / 1000)} ms)`
+          : demotedMs !== undefined
+            ? `primary ${primary.node_id}'s database is a replica (of ${primary.primary_node_id ?? "an unknown node"}, link ${
+                primary.primary_link ?? "unknown"
+              }) for ${Math.round(demotedMs)} ms: it takes no writes`
+            : `primary ${primary.node_id} is stale (database last answered ${describeHeartbeatAge(primary, now, "ago")}` +
+              `${primary.db_status === "down" ? ", its agent reports the database down" : ""})`;
+  const lineage =
+    restarted !== undefined
+      ? restarted.lineage
+      : primary === undefined
+        ? (topology.lineage ?? inferLineage(snapshot.nodes, primaryId))
+        : demotedMs !== undefined
+          ? demotedLineage(snapshot.nodes, primary, topology)
+          : lineageOf(primary);
+  // A primary whose own agent confirms its process dead has nothing left to fence: the replica-set
+  // rule would only stand between the shard and the replica holding the most.
+  const members = deadPrimary === undefined ? guardMembers(snapshot, primaryId) : undefined;
+  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, { exclude: primaryId, members });
+  const best = candidates[0];
+  const voters = freshVoters(snapshot, primaryId, config, now);
+  // A replica votes the primary down when its link is down, or its own probe got no answer, found
+  // it restarted without its data, or found it refusing every write. On the crash fast path only
+  // the link counts, from every fresh replica: only offsets read after the link dropped are final.
+  const downVoters = voters.filter((node) =>
+    crash !== undefined
+      ? node.primary_link === "down"
+      : node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),
+  );
+  const needed =
+    crash !== undefined ? Math.max(1, voters.length) : quorumNeeded(config.quorum, voters.length);
+  const quorumText =
+    voters.length === 0
+      ? "no fresh replica to ask"
+      : `${downVoters.length} of ${voters.length} fresh replicas report the primary down (${[...downVoters]
+          .sort((a, b) => a.node_id.localeCompare(b.node_id))
+          .map(
+            (node) => `${node.node_id}: ${node.primary_link === "down" ? "link down" : node.primary_probe}`,
+          )
+          .join(", ")})`;
+  return {
+    ...view,
+    topology,
+    primaryId,
+    primary,
+    primaryState,
+    deadPrimary,
+    crash,
+    staleness,
+    demotedMs,
+    quiet: awaitingReports(snapshot, config, now, primaryId),
+    lineage,
+    members,
+    candidates,
+    target: best?.eligible === true && lineage !== undefined ? { best, lineage } : undefined,
+    voters,
+    downVoters,
+    needed,
+    quorumText,
+  };
+}
+
+/**
+ * The lineage a demoted primary's replacement must hold: the one its followers agree on (its own
+ * \`repl_id\` is a new one when it restarted empty), up to the highest offset of it known, its own
+ * included when it kept the lineage (an operator's REPLICAOF, a restart from its RDB).
+ */
+function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topology: Topology): Lineage {
+  const followed = inferLineage(nodes, primary.node_id) ?? topology.lineage;
+  if (followed === undefined || followed.repl_id !== primary.repl_id) return followed ?? lineageOf(primary);
+  return {
+    ...followed,
+    node_id: primary.node_id,
+    last_txn_id: Math.max(followed.last_txn_id, primary.last_txn_id),
+  };
+}
+
+/** The primary's heartbeat is stale or missing (a crashed or restarted primary is still fresh). */
+export function isPrimaryStale(v: OnlineView): boolean {
+  return v.primaryState === "stale" || v.primaryState === "missing";
+}
+
+/** Replicas whose agent was just heard with their database up, while no fresh replica can be asked. */
+export function justHeard(v: OnlineView): Heartbeat[] {
+  if (v.voters.length !== 0 || v.crash !== undefined || v.config.quorum === "none") return [];
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.role === "replica" &&
+      node.db_status === "up" &&
+      isAgentHeard(node, v.config, v.now) &&
+      heartbeatAgeMs(node, v.now) <= JUST_HEARD_GRACE * v.config.failureTimeoutMs,
+  );
+}
+
+export function quorumMet(v: OnlineView): boolean {
+  if (v.voters.length === 0 && v.crash === undefined)
+    return v.config.quorum === "none" || v.target === undefined;
+  return v.downVoters.length >= v.needed;
+}
+
+/** Stale replicas of the lineage further ahead than the best candidate, stale only just now. */
+export function replicasAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.node_id !== best.node_id &&
+      node.db_status === "up" &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id &&
+      !isFresh(node, v.config, v.now) &&
+      heartbeatAgeMs(node, v.now) <= REPLICA_AHEAD_GRACE * v.config.failureTimeoutMs &&
+      // A heartbeat dated beyond the clock bound is no evidence of a live replica.
+      heartbeatAgeMs(node, v.now) >= -MAX_CLOCK_SKEW_MS,
+  );
+}
+
+/** Live replicas of the lineage outside the old primary's set, further ahead than the best candidate. */
+export function outsideAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
+  const { members } = v;
+  if (members === undefined) return [];
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.node_id !== best.node_id &&
+      !members.includes(node.node_id) &&
+      isAlive(node, v.config, v.now) &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id,
+  );
+}
+
+/**
+ * Live priority-0 replicas of the lineage further ahead than the best candidate: never promoted by
+ * the operator's choice, they may hold writes they acknowledged that the candidate lacks.
+ */
+export function priorityZeroAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.priority === 0 &&
+      isAlive(node, v.config, v.now) &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id,
+  );
+}
