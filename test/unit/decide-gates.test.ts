@@ -19,7 +19,8 @@ describe("decide: gates without a row elsewhere", () => {
       name: "takes no action on a topology in the agents' partition (an older installation's layout)",
       snapshot: () => ({ ...aShardWithStalePrimary().build(), legacyTopology: true }),
       code: "legacy_layout",
-      reason: "shardguard migrate-layout",
+      reason:
+        "no failover, until an operator upgrades every agent of the shard and runs `shardguard migrate-layout --shard s1`",
     },
     {
       name: "leaves a shard without a topology to the controller that holds the lock",

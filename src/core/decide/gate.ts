@@ -99,7 +99,7 @@ export const ENTRY_GATES: readonly Gate<ShardView>[] = [
     primaryStale: false,
     test: ({ snapshot }) =>
       snapshot.legacyTopology
-        ? "the topology is in the agents' partition (an older installation); no automatic action until `shardguard migrate-layout` moves it to the controller's"
+        ? `laid out by an older installation (topology, heartbeats or replica sets in SHARD#${snapshot.shard}, where every node's credentials write); no automatic action, no failover, until an operator upgrades every agent of the shard and runs \`shardguard migrate-layout --shard ${snapshot.shard}\` with administrator or controller-role credentials (docs/deploy.md#upgrading-to-node-partitions)`
         : undefined,
   },
   {
