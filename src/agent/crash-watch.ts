@@ -1,5 +1,4 @@
 import { isIP } from "node:net";
-import { Redis } from "ioredis";
 import { parseAddress } from "../core/address.ts";
 import { CRASH_CONFIRM_MS } from "../core/crash.ts";
 import { errorMessage } from "../core/errors.ts";
@@ -7,7 +6,7 @@ import type { CrashState } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS, GUARD_MAX_LAG_S } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import { readReplicationInfo, redisConnectSettings } from "./database.ts";
+import type { DatabaseLink } from "./database.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 
@@ -49,56 +48,43 @@ export function isLoopback(host: string): boolean {
 /** One look at the database through a new connection. */
 export async function observeDatabase(
   ctx: AgentContext,
-  onAnswer?: (client: Redis, info: ReplicationInfo) => Promise<void>,
+  onAnswer?: (link: DatabaseLink, info: ReplicationInfo) => Promise<void>,
 ): Promise<Observation> {
-  const { host, port } = parseAddress(ctx.options.redis);
-  const loopback = isLoopback(host);
-  const client = new Redis({
-    host,
-    port,
-    lazyConnect: true,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    connectTimeout: CHECK_TIMEOUT_MS,
-    commandTimeout: CHECK_TIMEOUT_MS,
-    retryStrategy: () => null,
-    ...redisConnectSettings(ctx.options).redisOptions,
-    connectionName: "shardguard-crash-check",
-  });
-  // ioredis rejects connect() with "Connection is closed"; the socket's own error carries the code.
-  let socketError: { code?: string } | undefined;
-  client.on("error", (error: { code?: string }) => {
-    socketError ??= error;
+  const loopback = isLoopback(parseAddress(ctx.options.redis).host);
+  const link = ctx.db.dial(ctx.options.redis, {
+    name: "shardguard-crash-check",
+    connectTimeoutMs: CHECK_TIMEOUT_MS,
+    commandTimeoutMs: CHECK_TIMEOUT_MS,
   });
   try {
-    await client.connect();
-    const info = await readReplicationInfo(client);
-    await onAnswer?.(client, info);
+    await link.connect();
+    const info = await link.replicationInfo();
+    await onAnswer?.(link, info);
     return { kind: "answered", runId: info.runId };
   } catch (error) {
-    const code = socketError?.code ?? (error as { code?: string }).code;
+    const code = (error as { code?: string }).code;
     if (loopback && code === "ECONNREFUSED") return { kind: "crash", state: "refused" };
     if (loopback && code === "ECONNRESET") return { kind: "crash", state: "reset" };
     // A timeout, a closed connection (maxclients), a BUSY or LOADING reply, an auth error: the
     // process may well be alive.
     return { kind: "no_answer", why: errorMessage(error) };
   } finally {
-    client.disconnect();
+    link.disconnect();
   }
 }
 
 /** Refuses every write on a new process through the check's own connection (the agent's may be reconnecting). */
-async function fenceNewProcess(ctx: AgentContext, client: Redis): Promise<void> {
+async function fenceNewProcess(ctx: AgentContext, link: DatabaseLink): Promise<void> {
   if (ctx.state.state.fence === undefined) {
     const saved: Record<string, string> = {};
     for (const key of FENCING_CONFIG_KEYS) {
-      const reply = (await client.config("GET", key)) as string[];
-      if (reply[1] !== undefined) saved[key] = reply[1];
+      const value = await link.configGet(key);
+      if (value !== undefined) saved[key] = value;
     }
     ctx.state.update({ fence: { saved, since: ctx.deps.clock.now() } });
   }
-  await client.config("SET", "min-replicas-max-lag", String(GUARD_MAX_LAG_S));
-  await client.config("SET", "min-replicas-to-write", String(FENCED_MIN_REPLICAS));
+  await link.configSet("min-replicas-max-lag", String(GUARD_MAX_LAG_S));
+  await link.configSet("min-replicas-to-write", String(FENCED_MIN_REPLICAS));
   ctx.appliedGuard = "fence";
 }
 
@@ -129,7 +115,7 @@ export function recordCrash(ctx: AgentContext, state: CrashState): void {
 
 export class CrashWatch {
   readonly #ctx: AgentContext;
-  #client: Redis | undefined;
+  #link: DatabaseLink | undefined;
 
   constructor(ctx: AgentContext) {
     this.#ctx = ctx;
@@ -159,30 +145,28 @@ export class CrashWatch {
 
   /** Holds a connection until it closes (the process went away) or this node stops being primary. */
   async #watch(signal: AbortSignal): Promise<void> {
-    const { host, port } = parseAddress(this.#ctx.options.redis);
-    const client = new Redis({
-      host,
-      port,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      connectTimeout: CHECK_TIMEOUT_MS * 4,
-      retryStrategy: () => null,
-      ...redisConnectSettings(this.#ctx.options).redisOptions,
-      connectionName: "shardguard-crash-watch",
+    const link = this.#ctx.db.dial(this.#ctx.options.redis, {
+      name: "shardguard-crash-watch",
+      connectTimeoutMs: CHECK_TIMEOUT_MS * 4,
+      reconnectMs: undefined,
     });
-    client.on("error", () => {});
-    this.#client = client;
+    this.#link = link;
+    await link.connect().catch(() => {});
     await new Promise<void>((resolve) => {
       const poll = setInterval(() => {
         if (signal.aborted || this.#ctx.lastInfo?.role !== "primary") finish();
       }, IDLE_MS);
       const finish = () => {
         clearInterval(poll);
-        client.off("end", finish);
+        link.off("end", finish);
         signal.removeEventListener("abort", finish);
         resolve();
       };
-      client.once("end", finish);
+      if (!link.ready) {
+        finish();
+        return;
+      }
+      link.on("end", finish);
       signal.addEventListener("abort", finish, { once: true });
     });
     this.close();
@@ -193,9 +177,9 @@ export class CrashWatch {
     const ctx = this.#ctx;
     const knownRunId = ctx.identity?.runId;
     while (!signal.aborted && ctx.lastInfo?.role === "primary") {
-      const observation = await observeDatabase(ctx, async (client, info) => {
+      const observation = await observeDatabase(ctx, async (link, info) => {
         if (info.runId !== knownRunId && info.role === "primary") {
-          await ctx.roleLock.run(() => fenceNewProcess(ctx, client));
+          await ctx.roleLock.run(() => fenceNewProcess(ctx, link));
           ctx.logger.warn("a new database process answers: fenced until this agent judged it", {
             ...ctx.epochContext,
             runId: info.runId,
@@ -216,7 +200,7 @@ export class CrashWatch {
   }
 
   close(): void {
-    this.#client?.disconnect();
-    this.#client = undefined;
+    this.#link?.disconnect();
+    this.#link = undefined;
   }
 }

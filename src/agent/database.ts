@@ -25,7 +25,121 @@ export interface Database {
   clientNames(): Promise<string[]>;
   /** Resolves once connected, or after `timeoutMs` (the loops report a database that stays down). */
   waitReady(timeoutMs: number): Promise<boolean>;
+  /**
+   * Opens another connection, with this one's credentials and TLS, to a database at `address`: the
+   * crash watch's to its own, a replica's probe to its primary. The simulator (src/dev/sim/) answers
+   * it from its model; production opens an ioredis connection.
+   */
+  dial(address: string, options: DialOptions): DatabaseLink;
   close(): Promise<void>;
+}
+
+/** How a dialled connection connects and how long it waits. */
+export interface DialOptions {
+  /** Client name (`CLIENT SETNAME`), as `CLIENT LIST` shows it. */
+  readonly name: string;
+  readonly connectTimeoutMs: number;
+  /** Longest one command may take. @default none */
+  readonly commandTimeoutMs?: number;
+  /**
+   * `undefined`: connects only on `connect()` and never again once closed (a one-off check, a
+   * watch that must hear the close). A number: connects at once and reconnects that many ms after
+   * every close.
+   */
+  readonly reconnectMs?: number;
+}
+
+export type LinkEvent = "ready" | "close" | "end";
+
+/** One dialled connection: the few commands the crash watch and the probe send, and its life events. */
+export interface DatabaseLink {
+  /** Connected and answering commands. */
+  readonly ready: boolean;
+  /**
+   * Connects a link dialled without `reconnectMs`; rejects with an error whose `code` is the
+   * socket's (`ECONNREFUSED`: nothing listens, `ECONNRESET`: accepted then reset), if any.
+   */
+  connect(): Promise<void>;
+  /** `INFO replication` + `INFO server`, parsed. */
+  replicationInfo(): Promise<ReplicationInfo>;
+  /** `CONFIG GET name`: the value, undefined when the setting is unknown. */
+  configGet(name: string): Promise<string | undefined>;
+  configSet(name: string, value: string): Promise<void>;
+  /** `CLIENT SETNAME` */
+  setName(name: string): Promise<void>;
+  /** `ready`: (re)connected; `close`: a connection closed; `end`: closed for good (no reconnect). */
+  on(event: LinkEvent, listener: () => void): void;
+  off(event: LinkEvent, listener: () => void): void;
+  disconnect(): void;
+}
+
+/** A dialled connection through ioredis. */
+export class RedisLink implements DatabaseLink {
+  readonly #client: Redis;
+  /** ioredis rejects connect() with "Connection is closed"; the socket's own error carries the code. */
+  #socketError: { code?: string } | undefined;
+
+  constructor(address: string, options: DialOptions, connection?: RedisConnectSettings) {
+    const { host, port } = parseAddress(address);
+    const reconnectMs = options.reconnectMs;
+    this.#client = new Redis({
+      host,
+      port,
+      lazyConnect: reconnectMs === undefined,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      connectTimeout: options.connectTimeoutMs,
+      ...(options.commandTimeoutMs === undefined ? {} : { commandTimeout: options.commandTimeoutMs }),
+      retryStrategy: () => (reconnectMs === undefined ? null : reconnectMs),
+      ...connection?.redisOptions,
+      connectionName: options.name,
+    });
+    this.#client.on("error", (error: { code?: string }) => {
+      this.#socketError ??= error;
+    });
+  }
+
+  get ready(): boolean {
+    return this.#client.status === "ready";
+  }
+
+  async connect(): Promise<void> {
+    try {
+      await this.#client.connect();
+    } catch (error) {
+      const code = this.#socketError?.code ?? (error as { code?: string }).code;
+      throw Object.assign(new Error(errorMessage(error), { cause: error }), { code });
+    }
+  }
+
+  replicationInfo(): Promise<ReplicationInfo> {
+    return readReplicationInfo(this.#client);
+  }
+
+  async configGet(name: string): Promise<string | undefined> {
+    const reply = (await this.#client.config("GET", name)) as string[];
+    return reply[1];
+  }
+
+  async configSet(name: string, value: string): Promise<void> {
+    await this.#client.config("SET", name, value);
+  }
+
+  async setName(name: string): Promise<void> {
+    await this.#client.client("SETNAME", name);
+  }
+
+  on(event: LinkEvent, listener: () => void): void {
+    this.#client.on(event, listener);
+  }
+
+  off(event: LinkEvent, listener: () => void): void {
+    this.#client.off(event, listener);
+  }
+
+  disconnect(): void {
+    this.#client.disconnect();
+  }
 }
 
 /** A database refused the agent for a reason its operator must fix: credentials, ACL, TLS. */
@@ -260,6 +374,10 @@ export class RedisDatabase implements Database {
       };
       this.client.on("ready", onReady);
     });
+  }
+
+  dial(address: string, options: DialOptions): DatabaseLink {
+    return new RedisLink(address, options, this.connection);
   }
 
   async close(): Promise<void> {

@@ -1,11 +1,10 @@
-import { Redis } from "ioredis";
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
 import { holdsAllOf } from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
-import { type Database, readReplicationInfo, redisConnectSettings } from "./database.ts";
+import type { Database, DatabaseLink } from "./database.ts";
 import type { AgentOptions } from "./options.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import type { Mutex } from "./scheduling.ts";
@@ -78,7 +77,7 @@ export function probeCounts(names: readonly string[]): Map<string, number> {
 }
 
 export class PrimaryProbe {
-  #client: Redis | undefined;
+  #client: DatabaseLink | undefined;
   #address: string | undefined;
   /** Monotonic ms when the connection to `#address` was opened. */
   #trackedAt = 0;
@@ -118,20 +117,12 @@ export class PrimaryProbe {
     this.#trackedAt = this.#ctx.monotonicNow();
     this.#runId = undefined;
     this.#linkedReplId = undefined;
-    const { host, port } = parseAddress(address);
-    const client = new Redis({
-      host,
-      port,
-      lazyConnect: false,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: this.#timeoutMs,
-      connectTimeout: this.#timeoutMs,
-      connectionName: probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten),
-      ...redisConnectSettings(this.#ctx.options).redisOptions,
-      retryStrategy: () => 100,
+    const client = this.#ctx.db.dial(address, {
+      name: probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten),
+      connectTimeoutMs: this.#timeoutMs,
+      commandTimeoutMs: this.#timeoutMs,
+      reconnectMs: 100,
     });
-    client.on("error", () => {});
     client.on("close", () => void this.#lost(address));
     client.on("ready", () => {
       this.#published = undefined;
@@ -149,12 +140,12 @@ export class PrimaryProbe {
     try {
       const name = probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten);
       if (name !== this.#published) {
-        await client.client("SETNAME", name);
+        await client.setName(name);
         this.#published = name;
       }
-      const info = await readReplicationInfo(client);
-      const reply = (await client.config("GET", "min-replicas-to-write")) as string[];
-      return { info, fenced: Number(reply[1]) >= FENCED_MIN_REPLICAS };
+      const info = await client.replicationInfo();
+      const minReplicas = await client.configGet("min-replicas-to-write");
+      return { info, fenced: Number(minReplicas) >= FENCED_MIN_REPLICAS };
     } catch {
       return undefined;
     }
@@ -165,8 +156,8 @@ export class PrimaryProbe {
    * a probe opened a moment ago (the replica was just pointed at this primary) has had no time to
    * get an answer, and "unreachable" from it would be a vote against a primary nobody asked.
    */
-  async #ready(client: Redis): Promise<boolean> {
-    if (client.status === "ready") return true;
+  async #ready(client: DatabaseLink): Promise<boolean> {
+    if (client.ready) return true;
     const left = this.#timeoutMs - (this.#ctx.monotonicNow() - this.#trackedAt);
     if (left <= 0) return false;
     return await new Promise<boolean>((resolve) => {
@@ -177,7 +168,7 @@ export class PrimaryProbe {
       };
       const onReady = () => done(true);
       const timer = setTimeout(() => done(false), left);
-      client.once("ready", onReady);
+      client.on("ready", onReady);
     });
   }
 

@@ -1,7 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
-import type { Database } from "../../src/agent/database.ts";
-import { readReplicationInfo } from "../../src/agent/database.ts";
+import { type Database, type DialOptions, RedisLink, readReplicationInfo } from "../../src/agent/database.ts";
 import { parseAgentOptions } from "../../src/agent/options.ts";
 import { PrimaryProbe, type ProbeContext } from "../../src/agent/primary-probe.ts";
 import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
@@ -46,7 +45,10 @@ function probeContext(): ProbeContext {
   return {
     options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:1" }),
     nodeId: "n2",
-    db: {} as Database,
+    // Only the probe's own connection is used on these paths: dialled as the agent's database would.
+    db: {
+      dial: (address: string, options: DialOptions) => new RedisLink(address, options),
+    } as Partial<Database> as Database,
     logger: new RecordingLogger(),
     roleLock: new Mutex(),
     roleGeneration: 0,
