@@ -1,5 +1,7 @@
 import type { FailoverConfig } from "./config.ts";
-import { decide, guardMembers, isAlive, isFresh, isPastPointOfNoReturn, rankCandidates } from "./decide.ts";
+import { describeCandidates, pickCandidates } from "./decide/pick-candidate.ts";
+import { guardMembers, isFresh, type ShardView, shardView } from "./decide/view.ts";
+import { decide, isPastPointOfNoReturn } from "./decide.ts";
 import { ShardguardError } from "./errors.ts";
 import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "./model.ts";
 import type { ShardSnapshot } from "./ports.ts";
@@ -138,19 +140,18 @@ export function decideContinuation(
       reason: `${target} confirmed as primary at epoch ${topology.epoch}`,
     };
   }
-  const heartbeat = snapshot.nodes.find((node) => node.node_id === target);
-  const alive = heartbeat !== undefined && isAlive(heartbeat, config, now);
+  const view = shardView(snapshot, config, now);
+  const node = view.nodes.find((candidate) => candidate.heartbeat.node_id === target);
+  const alive = node?.alive === true;
   const attemptStarted = state.phase_started.epoch_bumped ?? state.started_at;
   const overdue = now - attemptStarted > MAX_CONFIRM_ROUNDS * options.confirmTimeoutMs;
   if (alive && !overdue) {
     return { kind: "continue", from: "promote", reason: `${target} is alive; sending PROMOTE again` };
   }
   return retarget(
-    snapshot,
+    view,
     state,
-    config,
-    now,
-    alive ? "did not confirm in time" : heartbeat ? "is no longer alive" : "has no heartbeat",
+    alive ? "did not confirm in time" : node ? "is no longer alive" : "has no heartbeat",
   );
 }
 
@@ -199,11 +200,6 @@ function reconsider(
 }
 
 /**
- * The promoted node died or never confirmed. PROMOTE may still reach it later, so the
- * replacement is a new plan under a further epoch: the failed target, if it ever applies the
- * old PROMOTE, finds the topology at a newer epoch naming another node and drops it.
- */
-/**
  * The target's own lineage once it reported itself promoted at this failover's epoch (PROMOTE
  * applied: a new replication id): writes acknowledged since went to that lineage only, and the
  * replicas already repointed at it share it. Undefined while it has not.
@@ -217,22 +213,18 @@ function promotedLineage(snapshot: ShardSnapshot, state: FailoverState): Lineage
   return { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id };
 }
 
-function retarget(
-  snapshot: ShardSnapshot,
-  state: FailoverState,
-  config: FailoverConfig,
-  now: number,
-  problem: string,
-): Continuation {
+/**
+ * The promoted node died or never confirmed. PROMOTE may still reach it later, so the
+ * replacement is a new plan under a further epoch: the failed target, if it ever applies the
+ * old PROMOTE, finds the topology at a newer epoch naming another node and drops it.
+ */
+function retarget(view: ShardView, state: FailoverState, problem: string): Continuation {
+  const { snapshot, config, now } = view;
   const lineage = promotedLineage(snapshot, state) ?? state.lineage;
-  const candidates = rankCandidates(
-    snapshot.nodes,
-    lineage,
-    config,
-    now,
-    state.old_primary_node_id,
-    guardMembers(snapshot, state.old_primary_node_id),
-  ).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
+  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
+    exclude: state.old_primary_node_id,
+    members: guardMembers(snapshot, state.old_primary_node_id),
+  }).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
   const best = candidates[0];
   const why = `target ${state.new_primary_node_id} ${problem} after PROMOTE`;
   if (best === undefined || !best.eligible) {
@@ -241,7 +233,7 @@ function retarget(
       oldPrimary: state.old_primary_node_id,
       candidates,
       lineage,
-      reason: `${why} and no other node is eligible (${candidates.map((c) => `${c.node_id}: ${c.reason}`).join("; ") || "none"})`,
+      reason: `${why} and no other node is eligible (${candidates.length === 0 ? "none" : describeCandidates(candidates)})`,
     };
   }
   return {

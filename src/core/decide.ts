@@ -35,7 +35,7 @@ export {
   OUTSIDE_SET_GRACE,
   REPLICA_AHEAD_GRACE,
 } from "./decide/gate.ts";
-export { pickCandidates, type RankOptions, rankCandidates } from "./decide/pick-candidate.ts";
+export { pickCandidates, type RankOptions } from "./decide/pick-candidate.ts";
 export { quorumNeeded } from "./decide/primary.ts";
 export { planRecover, type RecoverPlan } from "./decide/recover.ts";
 export { planSwitchover, type SwitchoverPlan } from "./decide/switchover.ts";

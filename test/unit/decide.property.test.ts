@@ -9,7 +9,7 @@ import { aConfig, aHeartbeat, NOW } from "../support/builders.ts";
 /**
  * Properties of decide() over random shards: the safety rules hold for every snapshot, not
  * only for the rows of decide.test.ts. The oracle below restates eligibility from DESIGN.md
- * independently of rankCandidates().
+ * independently of pickCandidates().
  */
 
 const FAILURE_TIMEOUT = 3000;

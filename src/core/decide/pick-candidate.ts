@@ -91,22 +91,6 @@ export function pickCandidates(
 }
 
 /**
- * The positional form of `pickCandidates`, kept for callers outside the decision
- * (src/core/continuation.ts); new code passes `RankOptions`.
- */
-export function rankCandidates(
-  nodes: readonly Heartbeat[],
-  lineage: Lineage | undefined,
-  config: FailoverConfig,
-  now: number,
-  exclude?: string,
-  members?: readonly string[],
-  acceptPrior = false,
-): Candidate[] {
-  return pickCandidates(nodes, lineage, config, now, { exclude, members, acceptPrior });
-}
-
-/**
  * How far `node`'s data holds `lineage` (the offset in it), undefined when it holds none: a node
  * on it to its offset; one that continues it under another replication id (promoted, or a
  * primary restarted from its RDB) to its `prior_lineage` offset; a restarted holder only by that.
