@@ -378,7 +378,10 @@ export function heartbeatFromInfo(
     const primaryNodeId = primaryNodeIdOf(ctx, info);
     if (primaryNodeId !== undefined) heartbeat.primary_node_id = primaryNodeId;
     heartbeat.primary_link = info.primary.link;
-    if (probed !== undefined) heartbeat.primary_probe = probed;
+    if (probed !== undefined) {
+      heartbeat.primary_probe = probed;
+      heartbeat.primary_probe_offset = ctx.probe.primaryOffset;
+    }
     if (info.primary.lastIoSecondsAgo !== undefined) heartbeat.lag_s = info.primary.lastIoSecondsAgo;
   }
   return heartbeat;

@@ -3,7 +3,7 @@ import { errorMessage } from "../core/errors.ts";
 import { holdsAllOf } from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
-import { FENCED_MIN_REPLICAS } from "../core/write-guard.ts";
+import { refusesWrites } from "../core/write-guard.ts";
 import type { Database, DatabaseLink } from "./database.ts";
 import type { AgentOptions } from "./options.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
@@ -87,6 +87,13 @@ export class PrimaryProbe {
   #runId: string | undefined;
   /** This replica's replication id while it was linked to that primary (the lineage its data is). */
   #linkedReplId: string | undefined;
+  /** The primary's replication offset in the last probe's answer (undefined: no answer). */
+  #primaryOffset: number | undefined;
+
+  /** The primary's `master_repl_offset` read by the last `probe()` (the heartbeat's `primary_probe_offset`). */
+  get primaryOffset(): number | undefined {
+    return this.#primaryOffset;
+  }
   /**
    * Topology epoch when the replica was parked. A newer topology that names the same address
    * again is a new decision (the controller promoted whatever runs there now): follow it.
@@ -132,7 +139,7 @@ export class PrimaryProbe {
 
   /**
    * Publishes this replica's heartbeat count, then reads INFO of the primary and whether it
-   * refuses every write (the agent's fence), within the timeout; undefined when it does not answer.
+   * refuses every write (`refusesWrites`), within the timeout; undefined when it does not answer.
    */
   async #info(): Promise<{ info: ReplicationInfo; fenced: boolean } | undefined> {
     const client = this.#client;
@@ -145,7 +152,7 @@ export class PrimaryProbe {
       }
       const info = await client.replicationInfo();
       const minReplicas = await client.configGet("min-replicas-to-write");
-      return { info, fenced: Number(minReplicas) >= FENCED_MIN_REPLICAS };
+      return { info, fenced: refusesWrites(Number(minReplicas), info.goodReplicas) };
     } catch {
       return undefined;
     }
@@ -178,6 +185,7 @@ export class PrimaryProbe {
    */
   async probe(mine: ReplicationInfo): Promise<ProbeResult> {
     const answer = await this.#info();
+    this.#primaryOffset = answer?.info.role === "primary" ? answer.info.offset : undefined;
     if (answer === undefined) return "unreachable";
     const primary = answer.info;
     const parked = isParked(mine);
@@ -211,7 +219,9 @@ export class PrimaryProbe {
       else return "restarted";
     }
     // A primary that refuses every write serves nobody: its agent fenced it (cut off from the
-    // store, restarted, not confirmed). With its heartbeat stale, that is a failed primary.
+    // store, restarted, not confirmed), or it lacks the good replicas its replica-set guard asks
+    // for (a member dead while its agent cannot shrink the set). With its heartbeat stale, that is
+    // a failed primary.
     return answer.fenced && primary.role === "primary" ? "fenced" : "ok";
   }
 

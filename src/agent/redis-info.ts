@@ -41,6 +41,12 @@ export interface ReplicationInfo {
   readonly replicas: readonly ReplicaEntry[];
   /** `run_id` from `INFO server` when it was read: new on every start of the database process. */
   readonly runId?: string | undefined;
+  /**
+   * A primary's count of replicas that acknowledged within `min-replicas-max-lag`
+   * (`min_slaves_good_slaves`, refreshed by Redis's once-a-second replication cron); printed only
+   * while `min-replicas-to-write` is set. Fewer than `min-replicas-to-write`: writes answer `NOREPLICAS`.
+   */
+  readonly goodReplicas?: number | undefined;
 }
 
 /**
@@ -127,6 +133,7 @@ export function parseReplicationInfo(text: string): ReplicationInfo {
     primary,
     replicas,
     runId: fields.get("run_id"),
+    goodReplicas: integer(fields, "min_replicas_good_replicas"),
   };
 }
 

@@ -100,9 +100,16 @@ export const heartbeatSchema = z.object({
    * Replica: its own probe of the primary (a connection of its agent, like Sentinel's): `ok`,
    * `unreachable` (no answer within the probe timeout: dead or hung), `restarted` (back as a new
    * process that does not continue the lineage; the replica stays parked), `fenced` (it refuses
-   * every write: its agent fenced it).
+   * every write: its agent fenced it, or it has fewer good replicas than its
+   * `min-replicas-to-write` and answers `NOREPLICAS`).
    */
   primary_probe: z.enum(["ok", "unreachable", "restarted", "fenced"]).optional(),
+  /**
+   * Replica: the primary's replication offset (`master_repl_offset`) in the answer its probe got,
+   * read in the same round trip as `primary_probe`. With `fenced` the primary takes no write past
+   * it: a candidate holding it holds every write any member acknowledged (gate `member_unheard`).
+   */
+  primary_probe_offset: z.number().int().nonnegative().optional(),
   /** Replica: seconds since it last heard from its primary (Redis `master_last_io_seconds_ago`). */
   lag_s: z.number().int().nonnegative().optional(),
   /** Highest command epoch this agent applied. */

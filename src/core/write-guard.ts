@@ -28,6 +28,17 @@ export type FencePolicy = (typeof FENCE_POLICIES)[number];
 export const FENCED_MIN_REPLICAS = 1_000_000;
 
 /**
+ * Whether a primary refuses every write: its agent's fence (`min-replicas-to-write` at
+ * FENCED_MIN_REPLICAS), or fewer good replicas than `min-replicas-to-write` asks (Redis answers
+ * `NOREPLICAS`; `goodReplicas` is INFO's `min_slaves_good_slaves`, absent when the guard is off).
+ */
+export function refusesWrites(minReplicasToWrite: number, goodReplicas: number | undefined): boolean {
+  if (!Number.isFinite(minReplicasToWrite) || minReplicasToWrite <= 0) return false;
+  if (minReplicasToWrite >= FENCED_MIN_REPLICAS) return true;
+  return goodReplicas !== undefined && goodReplicas < minReplicasToWrite;
+}
+
+/**
  * `min-replicas-max-lag` under the guard, s. Replicas acknowledge once a second, so 2 s never
  * drops a healthy replica; a detached one stops counting within 3 s (Redis compares whole seconds).
  */

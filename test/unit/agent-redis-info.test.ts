@@ -129,6 +129,13 @@ describe("INFO replication parsing", () => {
     });
   });
 
+  it("reads the good-replica count a primary prints while min-replicas-to-write is set, none otherwise", () => {
+    const guarded =
+      "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmin_slaves_good_slaves:1\r\nmaster_repl_offset:42\r\n";
+    expect(parseReplicationInfo(guarded).goodReplicas).toBe(1);
+    expect(parseReplicationInfo(PRIMARY_INFO).goodReplicas).toBeUndefined();
+  });
+
   it("rejects text without a role instead of guessing one", () => {
     expect(() => parseReplicationInfo("# Replication\nconnected_slaves:0\n")).toThrowError(/no usable role/);
   });

@@ -171,6 +171,45 @@ export function unheardMembers(
     .sort((a, b) => a.node_id.localeCompare(b.node_id));
 }
 
+/**
+ * Proof that \`candidate\` holds every write any member of \`primaryId\`'s set acknowledged, even
+ * with members unheard: a fresh replica, linked to that primary on the candidate's lineage, probed
+ * it and found it refusing every write (\`primary_probe\` \`fenced\`: its agent's fence, or fewer good
+ * replicas than its guard asks for) at offset \`primary_probe_offset\`, and the candidate holds that
+ * offset. A refusing primary sends no write past it, so no member holds one the candidate lacks.
+ * Residual window (docs/safety.md): the primary takes writes again only if enough members turn good
+ * between the probe's read and the promotion. Returns the proof's text, or undefined.
+ */
+export function candidateHoldsRefusingPrimary(
+  view: ShardView,
+  primaryId: string,
+  candidate: { readonly node_id: string; readonly last_txn_id: number },
+): string | undefined {
+  const replId = view.nodes.find(({ heartbeat }) => heartbeat.node_id === candidate.node_id)?.heartbeat
+    .repl_id;
+  if (replId === undefined) return undefined;
+  const witness = view.nodes
+    .filter(
+      ({ heartbeat: node, fresh }) =>
+        fresh &&
+        node.node_id !== primaryId &&
+        node.role === "replica" &&
+        node.primary_node_id === primaryId &&
+        node.primary_link === "up" &&
+        node.primary_probe === "fenced" &&
+        node.primary_probe_offset !== undefined &&
+        node.repl_id === replId &&
+        candidate.last_txn_id >= node.primary_probe_offset,
+    )
+    .map(({ heartbeat }) => heartbeat)
+    .sort((a, b) => (b.primary_probe_offset ?? 0) - (a.primary_probe_offset ?? 0))[0];
+  if (witness === undefined) return undefined;
+  return (
+    `${witness.node_id}'s probe found ${primaryId} refusing every write at offset ${witness.primary_probe_offset},` +
+    ` and ${candidate.node_id} holds ${candidate.last_txn_id}: no member of the set holds a write it lacks`
+  );
+}
+
 /** Why a change of primary waits for unheard members (gates \`member_unheard\`, \`member_unheard_offline\`). */
 export function memberUnheardReason(
   unheard: readonly UnheardMember[],

@@ -3,6 +3,7 @@ import type { Decision } from "./decision.ts";
 import { refOf } from "./decision.ts";
 import {
   awaitingReason,
+  candidateHoldsRefusingPrimary,
   cooldownReason,
   firstGate,
   type Gate,
@@ -149,6 +150,8 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
       if (v.target === undefined || v.primaryId === undefined) return undefined;
       const unheard = unheardMembers(v, v.primaryId, v.target.best.node_id);
       if (unheard.length === 0) return undefined;
+      // A primary refusing every write holds no write past its offset: a candidate holding it is safe.
+      if (candidateHoldsRefusingPrimary(v, v.primaryId, v.target.best) !== undefined) return undefined;
       return `${notPromoting(v, v.target.best)}${memberUnheardReason(unheard, v.primaryId, v.now)}`;
     },
   },
