@@ -1,5 +1,5 @@
 import { errorMessage } from "../core/errors.ts";
-import type { Command } from "../core/model.ts";
+import type { Command, Topology } from "../core/model.ts";
 import type { ReceivedCommand } from "../core/ports.ts";
 import { Backoff, sleep } from "./backoff.ts";
 import { screenCommand } from "./command-screen.ts";
@@ -7,6 +7,7 @@ import type { AgentContext } from "./context.ts";
 import { runCycle } from "./heartbeat-loop.ts";
 import { becomePrimary, becomeReplicaOf } from "./node-control.ts";
 import { withStoreTimeout } from "./scheduling.ts";
+import { fence } from "./write-guard.ts";
 
 /** Longest message body quoted in a log line. */
 const BODY_IN_LOG = 500;
@@ -21,10 +22,14 @@ function commandContext(command: Command): Record<string, unknown> {
 }
 
 /** Runs one command against the database and records it; the caller holds the role lock. */
-async function applyCommand(ctx: AgentContext, command: Command): Promise<void> {
+async function applyCommand(
+  ctx: AgentContext,
+  command: Command,
+  topology: Topology | undefined,
+): Promise<void> {
   switch (command.type) {
     case "PROMOTE":
-      await becomePrimary(ctx);
+      await becomePrimary(ctx, topology);
       ctx.state.recordApplied(command.command_id, command.epoch, { promoted_epoch: command.epoch });
       return;
     case "REPLICAOF": {
@@ -36,7 +41,12 @@ async function applyCommand(ctx: AgentContext, command: Command): Promise<void> 
     }
     case "PAUSE_WRITES":
       // The schema bounds timeout_ms (MAX_COMMAND_TIMEOUT_MS) and the screen checked that a
-      // switchover away from this node is under way at this very epoch.
+      // switchover away from this node is under way at this very epoch. Fenced first, then
+      // paused, then the epoch recorded: a heartbeat at this epoch proves the database refuses
+      // writes, and the target opens its own at once on that proof (core/crash.ts
+      // pausedForSwitchover). The fence outlives the pause; it lifts only when a topology confirms
+      // this node again (the switchover abandoned under a newer epoch).
+      await fence(ctx, `switchover away from ${ctx.nodeId} at epoch ${command.epoch}`);
       await ctx.db.pauseWrites(command.timeout_ms as number);
       ctx.state.recordApplied(command.command_id, command.epoch);
       return;
@@ -80,7 +90,7 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
         now: ctx.deps.clock.now(),
       });
       if (screening.action === "apply") {
-        await applyCommand(ctx, screening.command);
+        await applyCommand(ctx, screening.command, topology);
         ctx.logger.info("command applied", { ...commandContext(screening.command), ...ctx.epochContext });
       }
       return screening;

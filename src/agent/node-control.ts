@@ -1,10 +1,11 @@
 import { parseAddress } from "../core/address.ts";
 import { type PromotionWindow, promotionWindow } from "../core/crash.ts";
 import { errorMessage, ShardguardError } from "../core/errors.ts";
+import type { Topology } from "../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import type { PrimaryRef } from "./fencing.ts";
+import { type PrimaryRef, topologyPrimary } from "./fencing.ts";
 import { isParked } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import { withStoreTimeout } from "./scheduling.ts";
@@ -70,6 +71,7 @@ async function judgeWindow(ctx: AgentContext, before: ReplicationInfo): Promise<
       oldPrimary: oldId === undefined ? undefined : snapshot.nodes.find((node) => node.node_id === oldId),
       lastPrimaryRunId: ctx.probe.lastPrimaryRunId,
       linkDown: before.role === "replica" && (isParked(before) || before.primary?.link !== "up"),
+      topology: snapshot.topology,
     });
   } catch (error) {
     return { kind: "wait", reason: `could not read the old primary's report: ${errorMessage(error)}` };
@@ -82,9 +84,13 @@ async function judgeWindow(ctx: AgentContext, before: ReplicationInfo): Promise<
  * until GUARD_MAX_LAG_S after their last contact, so until then both could take writes. The
  * window is counted from the last contact, so a primary that died long ago costs nothing, and it
  * is skipped when the old primary's process is known dead (its agent saw it crash: docs/agent.md#
- * the-crash-fast-path).
+ * the-crash-fast-path) or fenced by a switchover's PAUSE_WRITES (docs/agent.md#switchover).
+ *
+ * `topology` is the one the PROMOTE was screened against: when it names this node and the window
+ * is skipped, the write guard opens here, before the heartbeat that confirms the promotion goes
+ * out, so a switchover that returns "completed" returns with the new primary taking writes.
  */
-export async function becomePrimary(ctx: AgentContext): Promise<ReplicationInfo> {
+export async function becomePrimary(ctx: AgentContext, topology?: Topology): Promise<ReplicationInfo> {
   await fence(ctx, "promotion: writes wait for the old primary's guard to drop this node");
   const before = await ctx.db.replicationInfo();
   const window = judgeWindow(ctx, before);
@@ -103,6 +109,12 @@ export async function becomePrimary(ctx: AgentContext): Promise<ReplicationInfo>
     window: judged.kind,
     why: judged.reason,
   });
+  if (waitMs === 0 && topology !== undefined && topologyPrimary(topology)?.node_id === ctx.nodeId) {
+    ctx.confirmed = true;
+    ctx.unconfirmedReason = undefined;
+    await tryEnforceWriteGuard(ctx, info);
+    return info;
+  }
   const timer = setTimeout(() => {
     void ctx.roleLock.run(async () => {
       const current = await ctx.db.replicationInfo().catch(() => undefined);

@@ -3,6 +3,7 @@ import { targetConfirmed } from "../core/continuation.ts";
 import { type Command, type CommandType, type FailoverPhase, MAX_COMMAND_TIMEOUT_MS } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { type Outcome, OutOfTime, PhaseTimeout, sleepOf } from "./deps.ts";
+import { requestReports } from "./reports.ts";
 import { complete, type Run, recordPhase, stateOf } from "./transitions.ts";
 
 /**
@@ -109,18 +110,22 @@ async function withTimeout<T>(
   }
 }
 
-/** Polls the shard's snapshot until `done`, renewing the lease; throws PhaseTimeout past `ms`. */
+/**
+ * Polls the shard's snapshot until `done`, renewing the lease; throws PhaseTimeout past `ms`.
+ * Writes are held (a switchover's pause) or the shard has no writable primary while it waits, so
+ * it polls often: each poll is one snapshot read, for a second or two per change.
+ */
 async function waitFor(
   run: Run,
   phase: FailoverPhase,
   ms: number,
-  done: (snapshot: ShardSnapshot) => boolean,
+  done: (snapshot: ShardSnapshot) => boolean | Promise<boolean>,
 ): Promise<void> {
   const deadline = run.deps.clock.now() + ms;
-  const pollMs = Math.max(50, Math.min(250, Math.floor(run.deps.config.heartbeatIntervalMs / 4)));
+  const pollMs = Math.max(50, Math.min(100, Math.floor(run.deps.config.heartbeatIntervalMs / 4)));
   for (;;) {
     const snapshot = await run.deps.store.heartbeats.snapshot(run.shard);
-    if (done(snapshot)) return;
+    if (await done(snapshot)) return;
     if (run.deps.clock.now() >= deadline) {
       throw new PhaseTimeout(phase, `shard ${run.shard}: phase ${phase} not done after ${ms} ms`);
     }
@@ -138,16 +143,22 @@ async function catchUp(run: Run): Promise<void> {
     MAX_COMMAND_TIMEOUT_MS,
   );
   await run.deps.bus.send(run.shard, old, command(run, "PAUSE_WRITES", old, { timeout_ms: pauseMs }));
-  await waitFor(run, "catch_up", run.timeouts.catch_up, (snapshot) => {
+  const targetId = state.new_primary_node_id;
+  let askedAt = Number.NEGATIVE_INFINITY;
+  await waitFor(run, "catch_up", run.timeouts.catch_up, async (snapshot) => {
     const primary = snapshot.nodes.find((node) => node.node_id === old);
-    const target = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+    const target = snapshot.nodes.find((node) => node.node_id === targetId);
     // The old primary's offset is final only once its agent applied the pause (its epoch moved).
-    return (
-      primary !== undefined &&
-      target !== undefined &&
-      primary.epoch >= run.topology.epoch &&
-      target.last_txn_id >= primary.last_txn_id
-    );
+    if (primary === undefined || target === undefined || primary.epoch < run.topology.epoch) return false;
+    if (target.last_txn_id >= primary.last_txn_id) return true;
+    // The target holds the final offset within a replication round trip, but reports it only at
+    // its next cycle: a REPORT has it write now (writes are held meanwhile).
+    const now = run.deps.clock.now();
+    if (now - askedAt >= run.deps.config.heartbeatIntervalMs) {
+      askedAt = now;
+      await requestReports(run.deps, run.shard, run.topology.epoch, [targetId], run.timeouts.catch_up);
+    }
+    return false;
   });
 }
 

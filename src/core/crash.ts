@@ -1,5 +1,5 @@
 import type { FailoverConfig } from "./config.ts";
-import type { CrashReport, Heartbeat } from "./model.ts";
+import type { CrashReport, Heartbeat, Topology } from "./model.ts";
 
 /**
  * The crash fast path (docs/agent.md#the-crash-fast-path), pure: when a primary's own agent saw its
@@ -41,6 +41,8 @@ export interface PromotionWindowInput {
   readonly lastPrimaryRunId: string | undefined;
   /** Whether this node's own link to the old primary is down (or parked) now. */
   readonly linkDown: boolean;
+  /** The topology read with `oldPrimary` (undefined: not read). */
+  readonly topology?: Topology;
 }
 
 export type PromotionWindow =
@@ -54,8 +56,12 @@ export type PromotionWindow =
  * very process is known dead: its own agent reported a crash of the `run_id` this node last
  * replicated from (`refused`/`reset` over loopback, or a new process answering), and this node's
  * link to it is down. Any later process at that address is a new one that its agent fences first.
+ * It is skipped as well in a switchover whose old primary already applied PAUSE_WRITES
+ * (`pausedForSwitchover`): that process refuses every write already.
  */
 export function promotionWindow(input: PromotionWindowInput): PromotionWindow {
+  const paused = pausedForSwitchover(input);
+  if (paused !== undefined) return { kind: "skip", reason: paused };
   const crash = input.oldPrimary?.db_status === "down" ? input.oldPrimary.db_crash : undefined;
   if (crash === undefined) return { kind: "wait", reason: "no crash reported by the old primary's agent" };
   if (crash.last_seen - crash.first_seen < CRASH_CONFIRM_MS * 1000) {
@@ -76,4 +82,21 @@ export function promotionWindow(input: PromotionWindowInput): PromotionWindow {
     kind: "skip",
     reason: `the old primary's agent saw process ${crash.run_id} die (${crash.state}): it takes no writes`,
   };
+}
+
+/**
+ * Why the old primary of a switchover takes no writes, or undefined. Its agent fences its database
+ * (\`min-replicas-to-write\` beyond reach, a setting that outlives the agent and the pause) before
+ * it pauses writes and before it records the PAUSE_WRITES epoch, which its heartbeat then
+ * reports; the controller sends PROMOTE only after it read that epoch (catch_up). The fence lifts
+ * only once a topology confirms that node as primary again, at a later epoch (a switchover is
+ * never abandoned after PROMOTE). At a heartbeat epoch below the switchover's the window stays.
+ */
+export function pausedForSwitchover(input: PromotionWindowInput): string | undefined {
+  const topology = input.topology;
+  const failover = topology?.status === "failing_over" ? topology.failover : undefined;
+  const old = input.oldPrimary;
+  if (topology === undefined || failover?.kind !== "switchover" || old === undefined) return undefined;
+  if (old.node_id !== failover.old_primary_node_id || old.epoch < topology.epoch) return undefined;
+  return `switchover at epoch ${topology.epoch}: the old primary ${old.node_id} applied PAUSE_WRITES (its heartbeat is at epoch ${old.epoch}), its writes are fenced`;
 }

@@ -1,12 +1,8 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { WriteWorkload } from "../../src/dev/workload/writer.ts";
+import { shardguard } from "../support/cli.ts";
 import { holdsFor } from "../support/wait.ts";
-
-const run = promisify(execFile);
-const CLI = "src/cli/main.ts";
 
 /** Fast timings so a switchover takes about a second on this machine. */
 const CONFIG = {
@@ -16,20 +12,6 @@ const CONFIG = {
   tickIntervalMs: 200,
   lockLeaseMs: 5000,
 };
-
-/** Runs the real `shardguard` CLI against the cluster's stack; never throws on a non-zero exit. */
-async function shardguard(cluster: LocalCluster, ...args: string[]) {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], {
-      env: cluster.env,
-      timeout: 60_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: failed.code ?? 1, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
-  }
-}
 
 let cluster: LocalCluster | undefined;
 let writer: WriteWorkload | undefined;

@@ -1,5 +1,3 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
@@ -9,6 +7,7 @@ import {
   WAIT_MS,
   withClient,
 } from "../support/chaos-cluster.ts";
+import { shardguard } from "../support/cli.ts";
 import { holdsFor } from "../support/wait.ts";
 
 /**
@@ -19,23 +18,6 @@ import { holdsFor } from "../support/wait.ts";
  * candidate, its database still writable. Recovering on a replica then made two writable
  * primaries; now it is refused with what to do. Real redis-server, agents, controller, the CLI.
  */
-
-const run = promisify(execFile);
-const CLI = "src/cli/main.ts";
-
-/** Runs the real `shardguard` CLI against the cluster's stack; never throws on a non-zero exit. */
-async function shardguard(cluster: LocalCluster, ...args: string[]) {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], {
-      env: cluster.env,
-      timeout: 60_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: failed.code ?? 1, stdout: failed.stdout ?? "", stderr: failed.stderr ?? "" };
-  }
-}
 
 /**
  * The production failure timeout: on loaded cores node-1's heartbeat must not go stale (and be

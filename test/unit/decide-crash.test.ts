@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { CRASH_CONFIRM_MS, promotionWindow } from "../../src/core/crash.ts";
 import { type Decision, decide } from "../../src/core/decide.ts";
-import type { CrashState, Heartbeat, HeartbeatInput } from "../../src/core/model.ts";
+import type { CrashState, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import { aConfig, aHeartbeat, aShard, NOW, type ShardBuilder } from "../support/builders.ts";
 
 /**
@@ -350,6 +350,92 @@ describe("promotionWindow", () => {
     {
       name: "waits without the old primary's heartbeat (a hang or a partition: the window is needed)",
       input: { oldPrimary: undefined, lastPrimaryRunId: "run-1", linkDown: true },
+      expected: "wait",
+    },
+  ])("$name", ({ input, expected }) => {
+    expect(promotionWindow(input).kind).toBe(expected);
+  });
+});
+
+describe("promotionWindow in a switchover", () => {
+  /** The topology of a switchover from p1 to r1 at epoch 4, at `phase`. */
+  const switchover = (
+    overrides: Partial<Topology> = {},
+    kind: "switchover" | "failover" = "switchover",
+  ): Topology => ({
+    shard: "s1",
+    epoch: 4,
+    status: "failing_over",
+    phase: "promote",
+    primary_node_id: "p1",
+    primary_address: "p1.local:6379",
+    updated_at: NOW,
+    failover: {
+      kind,
+      old_primary_node_id: "p1",
+      new_primary_node_id: "r1",
+      new_primary_address: "r1.local:6379",
+      reason: "switchover requested",
+      started_at: NOW - 500,
+      candidates: [],
+      phase_started: {},
+    },
+    ...overrides,
+  });
+  const oldPrimary = (epoch: number, overrides: Partial<HeartbeatInput> = {}) =>
+    aHeartbeat({
+      node_id: "p1",
+      role: "primary",
+      primary_node_id: undefined,
+      primary_link: undefined,
+      epoch,
+      ...overrides,
+    });
+  const live = { lastPrimaryRunId: "run-1", linkDown: false };
+
+  it.each([
+    {
+      name: "skips the window when the old primary's heartbeat shows the switchover's PAUSE_WRITES applied (its writes are fenced)",
+      input: { ...live, oldPrimary: oldPrimary(4), topology: switchover() },
+      expected: "skip",
+    },
+    {
+      name: "skips it when the old primary already follows at the switchover's epoch (a replica takes no writes)",
+      input: {
+        ...live,
+        oldPrimary: oldPrimary(4, { role: "replica", primary_node_id: "r1" }),
+        topology: switchover(),
+      },
+      expected: "skip",
+    },
+    {
+      name: "waits when the old primary's heartbeat is below the switchover's epoch (the pause not seen applied)",
+      input: { ...live, oldPrimary: oldPrimary(3), topology: switchover() },
+      expected: "wait",
+    },
+    {
+      name: "waits in a failover (nothing paused the old primary)",
+      input: { ...live, oldPrimary: oldPrimary(4), topology: switchover({}, "failover") },
+      expected: "wait",
+    },
+    {
+      name: "waits when the heartbeat read is another node's than the switchover's old primary",
+      input: { ...live, oldPrimary: oldPrimary(4, { node_id: "r2" }), topology: switchover() },
+      expected: "wait",
+    },
+    {
+      name: "waits when the topology is no longer failing over",
+      input: { ...live, oldPrimary: oldPrimary(4), topology: switchover({ status: "online" }) },
+      expected: "wait",
+    },
+    {
+      name: "waits without the old primary's heartbeat (deleted at cleanup: a replayed PROMOTE proves nothing)",
+      input: { ...live, oldPrimary: undefined, topology: switchover() },
+      expected: "wait",
+    },
+    {
+      name: "waits when no topology was read",
+      input: { ...live, oldPrimary: oldPrimary(4) },
       expected: "wait",
     },
   ])("$name", ({ input, expected }) => {

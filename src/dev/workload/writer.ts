@@ -9,14 +9,16 @@ import { type Ack, AckLog, type VerifyResult, verifyAcks, waitForAck } from "./a
 export type { Ack, VerifyResult } from "./ack-log.ts";
 
 /**
- * Why one step of the write loop failed. The first four are a SET that was sent and not
- * acknowledged; the rest happen before any SET is sent (finding or reaching the primary).
+ * Why one step of the write loop failed. The first five are a SET that was sent and not
+ * acknowledged (`unreplicated`: applied, but fewer replicas than `waitReplicas` confirmed it within
+ * the command timeout); the rest happen before any SET is sent (finding or reaching the primary).
  */
 export const WRITE_FAILURE_KINDS = [
   "readonly",
   "timeout",
   "connection",
   "error",
+  "unreplicated",
   "no-primary",
   "resolve",
   "connect",
@@ -67,6 +69,11 @@ export interface WriteWorkloadOptions {
   readonly commandTimeoutMs?: number;
   /** Bound on one resolvePrimary call. @default 1000 */
   readonly resolveTimeoutMs?: number;
+  /**
+   * Replicas that must confirm each write (`WAIT n`, within the command timeout) before it counts
+   * as acknowledged: 1 is the replica-acknowledged writes guarantee 1 covers. @default 0 (the OK alone)
+   */
+  readonly waitReplicas?: number;
   /** Pause after an acknowledged write, so the loop does not spin. @default 2 */
   readonly writeIntervalMs?: number;
   /** Pause after a failed step before re-resolving. @default 10 */
@@ -96,6 +103,7 @@ export class WriteWorkload extends EventEmitter<WriteWorkloadEvents> {
   readonly #commandTimeoutMs: number;
   readonly #resolveTimeoutMs: number;
   readonly #writeIntervalMs: number;
+  readonly #waitReplicas: number;
   readonly #retryDelayMs: number;
   readonly #now: () => number;
   readonly #log = new AckLog();
@@ -117,6 +125,7 @@ export class WriteWorkload extends EventEmitter<WriteWorkloadEvents> {
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 250;
     this.#resolveTimeoutMs = options.resolveTimeoutMs ?? 1000;
     this.#writeIntervalMs = options.writeIntervalMs ?? 2;
+    this.#waitReplicas = options.waitReplicas ?? 0;
     this.#retryDelayMs = options.retryDelayMs ?? 10;
     this.#now = options.now ?? (() => performance.now());
   }
@@ -212,6 +221,27 @@ export class WriteWorkload extends EventEmitter<WriteWorkloadEvents> {
     try {
       const reply = await connection.client.set(this.keyOf(seq), String(Date.now()));
       if (reply !== "OK") throw new Error(`unexpected reply ${String(reply)}`);
+      if (this.#waitReplicas > 0) {
+        const replicas = Number(
+          // Within the client's own timeout, so that a slow WAIT answers rather than times out.
+          await connection.client.call(
+            "WAIT",
+            String(this.#waitReplicas),
+            String(Math.max(1, Math.floor(this.#commandTimeoutMs * 0.8))),
+          ),
+        );
+        if (replicas < this.#waitReplicas) {
+          // Applied on the primary alone: not acknowledged. The connection stays (nothing failed).
+          this.#failedWrites += 1;
+          this.#fail(
+            "unreplicated",
+            connection.address,
+            `WAIT ${this.#waitReplicas} answered ${replicas}`,
+            seq,
+          );
+          return false;
+        }
+      }
       const ack = { seq, at: this.#now(), address: connection.address };
       this.#log.add(ack);
       this.emit("ack", ack);

@@ -1,0 +1,151 @@
+import { Redis } from "ioredis";
+import { afterEach, describe, expect, it } from "vitest";
+import { parseAddress } from "../../src/core/address.ts";
+import { parseFailoverConfig } from "../../src/core/config.ts";
+import { isAgentHeard } from "../../src/core/decide/view.ts";
+import { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { type Ack, WriteWorkload } from "../../src/dev/workload/writer.ts";
+import { shardguard } from "../support/cli.ts";
+import { waitFor } from "../support/wait.ts";
+
+/**
+ * Issue 34, item 4: a switchover as a new user runs it, with the default timings, under a steady
+ * `WAIT 1` writer on a three-node shard. `shardguard switchover --to <node>` returns only when the
+ * new primary takes writes, the writer's longest stretch without an acknowledged write stays
+ * short, no acknowledged write is lost, and a quiet replica (between keepalives) is asked to
+ * report, never refused as stale.
+ */
+
+const ROUNDS = 20;
+/** The goal of the issue; the 2-core test machine is judged by the median (see the assertion). */
+const GAP_GOAL_MS = 1000;
+
+/** One SET on `address` right now: "OK", or the error the client got (NOREPLICAS, READONLY, ...). */
+async function writeNow(address: string): Promise<string> {
+  const { host, port } = parseAddress(address);
+  const client = new Redis(port, host, { lazyConnect: true, maxRetriesPerRequest: 0, commandTimeout: 1000 });
+  client.on("error", () => {});
+  try {
+    await client.connect();
+    return String(await client.set("sg:switchover:probe", String(Date.now())));
+  } catch (error) {
+    return (error as Error).message;
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** The longest time between two acknowledged writes from `from` to `to` (monotonic ms), bounds included. */
+function longestGap(acks: readonly Ack[], from: number, to: number): number {
+  let previous = from;
+  let longest = 0;
+  for (const ack of acks) {
+    if (ack.at <= from) continue;
+    if (ack.at > to) break;
+    longest = Math.max(longest, ack.at - previous);
+    previous = ack.at;
+  }
+  return Math.max(longest, to - previous);
+}
+
+const median = (values: readonly number[]) =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
+
+let cluster: LocalCluster | undefined;
+let writer: WriteWorkload | undefined;
+
+afterEach(async () => {
+  await writer?.stop();
+  await cluster?.stop();
+  writer = undefined;
+  cluster = undefined;
+});
+
+describe("switchover under a steady WAIT 1 writer (default timings)", () => {
+  it("returns with the new primary writable, keeps every acknowledged write and asks a quiet target to report", {
+    timeout: 420_000,
+  }, async () => {
+    // Prepare
+    cluster = await LocalCluster.start();
+    const active = cluster;
+    const config = parseFailoverConfig({});
+    writer = new WriteWorkload({
+      resolvePrimary: () => active.primaryAddress(),
+      waitReplicas: 1,
+      commandTimeoutMs: 500,
+    });
+    writer.start();
+    await waitFor(() => (writer?.stats().acked ?? 0) > 50, "acknowledged writes", 15_000);
+    const ids = active.redis.map((node) => node.id);
+    const rounds: Array<{ to: string; ms: number; gapMs: number; quiet: boolean; atReturn: string }> = [];
+
+    // Act
+    for (let round = 1; round <= ROUNDS; round++) {
+      const before = await active.topology();
+      const current = before?.primary_node_id;
+      // Back and forth over the other two nodes in turn.
+      const others = ids.filter((id) => id !== current);
+      const to = others[round % others.length] as string;
+      // The first round waits until the target is quiet (written at its keepalive, not heard within
+      // the failure timeout): the case a switchover once refused as "heartbeat stale".
+      let quiet = false;
+      if (round === 1) {
+        await waitFor(
+          async () => {
+            const node = (await active.snapshot()).nodes.find((candidate) => candidate.node_id === to);
+            return node !== undefined && !isAgentHeard(node, config, Date.now());
+          },
+          `${to} quiet between keepalives`,
+          40_000,
+          100,
+        );
+        quiet = true;
+      }
+      const startedAt = performance.now();
+      const result = await shardguard(active, "switchover", "--shard", active.shard, "--to", to, "--json");
+      const returnedAt = performance.now();
+      const target = active.node(to).address;
+      const atReturn = await writeNow(target);
+      expect(result.code, `round ${round}: ${result.stderr}${result.stdout}`).toBe(0);
+      expect(JSON.parse(result.stdout)).toMatchObject({ ok: true, outcome: "completed", primary: to });
+      // The writer's stretch without an acknowledged write: it ends with the first ack on the new primary.
+      const first = await writer.waitForAckAfter(startedAt, undefined, 20_000);
+      const onTarget = await writer.waitForAckAfter(startedAt, active.node(current ?? "").address, 20_000);
+      expect(first, `round ${round}: an acknowledged write after the switchover began`).toBeDefined();
+      expect(onTarget?.address, `round ${round}: writes acknowledged on ${to}`).toBe(target);
+      const gapMs = longestGap(writer.acks(), startedAt, onTarget?.at ?? returnedAt);
+      rounds.push({ to, ms: Math.round(returnedAt - startedAt), gapMs: Math.round(gapMs), quiet, atReturn });
+      // The next round starts from a shard whose replicas all follow the new primary.
+      await active.waitFor(
+        `round ${round}: replicas following ${to}`,
+        async () =>
+          (await active.snapshot()).nodes.every(
+            (node) =>
+              node.node_id === to ||
+              (node.role === "replica" && node.primary_node_id === to && node.primary_link === "up"),
+          ),
+        20_000,
+      );
+    }
+    await writer.stop();
+    const final = active.node(rounds.at(-1)?.to ?? "").client();
+    const verified = await writer.verify(final);
+    final.disconnect();
+    const gaps = rounds.map((entry) => entry.gapMs);
+    process.stderr.write(
+      `switchover under WAIT 1, ${ROUNDS} rounds: command ms median ${median(rounds.map((r) => r.ms))}, ` +
+        `longest write gap ms median ${median(gaps)} max ${Math.max(...gaps)}; ` +
+        `${verified.checked} acknowledged writes checked, ${verified.lost.length} lost\n` +
+        `${JSON.stringify(rounds)}\n`,
+    );
+
+    // Assess
+    expect(rounds.map((entry) => entry.atReturn)).toEqual(rounds.map(() => "OK"));
+    expect(verified.checked).toBeGreaterThan(500);
+    expect(verified.lost).toEqual([]);
+    // The goal holds for the typical switchover on this shared 2-core machine; a loaded moment
+    // (a GC pause, the other tests' processes) may stretch one, never past twice the goal.
+    expect(median(gaps)).toBeLessThanOrEqual(GAP_GOAL_MS);
+    expect(Math.max(...gaps)).toBeLessThanOrEqual(2 * GAP_GOAL_MS);
+  });
+});
