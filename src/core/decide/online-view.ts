@@ -1,8 +1,9 @@
 import { confirmedCrash } from "../crash.ts";
 import type { Candidate, CrashReport, Heartbeat, Lineage, Topology } from "../model.ts";
-import { JUST_HEARD_GRACE, REPLICA_AHEAD_GRACE } from "./gate.ts";
+import { JUST_HEARD_GRACE } from "./gate.ts";
 import { pickCandidates } from "./pick-candidate.ts";
 import { inferLineage, quorumNeeded, restartedPrimary } from "./primary.ts";
+import type { Replacing } from "./replacing.ts";
 import {
   awaitingReports,
   describeHeartbeatAge,
@@ -10,7 +11,6 @@ import {
   guardMembers,
   heartbeatAgeMs,
   isAgentHeard,
-  isAlive,
   isFresh,
   lineageOf,
   MAX_CLOCK_SKEW_MS,
@@ -26,7 +26,7 @@ import {
 export type PrimaryState = "healthy" | "stale" | "crashed" | "restarted" | "demoted" | "missing";
 
 /** An online shard as its gates see it: the shard's view plus the primary's evidence. */
-export interface OnlineView extends ShardView {
+export interface OnlineView extends Replacing {
   readonly topology: Topology;
   readonly primaryId: string | undefined;
   readonly primary: Heartbeat | undefined;
@@ -153,6 +153,7 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
     downVoters,
     needed,
     quorumText,
+    returning: "the primary",
   };
 }
 
@@ -193,50 +194,4 @@ export function quorumMet(v: OnlineView): boolean {
   if (v.voters.length === 0 && v.crash === undefined)
     return v.config.quorum === "none" || v.target === undefined;
   return v.downVoters.length >= v.needed;
-}
-
-/** Stale replicas of the lineage further ahead than the best candidate, stale only just now. */
-export function replicasAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
-  return v.snapshot.nodes.filter(
-    (node) =>
-      node.node_id !== v.primaryId &&
-      node.node_id !== best.node_id &&
-      node.db_status === "up" &&
-      node.repl_id === lineage.repl_id &&
-      node.last_txn_id > best.last_txn_id &&
-      !isFresh(node, v.config, v.now) &&
-      heartbeatAgeMs(node, v.now) <= REPLICA_AHEAD_GRACE * v.config.failureTimeoutMs &&
-      // A heartbeat dated beyond the clock bound is no evidence of a live replica.
-      heartbeatAgeMs(node, v.now) >= -MAX_CLOCK_SKEW_MS,
-  );
-}
-
-/** Live replicas of the lineage outside the old primary's set, further ahead than the best candidate. */
-export function outsideAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
-  const { members } = v;
-  if (members === undefined) return [];
-  return v.snapshot.nodes.filter(
-    (node) =>
-      node.node_id !== v.primaryId &&
-      node.node_id !== best.node_id &&
-      !members.includes(node.node_id) &&
-      isAlive(node, v.config, v.now) &&
-      node.repl_id === lineage.repl_id &&
-      node.last_txn_id > best.last_txn_id,
-  );
-}
-
-/**
- * Live priority-0 replicas of the lineage further ahead than the best candidate: never promoted by
- * the operator's choice, they may hold writes they acknowledged that the candidate lacks.
- */
-export function priorityZeroAhead(v: OnlineView, best: Candidate, lineage: Lineage): Heartbeat[] {
-  return v.snapshot.nodes.filter(
-    (node) =>
-      node.node_id !== v.primaryId &&
-      node.priority === 0 &&
-      isAlive(node, v.config, v.now) &&
-      node.repl_id === lineage.repl_id &&
-      node.last_txn_id > best.last_txn_id,
-  );
 }

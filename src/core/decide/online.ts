@@ -7,22 +7,18 @@ import {
   cooldownReason,
   firstGate,
   type Gate,
-  memberUnheardReason,
-  OUTSIDE_SET_GRACE,
   quietIds,
   unheardMembers,
 } from "./gate.ts";
-import {
-  isPrimaryStale,
-  justHeard,
-  type OnlineView,
-  onlineView,
-  outsideAhead,
-  priorityZeroAhead,
-  quorumMet,
-  replicasAhead,
-} from "./online-view.ts";
+import { isPrimaryStale, justHeard, type OnlineView, onlineView, quorumMet } from "./online-view.ts";
 import { describeCandidates } from "./pick-candidate.ts";
+import {
+  memberUnheardRule,
+  outsideSetAheadRule,
+  priorityZeroAheadRule,
+  replicaAheadRule,
+  targetTest,
+} from "./replacing.ts";
 import { describeHeartbeatAge, heartbeatAgeMs, type ShardView } from "./view.ts";
 
 function notPromoting(v: OnlineView, best: Candidate): string {
@@ -146,32 +142,14 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     // The stored set counts even when the primary's agent confirms its crash: the data is the question.
     invariant: [1],
     primaryStale: true,
-    test: (v) => {
-      if (v.target === undefined || v.primaryId === undefined) return undefined;
-      const unheard = unheardMembers(v, v.primaryId, v.target.best.node_id);
-      if (unheard.length === 0) return undefined;
-      // A primary refusing every write holds no write past its offset: a candidate holding it is safe.
-      if (candidateHoldsRefusingPrimary(v, v.primaryId, v.target.best) !== undefined) return undefined;
-      return `${notPromoting(v, v.target.best)}${memberUnheardReason(unheard, v.primaryId, v.now)}`;
-    },
+    test: targetTest(memberUnheardRule, notPromoting),
   },
   {
     name: "replica_ahead",
     code: "waiting_for_replica",
     invariant: [1],
     primaryStale: true,
-    test: (v) => {
-      if (v.target === undefined) return undefined;
-      const ahead = replicasAhead(v, v.target.best, v.target.lineage);
-      if (ahead.length === 0) return undefined;
-      return `${notPromoting(v, v.target.best)}${[...ahead]
-        .sort((a, b) => a.node_id.localeCompare(b.node_id))
-        .map(
-          (node) =>
-            `${node.node_id} (last_txn_id ${node.last_txn_id}, heartbeat ${describeHeartbeatAge(node, v.now, "old")})`,
-        )
-        .join(", ")}, further ahead, may still answer`;
-    },
+    test: targetTest(replicaAheadRule, notPromoting),
   },
   {
     name: "outside_set_ahead",
@@ -179,20 +157,7 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     // The replica ahead cannot be promoted (nothing would fence the old primary); the member lacks its writes.
     invariant: [1, 2],
     primaryStale: true,
-    test: (v) => {
-      if (v.target === undefined) return undefined;
-      const outside = outsideAhead(v, v.target.best, v.target.lineage);
-      const primaryAgeMs =
-        v.primary === undefined ? Number.POSITIVE_INFINITY : heartbeatAgeMs(v.primary, v.now);
-      if (outside.length === 0 || primaryAgeMs > (1 + OUTSIDE_SET_GRACE) * v.config.failureTimeoutMs)
-        return undefined;
-      return `${notPromoting(v, v.target.best)}${outside
-        .map((node) => `${node.node_id} (last_txn_id ${node.last_txn_id})`)
-        .sort()
-        .join(", ")}, outside ${v.primaryId}'s replica set, holds more: waiting up to ${
-        OUTSIDE_SET_GRACE * v.config.failureTimeoutMs
-      } ms past the failure timeout for ${v.primaryId} to return or its agent to confirm a crash`;
-    },
+    test: targetTest(outsideSetAheadRule, notPromoting),
   },
   {
     name: "priority_zero_ahead",
@@ -200,18 +165,7 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     // Priority 0 is the operator's "never promote"; passing it over would drop what it acknowledged.
     invariant: [1],
     primaryStale: true,
-    test: (v) => {
-      if (v.target === undefined) return undefined;
-      const ahead = priorityZeroAhead(v, v.target.best, v.target.lineage);
-      if (ahead.length === 0) return undefined;
-      return (
-        `${notPromoting(v, v.target.best)}${ahead
-          .map((node) => `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`)
-          .sort()
-          .join(", ")} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
-        "waiting for the primary to return, or for an operator to give that node a priority (restart its agent with --priority)"
-      );
-    },
+    test: targetTest(priorityZeroAheadRule, notPromoting),
   },
   {
     name: "lock_held_online",

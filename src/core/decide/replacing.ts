@@ -1,0 +1,154 @@
+import type { Candidate, Heartbeat, Lineage } from "../model.ts";
+import {
+  candidateHoldsRefusingPrimary,
+  memberUnheardReason,
+  OUTSIDE_SET_GRACE,
+  REPLICA_AHEAD_GRACE,
+  unheardMembers,
+} from "./gate.ts";
+import {
+  describeHeartbeatAge,
+  heartbeatAgeMs,
+  isAlive,
+  isFresh,
+  MAX_CLOCK_SKEW_MS,
+  type ShardView,
+} from "./view.ts";
+
+/**
+ * The rules for the node that replaces a primary: whether another node may hold acknowledged writes
+ * the chosen one lacks. An online failover's choice passes them (ONLINE_GATES) and so does a
+ * retarget's, the choice of another node when a failover's target died after PROMOTE
+ * (RETARGET_GATES): one definition, two gate lists (docs/safety.md).
+ */
+
+/** What the rules need of a change of primary. */
+export interface Replacing extends ShardView {
+  /** The primary being replaced. */
+  readonly primaryId: string | undefined;
+  readonly primary: Heartbeat | undefined;
+  /** Its guarded replica set (undefined: none under the guard, or its agent confirmed its crash). */
+  readonly members: readonly string[] | undefined;
+  /** Whose return ends a wait for a node the operator never promotes ("the primary", "target r1"). */
+  readonly returning: string;
+}
+
+/**
+ * A rule: the tail of the reason why \`best\`, of \`lineage\`, is not promoted yet, or undefined when
+ * the rule lets it through.
+ */
+export type TargetRule = (v: Replacing, best: Candidate, lineage: Lineage) => string | undefined;
+
+/** Stale replicas of the lineage further ahead than the best candidate, stale only just now. */
+export function replicasAhead(v: Replacing, best: Candidate, lineage: Lineage): Heartbeat[] {
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.node_id !== best.node_id &&
+      node.db_status === "up" &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id &&
+      !isFresh(node, v.config, v.now) &&
+      heartbeatAgeMs(node, v.now) <= REPLICA_AHEAD_GRACE * v.config.failureTimeoutMs &&
+      // A heartbeat dated beyond the clock bound is no evidence of a live replica.
+      heartbeatAgeMs(node, v.now) >= -MAX_CLOCK_SKEW_MS,
+  );
+}
+
+/** Live replicas of the lineage outside the old primary's set, further ahead than the best candidate. */
+export function outsideAhead(v: Replacing, best: Candidate, lineage: Lineage): Heartbeat[] {
+  const { members } = v;
+  if (members === undefined) return [];
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.node_id !== best.node_id &&
+      !members.includes(node.node_id) &&
+      isAlive(node, v.config, v.now) &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id,
+  );
+}
+
+/**
+ * Live priority-0 replicas of the lineage further ahead than the best candidate: never promoted by
+ * the operator's choice, they may hold writes they acknowledged that the candidate lacks.
+ */
+export function priorityZeroAhead(v: Replacing, best: Candidate, lineage: Lineage): Heartbeat[] {
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== v.primaryId &&
+      node.priority === 0 &&
+      isAlive(node, v.config, v.now) &&
+      node.repl_id === lineage.repl_id &&
+      node.last_txn_id > best.last_txn_id,
+  );
+}
+
+/**
+ * A member whose agent is unheard may hold writes only it acknowledged; its offset is unknown. The
+ * stored set counts even when the primary's agent confirms its crash: the data is the question.
+ */
+export const memberUnheardRule: TargetRule = (v, best) => {
+  if (v.primaryId === undefined) return undefined;
+  const unheard = unheardMembers(v, v.primaryId, best.node_id);
+  if (unheard.length === 0) return undefined;
+  // A primary refusing every write holds no write past its offset: a candidate holding it is safe.
+  if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
+  return memberUnheardReason(unheard, v.primaryId, v.now);
+};
+
+export const replicaAheadRule: TargetRule = (v, best, lineage) => {
+  const ahead = replicasAhead(v, best, lineage);
+  if (ahead.length === 0) return undefined;
+  return `${[...ahead]
+    .sort((a, b) => a.node_id.localeCompare(b.node_id))
+    .map(
+      (node) =>
+        `${node.node_id} (last_txn_id ${node.last_txn_id}, heartbeat ${describeHeartbeatAge(node, v.now, "old")})`,
+    )
+    .join(", ")}, further ahead, may still answer`;
+};
+
+/** The replica ahead cannot be promoted (nothing would fence the old primary); the member lacks its writes. */
+export const outsideSetAheadRule: TargetRule = (v, best, lineage) => {
+  const outside = outsideAhead(v, best, lineage);
+  const primaryAgeMs = v.primary === undefined ? Number.POSITIVE_INFINITY : heartbeatAgeMs(v.primary, v.now);
+  if (outside.length === 0 || primaryAgeMs > (1 + OUTSIDE_SET_GRACE) * v.config.failureTimeoutMs)
+    return undefined;
+  return `${outside
+    .map((node) => `${node.node_id} (last_txn_id ${node.last_txn_id})`)
+    .sort()
+    .join(", ")}, outside ${v.primaryId}'s replica set, holds more: waiting up to ${
+    OUTSIDE_SET_GRACE * v.config.failureTimeoutMs
+  } ms past the failure timeout for ${v.primaryId} to return or its agent to confirm a crash`;
+};
+
+/** Priority 0 is the operator's "never promote"; passing it over would drop what it acknowledged. */
+export const priorityZeroAheadRule: TargetRule = (v, best, lineage) => {
+  const ahead = priorityZeroAhead(v, best, lineage);
+  if (ahead.length === 0) return undefined;
+  return (
+    `${ahead
+      .map((node) => `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`)
+      .sort()
+      .join(", ")} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
+    `waiting for ${v.returning} to return, or for an operator to give that node a priority (restart its agent with --priority)`
+  );
+};
+
+/**
+ * A gate's test from a rule: the rule applied to the view's target, its reason after \`prefix\`
+ * (what is being decided and why the target waits).
+ */
+export function targetTest<
+  V extends Replacing & {
+    readonly target: { readonly best: Candidate; readonly lineage: Lineage } | undefined;
+  },
+>(rule: TargetRule, prefix: (v: V, best: Candidate) => string): (v: V) => string | undefined {
+  return (v) => {
+    if (v.target === undefined) return undefined;
+    const tail = rule(v, v.target.best, v.target.lineage);
+    return tail === undefined ? undefined : `${prefix(v, v.target.best)}${tail}`;
+  };
+}
