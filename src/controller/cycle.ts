@@ -175,8 +175,8 @@ async function underLock(
 
 /**
  * Continues a change some controller left in `failing_over` (decision `continue_failover`), as
- * `decideContinuation` says: the same plan from a phase, or a new plan (another target, offline,
- * abandoned) under epoch + 1.
+ * `decideContinuation` says: the same plan from a phase, a new plan (another target, offline,
+ * abandoned) under epoch + 1, or, when a gate holds the new target, the plan as it is.
  */
 async function continueChange(run: Run, snapshot: ShardSnapshot): Promise<Outcome> {
   const next = decideContinuation(snapshot, run.deps.config, run.deps.clock.now(), {
@@ -207,6 +207,18 @@ async function continueChange(run: Run, snapshot: ShardSnapshot): Promise<Outcom
       return goOffline(run, next);
     case "abandon":
       return abandon(run, next.reason);
+    case "wait":
+      // The plan stays at its epoch; the next cycle judges again once the nodes it waits for report.
+      if (next.awaiting !== undefined && next.awaiting.length > 0) {
+        await requestReports(
+          run.deps,
+          run.shard,
+          run.topology.epoch,
+          next.awaiting,
+          reportWindowMs(run.deps),
+        );
+      }
+      return { outcome: "no_action", epoch: run.topology.epoch, reason: next.reason };
   }
 }
 

@@ -1,7 +1,9 @@
 import type { FailoverConfig } from "./config.ts";
-import { describeCandidates, pickCandidates } from "./decide/pick-candidate.ts";
-import { guardMembers, isFresh, type ShardView, shardView } from "./decide/view.ts";
-import { decide, isPastPointOfNoReturn } from "./decide.ts";
+import { firstGate } from "./decide/gate.ts";
+import { describeCandidates } from "./decide/pick-candidate.ts";
+import { RETARGET_GATES, retargetView } from "./decide/retarget.ts";
+import { isFresh, type ShardView, shardView } from "./decide/view.ts";
+import { decide, isPastPointOfNoReturn, type NoActionCode } from "./decide.ts";
 import { ShardguardError } from "./errors.ts";
 import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "./model.ts";
 import type { ShardSnapshot } from "./ports.ts";
@@ -36,6 +38,17 @@ export type Continuation =
       readonly oldPrimary: string | undefined;
       readonly candidates: readonly Candidate[];
       readonly lineage: Lineage | undefined;
+      readonly reason: string;
+    }
+  | {
+      /**
+       * Past PROMOTE, another target would be chosen but a gate of RETARGET_GATES holds it (a
+       * member unheard, a replica ahead): the plan stays as it is, at its epoch, and the next cycle
+       * judges again. The controller asks \`awaiting\` nodes to report.
+       */
+      readonly kind: "wait";
+      readonly code: NoActionCode;
+      readonly awaiting?: readonly string[];
       readonly reason: string;
     }
   | {
@@ -200,34 +213,23 @@ function reconsider(
 }
 
 /**
- * The target's own lineage once it reported itself promoted at this failover's epoch (PROMOTE
- * applied: a new replication id): writes acknowledged since went to that lineage only, and the
- * replicas already repointed at it share it. Undefined while it has not.
- */
-function promotedLineage(snapshot: ShardSnapshot, state: FailoverState): Lineage | undefined {
-  const epoch = snapshot.topology?.epoch;
-  const target = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
-  if (target === undefined || epoch === undefined || state.lineage === undefined) return undefined;
-  if (target.role !== "primary" || target.epoch < epoch || target.repl_id === state.lineage.repl_id)
-    return undefined;
-  return { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id };
-}
-
-/**
  * The promoted node died or never confirmed. PROMOTE may still reach it later, so the
  * replacement is a new plan under a further epoch: the failed target, if it ever applies the
  * old PROMOTE, finds the topology at a newer epoch naming another node and drops it.
  */
 function retarget(view: ShardView, state: FailoverState, problem: string): Continuation {
-  const { snapshot, config, now } = view;
-  const lineage = promotedLineage(snapshot, state) ?? state.lineage;
-  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
-    exclude: state.old_primary_node_id,
-    members: guardMembers(snapshot, state.old_primary_node_id),
-  }).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
-  const best = candidates[0];
-  const why = `target ${state.new_primary_node_id} ${problem} after PROMOTE`;
-  if (best === undefined || !best.eligible) {
+  const v = retargetView(view, state, problem);
+  const stopped = firstGate(RETARGET_GATES, v);
+  if (stopped?.kind === "none") {
+    return {
+      kind: "wait",
+      code: stopped.code,
+      ...(stopped.awaiting !== undefined ? { awaiting: stopped.awaiting } : {}),
+      reason: stopped.reason,
+    };
+  }
+  const { candidates, lineage, why } = v;
+  if (v.target === undefined) {
     return {
       kind: "offline",
       oldPrimary: state.old_primary_node_id,
@@ -236,13 +238,14 @@ function retarget(view: ShardView, state: FailoverState, problem: string): Conti
       reason: `${why} and no other node is eligible (${candidates.length === 0 ? "none" : describeCandidates(candidates)})`,
     };
   }
+  const { best } = v.target;
   return {
     kind: "replan",
     failover: {
       ...state,
       new_primary_node_id: best.node_id,
       new_primary_address: best.node_address,
-      candidates,
+      candidates: [...candidates],
       reason: `${why}; promoting ${best.node_id} instead (${state.reason})`,
     },
     reason: `${why}; promoting ${best.node_id} instead`,

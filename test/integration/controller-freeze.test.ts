@@ -49,7 +49,8 @@ interface Case extends FreezePoint {
   /**
    * With the target stalled, whether the second controller holds (gate member_unheard: the target
    * is a member whose agent is silent) before its agent comes back. A plan whose PROMOTE was
-   * recorded is continued by `decideContinuation`, which retargets without that gate yet (issue 30).
+   * recorded is continued by `decideContinuation`, whose retarget passes the same rules
+   * (RETARGET_GATES: quiet_replicas_retarget, then member_unheard_retarget).
    */
   readonly holdsWhileStalled?: boolean;
 }
@@ -67,7 +68,12 @@ const CASES: readonly Case[] = [
     stallTarget: true,
     holdsWhileStalled: true,
   },
-  { name: "promote recorded -> PROMOTE sent", matches: sending("PROMOTE"), stallTarget: true },
+  {
+    name: "promote recorded -> PROMOTE sent",
+    matches: sending("PROMOTE"),
+    stallTarget: true,
+    holdsWhileStalled: true,
+  },
   { name: "PROMOTE sent -> confirm recorded", matches: writing("confirm"), stallTarget: false },
   { name: "confirmed -> repoint recorded", matches: writing("repoint"), stallTarget: false },
   { name: "repoint recorded -> REPLICAOF sent", matches: sending("REPLICAOF"), stallTarget: false },

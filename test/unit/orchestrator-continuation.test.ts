@@ -200,10 +200,89 @@ describe("decideContinuation: every case", () => {
   });
 });
 
+/** p1 dead; the failover to r1 is past PROMOTE and r1's database died (its agent still reports). */
+const targetDown = () =>
+  interrupted("confirm").withNode({
+    node_id: "r1",
+    ageMs: 10_000,
+    db_status: "down",
+    agent_updated: (NOW - 200) * 1000,
+  });
+
+describe("decideContinuation: a retarget passes the gates a failover passes (RETARGET_GATES)", () => {
+  const rows: ReadonlyArray<{
+    readonly name: string;
+    readonly shard: () => ShardBuilder;
+    readonly expected: Partial<Continuation> & { kind: Continuation["kind"] };
+    readonly reason: string;
+  }> = [
+    {
+      name: "waits for a quiet replica's report before ranking on its old offset",
+      shard: () =>
+        targetDown().withNode({
+          node_id: "r3",
+          ageMs: 5000,
+          agent_updated: (NOW - 5000) * 1000,
+          keepalive_ms: 30_000,
+          last_txn_id: 995,
+        }),
+      expected: { kind: "wait", code: "awaiting_reports", awaiting: ["r3"] },
+      reason: "waiting for r3 to report",
+    },
+    {
+      name: "waits while a member of the old primary's set is unheard (it may hold writes only it acknowledged)",
+      shard: () => targetDown().guardedBy(["r1", "r2", "r3"]),
+      expected: { kind: "wait", code: "member_unheard" },
+      reason: "member r3 of p1's replica set has no heartbeat stored",
+    },
+    {
+      name: "waits while the dead target, a member, is unheard itself (it held the most)",
+      shard: () => interrupted("confirm").withNode({ node_id: "r1", ageMs: 10_000 }).guardedBy(["r1", "r2"]),
+      expected: { kind: "wait", code: "member_unheard" },
+      reason: "member r1 of p1's replica set unheard for 10 s",
+    },
+    {
+      name: "waits for a replica further ahead that went stale only just now",
+      shard: () => targetDown().withNode({ node_id: "r3", ageMs: 5000, last_txn_id: 995 }),
+      expected: { kind: "wait", code: "waiting_for_replica" },
+      reason: "r3 (last_txn_id 995, heartbeat 5000 ms old), further ahead, may still answer",
+    },
+    {
+      name: "waits for a live replica outside the old primary's set that holds more",
+      shard: () => targetDown().withNode({ node_id: "r3", last_txn_id: 995 }).guardedBy(["r1", "r2"]),
+      expected: { kind: "wait", code: "waiting_for_replica" },
+      reason: "r3 (last_txn_id 995), outside p1's replica set, holds more",
+    },
+    {
+      name: "waits for a priority-0 replica that holds more (never promoted, never passed over)",
+      shard: () => targetDown().withNode({ node_id: "r3", priority: 0, last_txn_id: 995 }),
+      expected: { kind: "wait", code: "waiting_for_replica" },
+      reason: "r3 (priority 0, last_txn_id 995) holds more",
+    },
+    {
+      name: "retargets once no gate holds: the dead target's agent reports, the other member is heard",
+      shard: () => targetDown().guardedBy(["r1", "r2"]),
+      expected: { kind: "replan" },
+      reason: "target r1 is no longer alive after PROMOTE; promoting r2 instead",
+    },
+  ];
+
+  for (const row of rows) {
+    it(row.name, () => {
+      // Act
+      const next = continuation(row.shard());
+
+      // Assess
+      expect(next).toMatchObject(row.expected);
+      expect(next.reason).toContain(row.reason);
+    });
+  }
+});
+
 /**
  * A random history of controllers resuming one failover: at each step a controller finds the
  * shard failing_over in some phase with some nodes alive, and applies decideContinuation as the
- * orchestrator does (continue: same epoch, same plan; anything else: epoch + 1). Every PROMOTE
+ * orchestrator does (continue, wait: same epoch, same plan; anything else: epoch + 1). Every PROMOTE
  * it would send (continue from promote, or a new plan) is recorded with its epoch.
  */
 const stepArb = fc.record({
@@ -261,6 +340,8 @@ function replay(steps: ReadonlyArray<Step>) {
     if (next.kind === "continue") {
       if (next.from === "promote")
         promotes.push({ epoch: current.epoch, target: failover.new_primary_node_id });
+      topology = current;
+    } else if (next.kind === "wait") {
       topology = current;
     } else if (next.kind === "replan") {
       topology = { ...current, epoch: current.epoch + 1, phase: "epoch_bumped", failover: next.failover };

@@ -3,6 +3,7 @@ import { ENTRY_GATES, type Gate } from "./gate.ts";
 import { OFFLINE_GATES } from "./offline.ts";
 import { ONLINE_GATES } from "./online.ts";
 import { RECOVER_GATES } from "./recover.ts";
+import { RETARGET_GATES } from "./retarget.ts";
 import { UNINITIALIZED_GATES } from "./uninitialized.ts";
 
 /**
@@ -16,6 +17,15 @@ export const GATE_LISTS = {
   ONLINE_GATES,
   OFFLINE_GATES,
   RECOVER_GATES,
+  RETARGET_GATES,
 } as const satisfies Readonly<Record<string, readonly Gate<never>[]>>;
 
-export { ENTRY_GATES, FAILING_OVER_GATES, OFFLINE_GATES, ONLINE_GATES, RECOVER_GATES, UNINITIALIZED_GATES };
+export {
+  ENTRY_GATES,
+  FAILING_OVER_GATES,
+  OFFLINE_GATES,
+  ONLINE_GATES,
+  RECOVER_GATES,
+  RETARGET_GATES,
+  UNINITIALIZED_GATES,
+};

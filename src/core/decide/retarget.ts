@@ -1,0 +1,114 @@
+import type { Candidate, FailoverState, Heartbeat, Lineage } from "../model.ts";
+import { awaitingReason, type Gate, quietIds } from "./gate.ts";
+import { pickCandidates } from "./pick-candidate.ts";
+import {
+  memberUnheardRule,
+  outsideSetAheadRule,
+  priorityZeroAheadRule,
+  type Replacing,
+  replicaAheadRule,
+  targetTest,
+} from "./replacing.ts";
+import { awaitingReports, guardMembers, type ShardView } from "./view.ts";
+
+/**
+ * A failover past PROMOTE whose target died or never confirmed: another node is promoted in its
+ * place under a further epoch (src/core/continuation.ts). Choosing that node is a failover's choice
+ * again, so it passes the same rules as an online failover's choice of target (the same selections,
+ * decide/replacing.ts): RETARGET_GATES. Quorum and the primary's state are settled: the plan is past its
+ * point of no return.
+ */
+export interface RetargetView extends Replacing {
+  /** What happened to the plan's target ("target r1 is no longer alive after PROMOTE"). */
+  readonly why: string;
+  readonly lineage: Lineage | undefined;
+  /** Every node but the old primary and the failed target, in promotion order. */
+  readonly candidates: readonly Candidate[];
+  readonly target: { readonly best: Candidate; readonly lineage: Lineage } | undefined;
+  /** Nodes other than the old primary quiet within their keepalive. */
+  readonly quiet: readonly Heartbeat[];
+}
+
+/**
+ * The target's own lineage once it reported itself promoted at this failover's epoch (PROMOTE
+ * applied: a new replication id): writes acknowledged since went to that lineage only, and the
+ * replicas already repointed at it share it. Undefined while it has not.
+ */
+function promotedLineage(view: ShardView, state: FailoverState): Lineage | undefined {
+  const epoch = view.topology?.epoch;
+  const target = view.snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+  if (target === undefined || epoch === undefined || state.lineage === undefined) return undefined;
+  if (target.role !== "primary" || target.epoch < epoch || target.repl_id === state.lineage.repl_id)
+    return undefined;
+  return { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id };
+}
+
+export function retargetView(view: ShardView, state: FailoverState, problem: string): RetargetView {
+  const { snapshot, config, now } = view;
+  const primaryId = state.old_primary_node_id;
+  const lineage = promotedLineage(view, state) ?? state.lineage;
+  const members = guardMembers(snapshot, primaryId);
+  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
+    exclude: primaryId,
+    members,
+  }).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
+  const best = candidates[0];
+  return {
+    ...view,
+    primaryId,
+    primary: snapshot.nodes.find((node) => node.node_id === primaryId),
+    members,
+    returning: `target ${state.new_primary_node_id}`,
+    why: `target ${state.new_primary_node_id} ${problem} after PROMOTE`,
+    lineage,
+    candidates,
+    target: best?.eligible === true && lineage !== undefined ? { best, lineage } : undefined,
+    quiet: awaitingReports(snapshot, config, now, primaryId),
+  };
+}
+
+function notPromoting(v: RetargetView, best: Candidate): string {
+  return `${v.why}; not promoting ${best.node_id} (last_txn_id ${best.last_txn_id}) instead while `;
+}
+
+/** The rules a retarget passes, in the order of their ONLINE_GATES twins (docs/safety.md). */
+export const RETARGET_GATES: readonly Gate<RetargetView>[] = [
+  {
+    name: "quiet_replicas_retarget",
+    code: "awaiting_reports",
+    // As quiet_replicas: a quiet replica's offset is as old as its last write.
+    invariant: [1],
+    primaryStale: true,
+    test: (v) => (v.quiet.length > 0 ? awaitingReason(v.quiet, v.why, v.now) : undefined),
+    awaiting: (v) => quietIds(v.quiet),
+  },
+  {
+    name: "member_unheard_retarget",
+    code: "member_unheard",
+    // As member_unheard; the failed target, a member, counts too: it was chosen for holding the most.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(memberUnheardRule, notPromoting),
+  },
+  {
+    name: "replica_ahead_retarget",
+    code: "waiting_for_replica",
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(replicaAheadRule, notPromoting),
+  },
+  {
+    name: "outside_set_ahead_retarget",
+    code: "waiting_for_replica",
+    invariant: [1, 2],
+    primaryStale: true,
+    test: targetTest(outsideSetAheadRule, notPromoting),
+  },
+  {
+    name: "priority_zero_ahead_retarget",
+    code: "waiting_for_replica",
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(priorityZeroAheadRule, notPromoting),
+  },
+];
