@@ -27,7 +27,8 @@ export function nodeQueueNames(queuePrefix: string, identity: AgentIdentity): Qu
 /**
  * The shard partition (`SHARD#<shard>`): Query (the snapshot's membership), GetItem (the topology of
  * the layout before the controller's partition, until `shardguard migrate-layout` moves it), PutItem
- * (its member item), UpdateItem. Every agent of the shard may write here, so readers take nothing
+ * (its member item, and the shard's registration in the shard index, `keys.registration`),
+ * UpdateItem. Every agent of the shard may write here, so readers take nothing
  * from it but member ids in sort keys (keys.shardPk); PutItem and UpdateItem also let agents of the
  * previous release (heartbeats and replica sets here) run through an upgrade. No DeleteItem: no node
  * can unlist a peer.
@@ -59,8 +60,6 @@ export const AGENT_CONTROL_ACTIONS = [
   "dynamodb:GetItem",
   "dynamodb:ConditionCheckItem",
 ] as const;
-/** Registration of the shard in the shard index (`pk = SHARDS`), so the controller finds it. */
-export const AGENT_SHARD_INDEX_ACTIONS = ["dynamodb:PutItem"] as const;
 /**
  * Idempotent creation of the node's own queue and the installation's shared dead-letter queue
  * (SqsCommandBus.ensureQueue: GetQueueUrl, else CreateQueue for the dead-letter queue, GetQueueAttributes for its ARN and
@@ -108,10 +107,10 @@ export interface AgentPolicyTarget extends AgentIdentity {
  * (`NODE#<shard>#<node>`) and no other node's, only reads its peers' (`NODE#<shard>#*`) and the
  * controller's (`CONTROL#<shard>`: topology, lock), so one node's credentials can neither name a
  * primary, hold the lock, nor report for a peer (docs/security.md). In the shard partition
- * (`SHARD#<shard>`) it writes its member item, which carries nothing a reader trusts beyond the id.
- * The shard index lives in another partition (`SHARDS`), so it gets a statement with PutItem only:
- * an agent can write index entries (which hold nothing but a shard id), never read or delete them,
- * and cannot touch history (`HISTORY#<shard>`) at all. `ForAllValues` is safe here because no
+ * (`SHARD#<shard>`) it writes its member item, which carries nothing a reader trusts beyond the id,
+ * and the shard's registration: the shard index (`SHARD_INDEX`) is a secondary index sorted by the
+ * partition key, so the only shard an agent can register is its own; the legacy index partition
+ * (`SHARDS`) gets no grant. It cannot touch history (`HISTORY#<shard>`) at all. `ForAllValues` is safe here because no
  * granted action can run without a partition key (no Scan, no batch operations).
  */
 export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarget): PolicyStatement[] {
@@ -150,14 +149,6 @@ export function agentPolicyStatements(scope: IConstruct, target: AgentPolicyTarg
       resources: [target.tableArn],
       conditions: {
         "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.controlPk(target.shard)] },
-      },
-    }),
-    new PolicyStatement({
-      sid: "RegisterShardInIndex",
-      actions: [...AGENT_SHARD_INDEX_ACTIONS],
-      resources: [target.tableArn],
-      conditions: {
-        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": [keys.shardIndexPk] },
       },
     }),
     new PolicyStatement({

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { App, Stack } from "aws-cdk-lib";
 import { queueNames } from "../src/adapters/queue-names.ts";
 import { wakeQueueName } from "../src/adapters/sqs-wake-queue.ts";
+import { SHARD_INDEX } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements } from "./agent-policy.ts";
 import {
   CONTROLLER_QUEUE_ACTIONS,
@@ -80,6 +81,11 @@ export function controllerIamRows(): IamRow[] {
       resource: "`arn:…:sqs:<region>:<account>:<prefix>_*` (node queues; `_` ends every prefix)",
     },
     { principal: "operator", actions: OPERATOR_TABLE_ACTIONS, resource: "the table" },
+    {
+      principal: "controller, operator",
+      actions: ["dynamodb:Query"],
+      resource: `the shard index \`<table>/index/${SHARD_INDEX.indexName}\``,
+    },
   ];
 }
 

@@ -24,7 +24,7 @@ import {
   METRICS_NAMESPACE,
   type MetricName,
 } from "../src/core/observability.ts";
-import { TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
+import { SHARD_INDEX, TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
 import { ControllerAlarms, controllerMetric } from "./controller-alarms.ts";
 import { ControllerDashboard } from "./controller-dashboard.ts";
@@ -41,6 +41,7 @@ import {
   addTableAutoScaling,
   type ProvisionedCapacity,
   provisionedCapacity,
+  shardIndexCapacity,
   tableBillingProps,
 } from "./table-capacity.ts";
 
@@ -132,7 +133,12 @@ export class ShardguardController extends Construct {
 
     const partitionIssues = partitionProblems(props.partitions ?? 1, resolved.controllerReservedConcurrency);
     if (partitionIssues.length > 0) throw new ShardguardError(partitionIssues.join("; "));
-    this.table = this.createTable(props.tableName, resolved, provisionedCapacity(props, resolved.config));
+    this.table = this.createTable(
+      props.tableName,
+      resolved,
+      provisionedCapacity(props, resolved.config),
+      props.shards,
+    );
     this.eventBus = props.eventBus ?? events.EventBus.fromEventBusName(this, "DefaultEventBus", "default");
     this.controllerFailureQueue = new sqs.Queue(this, "ControllerFailures", {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
@@ -278,6 +284,24 @@ export class ShardguardController extends Construct {
   }
 
   /**
+   * `actions` on the table, and Query on the shard index by name (not `index/*`, which `Table.grant`
+   * would add): listing the shards is the one thing read through an index.
+   */
+  private grantTable(grantee: iam.IGrantable, actions: readonly string[]): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: [...actions],
+      resourceArns: [this.table.tableArn],
+    }).combine(
+      iam.Grant.addToPrincipal({
+        grantee,
+        actions: ["dynamodb:Query"],
+        resourceArns: [`${this.table.tableArn}/index/${SHARD_INDEX.indexName}`],
+      }),
+    );
+  }
+
+  /**
    * What the `shardguard` CLI needs: invoke the operator function (switchover, pause, resume,
    * recover go through it, so they take the same lock as failovers) and read the table (status,
    * history). Identity policy only, on the unqualified function ARN the CLI calls.
@@ -287,7 +311,7 @@ export class ShardguardController extends Construct {
       grantee,
       actions: ["lambda:InvokeFunction"],
       resourceArns: [this.operatorFunction.functionArn],
-    }).combine(this.table.grant(grantee, ...OPERATOR_TABLE_ACTIONS));
+    }).combine(this.grantTable(grantee, OPERATOR_TABLE_ACTIONS));
   }
 
   /** A rule on the event bus for Shardguard's events (all types unless narrowed). */
@@ -317,6 +341,7 @@ export class ShardguardController extends Construct {
     tableName: string | undefined,
     resolved: ResolvedControllerProps,
     capacity: ProvisionedCapacity | undefined,
+    shards: number | undefined,
   ): dynamodb.Table {
     // Keys come from the definition the local stack creates, so the two cannot drift apart.
     const definition = tableDefinition(tableName ?? "unused");
@@ -339,6 +364,17 @@ export class ShardguardController extends Construct {
       timeToLiveAttribute: TTL_ATTRIBUTE,
       deletionProtection: resolved.deletionProtection,
       removalPolicy: resolved.removalPolicy,
+    });
+    // The shard index (SHARD_INDEX): its sort key is the table's partition key, which IAM confines
+    // each agent to, so an agent can register its own shard and no other (docs/security.md).
+    const index = definition.GlobalSecondaryIndexes[0];
+    if (!index) throw new ShardguardError("table definition has no shard index");
+    table.addGlobalSecondaryIndex({
+      indexName: index.IndexName,
+      partitionKey: { name: SHARD_INDEX.partitionKey, type: dynamodb.AttributeType.STRING },
+      sortKey: attribute("HASH"),
+      projectionType: dynamodb.ProjectionType.KEYS_ONLY,
+      ...shardIndexCapacity(capacity, shards),
     });
     addTableAutoScaling(table, capacity);
     return table;
@@ -434,7 +470,7 @@ export class ShardguardController extends Construct {
   }
 
   private grantControllerPermissions(): void {
-    this.table.grant(this.controllerRole, ...CONTROLLER_TABLE_ACTIONS);
+    this.grantTable(this.controllerRole, CONTROLLER_TABLE_ACTIONS);
     const queuesUnderPrefix = Stack.of(this).formatArn({
       service: "sqs",
       resource: queueNamePattern(this.queuePrefix),

@@ -128,6 +128,20 @@ export function addTableAutoScaling(table: dynamodb.Table, capacity: Provisioned
     .scaleOnUtilization({ targetUtilizationPercent: TARGET_UTILIZATION_PERCENT });
 }
 
+/**
+ * The shard index's own capacity on a provisioned table: a listing reads about 40 bytes per shard
+ * (keys only, eventually consistent: 8 KB, about 200 shards, per read unit), at most once per tick
+ * (the local controller; the Lambda lists once per run); a registration is one write per agent start.
+ * Sized for a listing a second, never below 1; burst capacity absorbs the rest.
+ */
+export function shardIndexCapacity(
+  capacity: ProvisionedCapacity | undefined,
+  shards: number | undefined,
+): Pick<dynamodb.GlobalSecondaryIndexProps, "readCapacity" | "writeCapacity"> {
+  if (!capacity) return {};
+  return { readCapacity: Math.max(1, Math.ceil((shards ?? 1) / 200)), writeCapacity: 1 };
+}
+
 /** Read + write throttle events on the table per minute (either billing mode can throttle). */
 export function tableThrottles(table: dynamodb.Table): cloudwatch.IMetric {
   const options = { period: Duration.minutes(1), statistic: "Sum" };

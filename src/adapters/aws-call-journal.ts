@@ -1,6 +1,7 @@
 import { appendFileSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import type { Pluggable } from "@smithy/types";
+import { SHARD_INDEX } from "../core/table.ts";
 
 /**
  * Who makes a call: the IAM principal a component runs as in a deployment. `agent` carries its
@@ -30,6 +31,8 @@ export interface AwsCallRecord {
   /** `dynamodb:Query`, `sqs:SendMessage`, `dynamodb:TransactWriteItems`, … */
   readonly action: string;
   readonly table?: string;
+  /** A Query through a secondary index: IAM checks the index's ARN (`table/<t>/index/<name>`). */
+  readonly index?: string;
   readonly queue?: string;
   readonly functionName?: string;
   readonly eventBus?: string;
@@ -175,7 +178,10 @@ function parseBody(body: unknown): Json {
   }
 }
 
-function dynamoResources(operation: string, input: Json): { table?: string; items: JournalItem[] } {
+function dynamoResources(
+  operation: string,
+  input: Json,
+): { table?: string; index?: string; items: JournalItem[] } {
   const table = typeof input.TableName === "string" ? input.TableName : undefined;
   const action = `dynamodb:${operation}`;
   if (operation === "TransactWriteItems" || operation === "TransactGetItems") {
@@ -190,6 +196,11 @@ function dynamoResources(operation: string, input: Json): { table?: string; item
     );
     return { table: transactTable, items };
   }
+  if (operation === "Query" && typeof input.IndexName === "string") {
+    // Through an index, LeadingKeys is the index's partition key: the shard index's `index_pk`.
+    const pk = queriedPartition(input, SHARD_INDEX.partitionKey);
+    return { table, index: input.IndexName, items: [{ action, pk }] };
+  }
   if (operation === "Query") return { table, items: [{ action, pk: queriedPartition(input) }] };
   return { table, items: [{ action, pk: partitionKeyOf(input) }] };
 }
@@ -201,13 +212,13 @@ function partitionKeyOf(input: Json): string | undefined {
 }
 
 /** The `pk` value of a Query's key condition (`pk = :v` or `#n = :v` with `#n` → `pk`). */
-function queriedPartition(input: Json): string | undefined {
+function queriedPartition(input: Json, partitionKey = "pk"): string | undefined {
   const condition = typeof input.KeyConditionExpression === "string" ? input.KeyConditionExpression : "";
   const names = (input.ExpressionAttributeNames ?? {}) as Record<string, string>;
   const values = (input.ExpressionAttributeValues ?? {}) as Record<string, { S?: unknown }>;
   for (const match of condition.matchAll(/(#?[\w]+)\s*=\s*(:[\w]+)/g)) {
     const [, name = "", value = ""] = match;
-    if ((names[name] ?? name) !== "pk") continue;
+    if ((names[name] ?? name) !== partitionKey) continue;
     const literal = values[value]?.S;
     if (typeof literal === "string") return literal;
   }

@@ -40,7 +40,7 @@ import {
   type TopologyStore,
   type WriteFence,
 } from "../core/ports.ts";
-import { keys, TTL_ATTRIBUTE } from "../core/table.ts";
+import { keys, SHARD_INDEX, TTL_ATTRIBUTE } from "../core/table.ts";
 import { classifyAwsError, toCoordinationError } from "./aws-errors.ts";
 import { stderrLogger } from "./observability.ts";
 
@@ -68,8 +68,20 @@ const replicaSetItemSchema = z.object({
 
 const shardIndexItemSchema = z.object({ shard: idSchema });
 
-/** The opaque page token of `ShardIndex.list`: the LastEvaluatedKey of the index query. */
-const pageTokenSchema = z.object({ pk: z.literal(keys.shardIndexPk), sk: z.string().startsWith("SHARD#") });
+/**
+ * The opaque page token of `ShardIndex.list`: in the shard index, the last shard partition listed
+ * (`after`); in the legacy index partition, its LastEvaluatedKey (`legacy`, or `{}` for its start).
+ */
+const pageTokenSchema = z.union([
+  z.strictObject({ after: z.string().startsWith("SHARD#") }),
+  z.strictObject({
+    legacy: z.union([
+      z.strictObject({}),
+      z.strictObject({ pk: z.literal(keys.shardIndexPk), sk: z.string().startsWith("SHARD#") }),
+    ]),
+  }),
+]);
+type PageToken = z.output<typeof pageTokenSchema>;
 
 /** Base of the DynamoDB adapters: one place for error mapping, validation and TTLs. */
 class DynamoTable {
@@ -1083,6 +1095,12 @@ export class DynamoHistoryStore extends DynamoTable implements HistoryStore {
   }
 }
 
+/**
+ * The shard index (`SHARD_INDEX`): each shard's agents put its registration item in the shard's own
+ * partition, where IAM confines them; the controller lists the sparse index, whose sort key is that
+ * partition key. Then, for installations before issue 38, the legacy index partition `SHARDS`, which
+ * agents can no longer write. A shard in both is listed twice; callers take each id once.
+ */
 export class DynamoShardIndex extends DynamoTable implements ShardIndex {
   async register(shard: string): Promise<void> {
     this.requireId("shard id", shard);
@@ -1090,25 +1108,65 @@ export class DynamoShardIndex extends DynamoTable implements ShardIndex {
       this.documents.send(
         new PutCommand({
           TableName: this.tableName,
-          Item: { pk: keys.shardIndexPk, sk: keys.shardIndexSk(shard), shard },
+          Item: {
+            pk: keys.shardPk(shard),
+            sk: keys.registration,
+            [SHARD_INDEX.partitionKey]: SHARD_INDEX.value,
+            shard,
+          },
         }),
       ),
     );
   }
 
   /**
-   * One page of the index partition (a Query, never a table Scan). Eventually consistent: it costs
-   * half, and a shard registered a moment ago is picked up on the next tick.
+   * One page of shard ids. Eventually consistent: it costs half, and a shard registered a moment ago
+   * is picked up on the next tick. The next page of the index starts after the last partition listed
+   * (`pk > :after`), so every further entry of that shard is skipped unread: an agent that puts many
+   * items carrying `index_pk` into its own shard partition costs a pass at most one page of them.
    */
   async list(pageToken?: string, pageSize = 1000): Promise<{ shards: string[]; nextPageToken?: string }> {
+    const token: PageToken =
+      pageToken === undefined ? { after: keys.shardPk("") } : decodePageToken(pageToken);
+    if ("legacy" in token) return this.#listLegacy(token.legacy, pageSize);
     const out = await this.call("Query (shard index)", () =>
+      this.documents.send(
+        new QueryCommand({
+          TableName: this.tableName,
+          IndexName: SHARD_INDEX.indexName,
+          KeyConditionExpression: "#index = :index AND pk > :after",
+          ExpressionAttributeNames: { "#index": SHARD_INDEX.partitionKey },
+          ExpressionAttributeValues: { ":index": SHARD_INDEX.value, ":after": token.after },
+          Limit: pageSize,
+        }),
+      ),
+    );
+    const shards: string[] = [];
+    let last: string | undefined;
+    for (const item of out.Items ?? []) {
+      const pk = String(item.pk);
+      if (pk === last) continue;
+      last = pk;
+      const parsed = idSchema.safeParse(pk.slice(keys.shardPk("").length));
+      if (pk.startsWith(keys.shardPk("")) && parsed.success) shards.push(parsed.data);
+      else this.logger.warn("malformed shard index entry left out", { pk: pk.slice(0, 200) });
+    }
+    const next: PageToken = out.LastEvaluatedKey && last !== undefined ? { after: last } : { legacy: {} };
+    return { shards, nextPageToken: encodePageToken(next) };
+  }
+
+  async #listLegacy(
+    start: Record<string, unknown>,
+    pageSize: number,
+  ): Promise<{ shards: string[]; nextPageToken?: string }> {
+    const out = await this.call("Query (legacy shard index)", () =>
       this.documents.send(
         new QueryCommand({
           TableName: this.tableName,
           KeyConditionExpression: "pk = :pk",
           ExpressionAttributeValues: { ":pk": keys.shardIndexPk },
           Limit: pageSize,
-          ExclusiveStartKey: pageToken === undefined ? undefined : decodePageToken(pageToken),
+          ExclusiveStartKey: "pk" in start ? start : undefined,
         }),
       ),
     );
@@ -1122,16 +1180,16 @@ export class DynamoShardIndex extends DynamoTable implements ShardIndex {
         });
     }
     return out.LastEvaluatedKey
-      ? { shards, nextPageToken: encodePageToken(out.LastEvaluatedKey) }
+      ? { shards, nextPageToken: encodePageToken({ legacy: out.LastEvaluatedKey }) }
       : { shards };
   }
 }
 
-export function encodePageToken(lastEvaluatedKey: Record<string, unknown>): string {
-  return Buffer.from(JSON.stringify(lastEvaluatedKey)).toString("base64url");
+export function encodePageToken(token: PageToken | Record<string, unknown>): string {
+  return Buffer.from(JSON.stringify(token)).toString("base64url");
 }
 
-export function decodePageToken(token: string): Record<string, unknown> {
+export function decodePageToken(token: string): PageToken {
   let decoded: unknown;
   try {
     decoded = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));

@@ -58,12 +58,13 @@ export async function requireKnownShard(store: CoordinationStore, shard: string)
 
 /** Every registered shard, following the index's pages. */
 export async function listAllShards(store: CoordinationStore): Promise<string[]> {
-  const shards: string[] = [];
+  // Each id once: a shard of an older installation is in the legacy index partition too.
+  const shards = new Set<string>();
   let pageToken: string | undefined;
   do {
     const page = await store.shards.list(pageToken);
-    shards.push(...page.shards);
+    for (const shard of page.shards) shards.add(shard);
     pageToken = page.nextPageToken;
   } while (pageToken);
-  return shards;
+  return [...shards];
 }

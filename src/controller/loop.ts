@@ -268,10 +268,16 @@ export class ControllerLoop {
       yield* options.shards.filter((shard) => inPartition(shard, partition));
       return;
     }
+    // The index lists a shard of an older installation twice (docs/deploy.md#upgrading-the-shard-index).
+    const listed = new Set<string>();
     let token: string | undefined;
     do {
       const page = await this.#deps.store.shards.list(token, options.pageSize ?? INDEX_PAGE_SIZE);
-      yield* page.shards.filter((shard) => inPartition(shard, partition));
+      for (const shard of page.shards) {
+        if (listed.has(shard) || !inPartition(shard, partition)) continue;
+        listed.add(shard);
+        yield shard;
+      }
       token = page.nextPageToken;
     } while (token);
   }

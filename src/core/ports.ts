@@ -146,8 +146,9 @@ export interface HistoryStore {
 }
 
 export interface ShardIndex {
+  /** Registers the caller's own shard (IAM lets an agent register no other, docs/security.md). */
   register(shard: string): Promise<void>;
-  /** One page of shard ids, with the token for the next page. */
+  /** One page of shard ids, with the token for the next page. An id may appear on two pages. */
   list(pageToken?: string, pageSize?: number): Promise<{ shards: string[]; nextPageToken?: string }>;
 }
 

@@ -10,7 +10,22 @@ export const TTL_ATTRIBUTE = "ttl";
 export const DEFAULT_TABLE_NAME = "shardguard";
 export const DEFAULT_QUEUE_PREFIX = "shardguard";
 
-/** The table as a `CreateTable` input (on-demand billing, string keys). */
+/**
+ * The shard index: a sparse global secondary index over the items that carry `index_pk` (the
+ * registration item `INDEX` of each shard partition), sorted by the item's own partition key. IAM
+ * lets an agent write only its own shard's partition (`dynamodb:LeadingKeys` on `SHARD#<shard>`), and
+ * the index's sort key *is* that partition key, so every entry an agent can make names its own shard:
+ * a node's credentials cannot register other shards (docs/security.md). Keys only: listing reads
+ * nothing but the shard ids.
+ */
+export const SHARD_INDEX = {
+  indexName: "shards",
+  partitionKey: "index_pk",
+  /** The one value of `index_pk`: every registration lands in one index partition, listed by Query. */
+  value: "SHARDS",
+} as const;
+
+/** The table as a `CreateTable` input (on-demand billing, string keys, the shard index). */
 export function tableDefinition(tableName: string) {
   return {
     TableName: tableName,
@@ -18,10 +33,21 @@ export function tableDefinition(tableName: string) {
     AttributeDefinitions: [
       { AttributeName: TABLE_KEYS.partitionKey, AttributeType: "S" as const },
       { AttributeName: TABLE_KEYS.sortKey, AttributeType: "S" as const },
+      { AttributeName: SHARD_INDEX.partitionKey, AttributeType: "S" as const },
     ],
     KeySchema: [
       { AttributeName: TABLE_KEYS.partitionKey, KeyType: "HASH" as const },
       { AttributeName: TABLE_KEYS.sortKey, KeyType: "RANGE" as const },
+    ],
+    GlobalSecondaryIndexes: [
+      {
+        IndexName: SHARD_INDEX.indexName,
+        KeySchema: [
+          { AttributeName: SHARD_INDEX.partitionKey, KeyType: "HASH" as const },
+          { AttributeName: TABLE_KEYS.partitionKey, KeyType: "RANGE" as const },
+        ],
+        Projection: { ProjectionType: "KEYS_ONLY" as const },
+      },
     ],
   };
 }
@@ -73,6 +99,16 @@ export const keys = {
   historyPk: (shard: string) => `HISTORY#${shard}`,
   /** Zero-padded so that sort-key order is epoch order. */
   history: (epoch: number) => `HISTORY#${String(epoch).padStart(12, "0")}`,
+  /**
+   * A shard's registration in the shard index (`SHARD_INDEX`): an item in the shard partition that
+   * carries `index_pk`. Written by the shard's agents (an idempotent put), each only in its own shard.
+   */
+  registration: "INDEX",
+  /**
+   * The shard index of installations before issue 38: one partition every agent could write, so any
+   * agent could register any shard id. Agents no longer may; the controller still lists what is
+   * there until an operator deletes it (docs/deploy.md#upgrading-the-shard-index).
+   */
   shardIndexPk: "SHARDS",
   shardIndexSk: (shard: string) => `SHARD#${shard}`,
 } as const;

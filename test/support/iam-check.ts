@@ -102,7 +102,8 @@ export class SynthesizedPolicies {
   /** The ARN IAM evaluates for `call` in the synthesized stack. */
   resourceArn(call: AwsCallRecord): string {
     const service = call.action.split(":")[0];
-    if (service === "dynamodb") return `arn:aws:dynamodb:${REGION}:${ACCOUNT}:table/${TABLE}`;
+    if (service === "dynamodb")
+      return `arn:aws:dynamodb:${REGION}:${ACCOUNT}:table/${TABLE}${call.index ? `/index/${call.index}` : ""}`;
     if (service === "sqs") {
       const queue = call.queue ?? "";
       const prefix = call.queuePrefix ?? "";

@@ -9,7 +9,7 @@ import { ShardguardController } from "../../cdk/shardguard-controller.ts";
 import { ShardguardStack } from "../../cdk/shardguard-stack.ts";
 import { ENV, failoverConfigFromEnv } from "../../src/adapters/env.ts";
 import { DEFAULT_CONFIG, type FailoverConfig } from "../../src/core/config.ts";
-import { TTL_ATTRIBUTE, tableDefinition } from "../../src/core/table.ts";
+import { SHARD_INDEX, TTL_ATTRIBUTE, tableDefinition } from "../../src/core/table.ts";
 import { cdkApp, FIXTURE_ENTRY } from "../fixtures/cdk-app.ts";
 
 const ALARM_TOPIC = "arn:aws:sns:eu-west-1:123456789012:shardguard-alarms";
@@ -86,6 +86,7 @@ describe("coordination table", () => {
       TableName: "shardguard",
       KeySchema: definition.KeySchema,
       AttributeDefinitions: definition.AttributeDefinitions,
+      GlobalSecondaryIndexes: definition.GlobalSecondaryIndexes,
     });
   });
 
@@ -240,6 +241,7 @@ describe("controller function", () => {
 
 describe("IAM", () => {
   const tableArn = () => ({ "Fn::GetAtt": [logicalId(stack.controller.table), "Arn"] });
+  const shardIndexArn = () => ({ "Fn::Join": ["", [tableArn(), `/index/${SHARD_INDEX.indexName}`]] });
   /** An ARN in this (environment-agnostic) stack's account and region. */
   const arnIn = (service: string, resource: string) => ({
     "Fn::Join": [
@@ -293,6 +295,8 @@ describe("IAM", () => {
         ],
         [tableArn()],
       ),
+      // The shard index by name: listing the shards is the one read through an index.
+      expectedGrant(["dynamodb:Query"], [shardIndexArn()]),
       expectedGrant(
         // Send only: agents create their queues, the controller never does.
         ["sqs:GetQueueUrl", "sqs:SendMessage"],
@@ -302,7 +306,7 @@ describe("IAM", () => {
     ]);
   });
 
-  it("gives the agent policy writes to its own node partition only, reads of its shard, the shard index and its own queues", () => {
+  it("gives the agent policy writes to its own node partition only, reads of its shard, its own queues, and no grant on the legacy shard index partition", () => {
     // Act
     const policies = template.findResources("AWS::IAM::ManagedPolicy");
 
@@ -316,7 +320,6 @@ describe("IAM", () => {
       "ReadShardNodes",
       "ShardMembership",
       "ReadShardControl",
-      "RegisterShardInIndex",
       "CreateOwnQueues",
       "ConsumeOwnQueue",
       "WakeController",
@@ -337,9 +340,6 @@ describe("IAM", () => {
       ),
       expectedGrant(["dynamodb:Query", "dynamodb:GetItem", "dynamodb:ConditionCheckItem"], [tableArn()], {
         "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["CONTROL#orders"] },
-      }),
-      expectedGrant(["dynamodb:PutItem"], [tableArn()], {
-        "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] },
       }),
       expectedGrant(
         ["sqs:GetQueueUrl", "sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes"],
@@ -386,7 +386,6 @@ describe("IAM", () => {
         ["dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:Query"],
         { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["CONTROL#orders"] } },
       ],
-      [["dynamodb:PutItem"], { "ForAllValues:StringEquals": { "dynamodb:LeadingKeys": ["SHARDS"] } }],
       [["sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SetQueueAttributes"], null],
       [["sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:ReceiveMessage"], null],
       [["sqs:GetQueueUrl", "sqs:SendMessage"], null],
@@ -404,6 +403,7 @@ describe("IAM", () => {
         [{ "Fn::GetAtt": [logicalId(stack.controller.operatorFunction), "Arn"] }],
       ),
       expectedGrant(["dynamodb:GetItem", "dynamodb:Query"], [tableArn()]),
+      expectedGrant(["dynamodb:Query"], [shardIndexArn()]),
     ]);
   });
 });

@@ -5,11 +5,15 @@ import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { DynamoDBDocumentClient, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, describe, expect, it } from "vitest";
+import { createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import {
   AwsCallJournal,
   type AwsCallRecord,
   type AwsPrincipal,
 } from "../../src/adapters/aws-call-journal.ts";
+import { ENV } from "../../src/adapters/env.ts";
+import { silentLogger } from "../../src/adapters/observability.ts";
+import { SHARD_INDEX } from "../../src/core/table.ts";
 import { checkCalls, readJournal } from "../support/iam-check.ts";
 
 const AGENT: AwsPrincipal = { component: "agent", shard: "orders", node: "n1" };
@@ -88,7 +92,7 @@ describe("the AWS call journal", () => {
 });
 
 describe("the permissions check against the synthesized policies", { timeout: 180_000 }, () => {
-  it("allows an agent its own shard partition, the shard index and its own queue", async () => {
+  it("allows an agent its own shard partition, its shard's registration and its own queue", async () => {
     // Act
     const report = await checkCalls([
       call(AGENT, "dynamodb:GetItem", { items: [{ action: "dynamodb:GetItem", pk: "SHARD#orders" }] }),
@@ -99,7 +103,7 @@ describe("the permissions check against the synthesized policies", { timeout: 18
         ],
       }),
       call(AGENT, "dynamodb:Query", { items: [{ action: "dynamodb:Query", pk: "CONTROL#orders" }] }),
-      call(AGENT, "dynamodb:PutItem", { items: [{ action: "dynamodb:PutItem", pk: "SHARDS" }] }),
+      call(AGENT, "dynamodb:PutItem", { items: [{ action: "dynamodb:PutItem", pk: "SHARD#orders" }] }),
       call(AGENT, "sqs:ReceiveMessage", { queue: "p_orders_n1" }),
       call(AGENT, "sqs:SendMessage", { queue: "p_wake" }),
     ]);
@@ -126,6 +130,66 @@ describe("the permissions check against the synthesized policies", { timeout: 18
       ["dynamodb:DeleteItem", "ImplicitlyDenied"],
       ["dynamodb:PutItem", "ImplicitlyDenied"],
     ]);
+  });
+
+  it("lets an agent register its own shard in the shard index and no other; the controller and operators list it", async () => {
+    // Prepare: the store's own operations, journaled as each principal (the requests go nowhere:
+    // the journal records them before they are sent).
+    const journalOf = (principal: AwsPrincipal) => {
+      const dir = mkdtempSync(join(directory, "index-"));
+      const aws = createAwsAdapters({
+        env: {
+          AWS_REGION: "eu-west-1",
+          AWS_ACCESS_KEY_ID: "a",
+          AWS_SECRET_ACCESS_KEY: "b",
+          AWS_ENDPOINT_URL: "http://127.0.0.1:9",
+          [ENV.awsCallLog]: dir,
+        },
+        tableName: "t",
+        queuePrefix: "p",
+        logger: silentLogger,
+        principal,
+        maxAttempts: 1,
+      });
+      return { aws, dir };
+    };
+    const agent = journalOf(AGENT);
+    const controller = journalOf({ component: "controller" });
+    const operator = journalOf({ component: "operator" });
+
+    // Act: the real registration, a forged one for another shard, the listing.
+    await Promise.allSettled([
+      agent.aws.store.shards.register("orders"),
+      agent.aws.store.shards.register("payments"),
+      controller.aws.store.shards.list(),
+      operator.aws.store.shards.list(),
+    ]);
+    for (const { aws } of [agent, controller, operator]) aws.destroy();
+    const recorded = [agent, controller, operator].flatMap(({ dir }) => readJournal(dir));
+    const report = await checkCalls([
+      ...recorded,
+      // The index partition of the release before, which any agent could write.
+      call(AGENT, "dynamodb:PutItem", { items: [{ action: "dynamodb:PutItem", pk: "SHARDS" }] }),
+    ]);
+
+    // Assess: four calls recorded (two registrations, two listings through the index), and only the
+    // two forgeries denied.
+    expect(
+      recorded
+        .map(
+          (record) =>
+            `${record.principal.component} ${record.action} ${record.index ?? "table"} ${record.items[0]?.pk}`,
+        )
+        .sort(),
+    ).toEqual([
+      "agent dynamodb:PutItem table SHARD#orders",
+      "agent dynamodb:PutItem table SHARD#payments",
+      `controller dynamodb:Query ${SHARD_INDEX.indexName} ${SHARD_INDEX.value}`,
+      `operator dynamodb:Query ${SHARD_INDEX.indexName} ${SHARD_INDEX.value}`,
+    ]);
+    expect(report.denials.map((denial) => `${denial.action} ${denial.leadingKey}: ${denial.result}`)).toEqual(
+      ["dynamodb:PutItem SHARD#payments: ImplicitlyDenied", "dynamodb:PutItem SHARDS: ImplicitlyDenied"],
+    );
   });
 
   it("allows the controller's fenced transaction and its events, and denies the operator role any write", async () => {

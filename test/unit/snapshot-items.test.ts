@@ -75,15 +75,20 @@ describe("typing a shard partition's items", () => {
 });
 
 describe("shard list page tokens", () => {
-  it("round-trips the last evaluated key", () => {
-    const key = { pk: "SHARDS", sk: "SHARD#orders" };
-    expect(decodePageToken(encodePageToken(key))).toEqual(key);
-  });
-
-  it.each(["garbage!", encodePageToken({ pk: "SHARD#x", sk: "LOCK" }), ""])(
-    "rejects a token it did not issue: %j",
+  it.each([{ after: "SHARD#orders" }, { legacy: {} }, { legacy: { pk: "SHARDS", sk: "SHARD#orders" } }])(
+    "round-trips a position in the shard index or the legacy index partition: %j",
     (token) => {
-      expect(() => decodePageToken(token)).toThrow(ConfigurationError);
+      expect(decodePageToken(encodePageToken(token))).toEqual(token);
     },
   );
+
+  it.each([
+    "garbage!",
+    encodePageToken({ pk: "SHARD#x", sk: "LOCK" }),
+    encodePageToken({ after: "CONTROL#x" }),
+    encodePageToken({ legacy: { pk: "SHARD#x", sk: "LOCK" } }),
+    "",
+  ])("rejects a token it did not issue: %j", (token) => {
+    expect(() => decodePageToken(token)).toThrow(ConfigurationError);
+  });
 });
