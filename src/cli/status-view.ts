@@ -46,6 +46,8 @@ export interface NodeStatus {
   /** A replica's own probe of its primary: ok, unreachable, restarted, fenced. */
   readonly primary_probe: string | undefined;
   readonly priority: number;
+  /** Drained by an operator (\`shardguard drain\`): never promoted until undrained. */
+  readonly drained: boolean;
   readonly epoch: number;
   /** The longest its agent stays silent while nothing it reports changes (ms); 0 when unknown. */
   readonly keepalive_ms: number;
@@ -71,6 +73,8 @@ export interface ShardStatus {
   readonly primary: { readonly node_id: string; readonly address: string } | undefined;
   readonly phase: string | undefined;
   readonly paused_reason: string | undefined;
+  /** Nodes drained for maintenance (never promoted until undrained). */
+  readonly drained: readonly string[];
   /**
    * What the primary's replicas say of it when its own heartbeat is stale: serving without its
    * agent's heartbeats (failsafe: a store outage for its agent, or its agent down), or fenced.
@@ -132,6 +136,7 @@ export function shardStatus(
         primary_link: node.primary_link,
         primary_probe: node.primary_probe,
         priority: node.priority,
+        drained: topology?.drained?.includes(node.node_id) === true,
         epoch: node.epoch,
         keepalive_ms: node.keepalive_ms ?? 0,
       };
@@ -147,6 +152,7 @@ export function shardStatus(
         : undefined,
     phase: topology?.status === "failing_over" ? topology.phase : undefined,
     paused_reason: topology?.paused_reason,
+    drained: topology?.drained ?? [],
     primary_seen_by_replicas: primaryId ? seenByReplicas(primaryId, nodes) : undefined,
     controller: controllerView(snapshot, config, nowMs, options),
     nodes,
@@ -281,6 +287,7 @@ export function renderShardStatus(status: ShardStatus, options: RenderOptions = 
     `primary ${status.primary ? `${status.primary.node_id} (${status.primary.address})` : "none"}`,
     status.phase ? `phase ${status.phase}` : "",
     status.paused_reason ? `paused: ${status.paused_reason}` : "",
+    status.drained.length > 0 ? pc.yellow(`drained: ${status.drained.join(", ")}`) : "",
   ]
     .filter(Boolean)
     .join("  ");
@@ -304,7 +311,7 @@ export function renderShardStatus(status: ShardStatus, options: RenderOptions = 
       node.primary_probe === undefined || node.primary_probe === "ok"
         ? (node.primary_probe ?? "-")
         : pc.red(node.primary_probe),
-      String(node.priority),
+      node.drained ? pc.yellow(`${node.priority} (drained)`) : String(node.priority),
     ];
   });
   const lines = [

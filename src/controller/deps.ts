@@ -70,7 +70,9 @@ export type CycleOutcome =
   | "refused"
   | "paused"
   | "resumed"
-  | "recovered";
+  | "recovered"
+  | "drained"
+  | "undrained";
 
 export interface CycleResult {
   readonly shard: string;

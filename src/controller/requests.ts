@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { describeIssues } from "../core/config.ts";
 import { planRecover, planSwitchover } from "../core/decide.ts";
+import { planDrain, planUndrain } from "../core/drain.ts";
 import { idSchema, type Topology } from "../core/model.ts";
 import { guarded } from "./cycle.ts";
 import {
@@ -261,6 +262,92 @@ export async function recoverShard(
   );
 }
 
+/**
+ * \`shardguard drain\`: the node is excluded from promotion (recorded in the topology's
+ * \`drained\`) until undrained, and keeps replicating. A primary is switched away from first (the
+ * zero-loss switchover to the best eligible replica), then drained. Refused, with the reason, for
+ * an unknown node, a shard not online or paused, or when no other node could be promoted after it
+ * (\`planDrain\`).
+ */
+export async function drainNode(
+  deps: ControllerDeps,
+  shard: string,
+  node: string,
+  options: RequestOptions = {},
+): Promise<CycleResult> {
+  const snapshot = await deps.store.heartbeats.snapshot(shard);
+  const plan = planDrain(snapshot, deps.config, deps.clock.now(), node);
+  const epoch = snapshot.topology?.epoch;
+  switch (plan.kind) {
+    case "refused":
+      return { shard, outcome: "refused", epoch, reason: plan.reason };
+    case "unchanged":
+      return { shard, outcome: "drained", epoch, reason: plan.reason };
+    case "switchover_first": {
+      const moved = await requestSwitchover(deps, shard, { reason: `drain ${node}` }, options);
+      if (moved.outcome !== "completed") {
+        return {
+          ...moved,
+          outcome: "refused",
+          reason: `${plan.reason}: ${moved.reason}; ${node} not drained`,
+        };
+      }
+      const drained = await drainNode(deps, shard, node, options);
+      return {
+        ...drained,
+        primary: moved.primary,
+        reason: `switched over to ${moved.primary}; ${drained.reason}`,
+      };
+    }
+    case "drain":
+      return changeDrained(deps, shard, epoch, plan.drained, plan.reason, "drained", options);
+  }
+}
+
+/** \`shardguard undrain\`: the node may be promoted again. */
+export async function undrainNode(
+  deps: ControllerDeps,
+  shard: string,
+  node: string,
+  options: RequestOptions = {},
+): Promise<CycleResult> {
+  const topology = await deps.store.topology.read(shard);
+  const plan = planUndrain(topology, node);
+  if (plan.kind === "refused" || plan.kind === "switchover_first") {
+    return { shard, outcome: "refused", epoch: topology?.epoch, reason: plan.reason };
+  }
+  if (plan.kind === "unchanged")
+    return { shard, outcome: "undrained", epoch: topology?.epoch, reason: plan.reason };
+  return changeDrained(deps, shard, topology?.epoch, plan.drained, plan.reason, "undrained", options);
+}
+
+/** Writes the drained list under the lock, on the topology the plan was made from (its epoch and status). */
+function changeDrained(
+  deps: ControllerDeps,
+  shard: string,
+  epoch: number | undefined,
+  drained: readonly string[],
+  reason: string,
+  outcome: "drained" | "undrained",
+  options: RequestOptions,
+): Promise<CycleResult> {
+  return underTopologyLock(
+    deps,
+    shard,
+    (topology) => {
+      if (topology.epoch !== epoch || topology.status === "failing_over" || topology.status === "offline") {
+        return {
+          refused: `the shard changed since it was read (${topology.status} at epoch ${topology.epoch}); try again`,
+        };
+      }
+      const { drained: _, ...rest } = topology;
+      return { next: drained.length === 0 ? rest : { ...rest, drained: [...drained] }, result: reason };
+    },
+    outcome,
+    options,
+  );
+}
+
 /** An operator's request that could not take the lock is refused; the operator tries again. */
 function notLocked(shard: string, why: NotLocked): CycleResult {
   return { shard, outcome: "refused", reason: `${why.reason}; try again` };
@@ -295,13 +382,16 @@ async function underTopologyLock(
 
 /**
  * Operator requests, as the Lambda receives them (`aws lambda invoke`, the CLI) and as the
- * local controller runs them: `{ action: "switchover" | "pause" | "resume" | "recover", shard, to?,
- * reason? }` (`recover` needs both `to` and `reason`).
+ * local controller runs them: `{ action: "switchover" | "pause" | "resume" | "recover" | "drain" |
+ * "undrain", shard, to?, node?, reason? }` (`recover` needs both `to` and `reason`; `drain` and
+ * `undrain` need `node`).
  */
 export const operatorRequestSchema = z.object({
-  action: z.enum(["switchover", "pause", "resume", "recover"]),
+  action: z.enum(["switchover", "pause", "resume", "recover", "drain", "undrain"]),
   shard: idSchema,
   to: idSchema.optional(),
+  /** drain and undrain: the node. */
+  node: idSchema.optional(),
   reason: z.string().max(500).optional(),
 });
 export type OperatorRequest = z.output<typeof operatorRequestSchema>;
@@ -317,7 +407,14 @@ export interface OperatorResponse {
   readonly reason: string;
 }
 
-const SUCCESS: ReadonlySet<CycleOutcome> = new Set(["completed", "paused", "resumed", "recovered"]);
+const SUCCESS: ReadonlySet<CycleOutcome> = new Set([
+  "completed",
+  "paused",
+  "resumed",
+  "recovered",
+  "drained",
+  "undrained",
+]);
 
 /** An event meant as an operator request (it names an action); anything else is a scheduled tick. */
 export function isOperatorRequest(event: unknown): boolean {
@@ -352,20 +449,35 @@ export async function handleOperatorRequest(
       reason: "invalid request: recover needs to (the node whose data to keep) and reason",
     };
   }
+  const forNode = request.action === "drain" || request.action === "undrain";
+  if (forNode !== (request.node !== undefined)) {
+    return {
+      ok: false,
+      action: request.action,
+      shard: request.shard,
+      reason: forNode
+        ? `invalid request: ${request.action} needs node`
+        : "invalid request: node: only for drain and undrain",
+    };
+  }
   deps.log.info("operator request", { ...request });
   const result =
-    request.action === "switchover"
-      ? await requestSwitchover(deps, request.shard, { to: request.to, reason: request.reason }, options)
-      : request.action === "pause"
-        ? await pauseShard(deps, request.shard, request.reason, options)
-        : request.action === "recover"
-          ? await recoverShard(
-              deps,
-              request.shard,
-              { to: request.to as string, reason: request.reason as string },
-              options,
-            )
-          : await resumeShard(deps, request.shard, options);
+    request.action === "drain"
+      ? await drainNode(deps, request.shard, request.node as string, options)
+      : request.action === "undrain"
+        ? await undrainNode(deps, request.shard, request.node as string, options)
+        : request.action === "switchover"
+          ? await requestSwitchover(deps, request.shard, { to: request.to, reason: request.reason }, options)
+          : request.action === "pause"
+            ? await pauseShard(deps, request.shard, request.reason, options)
+            : request.action === "recover"
+              ? await recoverShard(
+                  deps,
+                  request.shard,
+                  { to: request.to as string, reason: request.reason as string },
+                  options,
+                )
+              : await resumeShard(deps, request.shard, options);
   const response: OperatorResponse = {
     ok: SUCCESS.has(result.outcome),
     action: request.action,

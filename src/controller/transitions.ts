@@ -39,7 +39,10 @@ export function stateOf(run: Run): FailoverState {
 }
 
 /** A fenced topology write; with `guard`, also conditioned on the old primary's replica-set version read there. */
-async function write(run: Run, expectedEpoch: number, next: Topology, guard?: ShardSnapshot) {
+async function write(run: Run, expectedEpoch: number, planned: Topology, guard?: ShardSnapshot) {
+  // Drained nodes stay drained through every change of primary: only undrain lifts it.
+  const drained = planned.drained ?? run.topology.drained;
+  const next = drained === undefined ? planned : { ...planned, drained };
   const primary = next.failover?.old_primary_node_id;
   const replicaSet =
     guard !== undefined && primary !== undefined

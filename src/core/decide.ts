@@ -6,6 +6,7 @@ import { decideOffline } from "./decide/offline.ts";
 import { decideOnline } from "./decide/online.ts";
 import { decideUninitialized } from "./decide/uninitialized.ts";
 import { type DecideOptions, shardView } from "./decide/view.ts";
+import { withDrainedNeverPromoted } from "./drain.ts";
 import type { ShardSnapshot } from "./ports.ts";
 
 /**
@@ -64,7 +65,8 @@ export function decide(
   now: number,
   options: DecideOptions = {},
 ): Decision {
-  const view = shardView(snapshot, config, now, options);
+  // A drained node is ranked at priority 0 by every gate (core/drain.ts).
+  const view = shardView(withDrainedNeverPromoted(snapshot), config, now, options);
   const stopped = firstGate(ENTRY_GATES, view);
   if (stopped !== undefined) return stopped;
   const topology = view.topology;

@@ -196,6 +196,11 @@ export const topologySchema = z.object({
   paused_reason: z.string().optional(),
   /** The lineage of the last primary while the shard is offline (a returning node must match it). */
   lineage: lineageSchema.optional(),
+  /**
+   * Nodes drained for maintenance (\`shardguard drain\`, sorted): never promoted until undrained
+   * (they count as priority 0: core/drain.ts), while they go on replicating.
+   */
+  drained: z.array(idSchema).optional(),
 });
 export type Topology = z.output<typeof topologySchema>;
 

@@ -108,3 +108,60 @@ describe("operator recover: the way out of offline_no_candidate", () => {
     });
   });
 });
+
+describe("operator drain and undrain", () => {
+  it("drains a replica: recorded in the topology, the primary and the epoch unchanged", async () => {
+    // Prepare
+    const shard = new MemoryShard();
+    const before = shard.topology;
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), { action: "drain", shard: "s1", node: "r2" });
+
+    // Assess
+    expect(response).toMatchObject({ ok: true, outcome: "drained" });
+    expect(shard.topology).toEqual({ ...before, drained: ["r2"], updated_at: shard.now() });
+  });
+
+  it("undrains: the list goes when its last node leaves it", async () => {
+    // Prepare
+    const shard = new MemoryShard();
+    await handleOperatorRequest(shard.deps(), { action: "drain", shard: "s1", node: "r2" });
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), {
+      action: "undrain",
+      shard: "s1",
+      node: "r2",
+    });
+
+    // Assess
+    expect(response).toMatchObject({ ok: true, outcome: "undrained" });
+    expect(shard.topology?.drained).toBeUndefined();
+  });
+
+  it("refuses an unknown node in one sentence, changing nothing", async () => {
+    // Prepare
+    const shard = new MemoryShard();
+    const before = shard.topology;
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), { action: "drain", shard: "s1", node: "n9" });
+
+    // Assess
+    expect(response).toMatchObject({ ok: false, outcome: "refused" });
+    expect(response.reason).toMatch(/^unknown node n9: shard s1 has /);
+    expect(shard.topology).toBe(before);
+  });
+
+  it.each([
+    { request: { action: "drain", shard: "s1" }, reason: "invalid request: drain needs node" },
+    {
+      request: { action: "pause", shard: "s1", node: "r1" },
+      reason: "invalid request: node: only for drain and undrain",
+    },
+  ])("answers $request.action with a misplaced node field: $reason", async ({ request, reason }) => {
+    const response = await handleOperatorRequest(noStores, request);
+    expect(response).toMatchObject({ ok: false, reason });
+  });
+});

@@ -21,6 +21,7 @@ export class OperatorRequestFailed extends ShardguardError {
 interface ActionOptions {
   readonly shard: string;
   readonly to?: string;
+  readonly node?: string;
   readonly reason?: string;
   readonly wait?: boolean;
   readonly function?: string;
@@ -182,6 +183,32 @@ export function registerOperatorActions(program: Command): void {
     report(request, await submit(request, { ...options, wait: true }), options.json);
   });
 
+  for (const action of ["drain", "undrain"] as const) {
+    withTarget(
+      program
+        .command(action)
+        .description(
+          action === "drain"
+            ? "node maintenance: exclude a node from promotion until undrain (it keeps replicating and may be " +
+                "restarted); a primary is switched over away from first, with no acknowledged-write loss"
+            : "end a node's maintenance: it may be promoted again",
+        )
+        .requiredOption("--shard <id>", "the shard")
+        .requiredOption("--node <id>", "the node")
+        .option(
+          "--wait",
+          action === "drain"
+            ? "then wait until the node is a replica in sync with the primary (safe to restart)"
+            : "then wait until the node is a replica in sync with the primary",
+        ),
+    ).action(async (options: ActionOptions) => {
+      const request: OperatorRequest = { action, shard: options.shard, node: options.node };
+      const response = await submit(request, { ...options, wait: true });
+      report(request, response, options.json);
+      if (options.wait === true && response?.ok) await waitInSync(options.shard, options.node as string);
+    });
+  }
+
   for (const action of ["pause", "resume"] as const) {
     withTarget(
       program
@@ -198,4 +225,36 @@ export function registerOperatorActions(program: Command): void {
       report(request, await submit(request, { ...options, wait: true }), options.json);
     });
   }
+}
+
+/** How long `drain --wait` waits for the node to follow the primary with its link up. */
+export const DRAIN_WAIT_MS = 120_000;
+
+/** Waits until `node` is a replica of the topology's primary with its link up and caught up to its last report. */
+async function waitInSync(shard: string, node: string): Promise<void> {
+  await withOperatorSession(async ({ aws }) => {
+    const deadline = Date.now() + DRAIN_WAIT_MS;
+    for (;;) {
+      const snapshot = await aws.store.heartbeats.snapshot(shard);
+      const primary = snapshot.topology?.primary_node_id;
+      const heartbeat = snapshot.nodes.find((candidate) => candidate.node_id === node);
+      const primaryBeat = snapshot.nodes.find((candidate) => candidate.node_id === primary);
+      if (
+        heartbeat?.role === "replica" &&
+        heartbeat.primary_node_id === primary &&
+        heartbeat.primary_link === "up" &&
+        snapshot.topology?.status !== "failing_over" &&
+        (primaryBeat === undefined || heartbeat.repl_id === primaryBeat.repl_id)
+      ) {
+        process.stderr.write(`shardguard: ${node} follows ${primary} with its link up\n`);
+        return;
+      }
+      if (Date.now() > deadline) {
+        throw new OperatorRequestFailed(
+          `${node} does not follow the primary ${primary ?? "(none)"} with its link up after ${DRAIN_WAIT_MS} ms (role ${heartbeat?.role ?? "unknown"}, link ${heartbeat?.primary_link ?? "unknown"})`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  });
 }

@@ -1,4 +1,5 @@
 import type { FailoverConfig } from "../config.ts";
+import { drainedOf, withDrainedNeverPromoted } from "../drain.ts";
 import type { Candidate, Lineage } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 import { type NodeRef, refOf } from "./decision.ts";
@@ -41,7 +42,11 @@ export function planSwitchover(
     return { kind: "refused", reason: `primary ${topology.primary_node_id ?? "(none)"} is not alive` };
   }
   const lineage = lineageOf(primary);
-  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
+  const drained = drainedOf(topology);
+  if (request.to !== undefined && drained.includes(request.to)) {
+    return { kind: "refused", reason: `${request.to} is drained; shardguard undrain it first` };
+  }
+  const candidates = pickCandidates(withDrainedNeverPromoted(snapshot).nodes, lineage, config, now, {
     exclude: primary.node_id,
     members: guardMembers(snapshot, primary.node_id),
     // The target catches up to the old primary before PROMOTE: the preferred node loses nothing.
