@@ -1,4 +1,5 @@
 import type { FailoverConfig } from "./config.ts";
+import { isRecent } from "./freshness.ts";
 import type { CrashReport, Heartbeat, Topology } from "./model.ts";
 
 /**
@@ -16,21 +17,18 @@ export const CRASH_CONFIRM_MS = 100;
  * The primary's confirmed, current crash report, or undefined. It counts when the agent reports
  * the database down with a crash state, observed twice `CRASH_CONFIRM_MS` apart, first after the
  * database last answered (`last_updated`), and the latest observation is recent by the same rule
- * as any heartbeat (`isRecent` in decide.ts): a report is evidence about now, not about the past.
+ * as any heartbeat (`isRecent`, src/core/freshness.ts): a report is evidence about now, not about the past.
  */
 export function confirmedCrash(
   heartbeat: Heartbeat,
   config: FailoverConfig,
   now: number,
-  maxClockSkewMs: number,
 ): CrashReport | undefined {
   const crash = heartbeat.db_crash;
   if (heartbeat.db_status !== "down" || crash === undefined) return undefined;
   if (crash.first_seen < heartbeat.last_updated) return undefined;
   if (crash.last_seen - crash.first_seen < CRASH_CONFIRM_MS * 1000) return undefined;
-  const ageMs = now - crash.last_seen / 1000;
-  if (ageMs > config.failureTimeoutMs || ageMs < -maxClockSkewMs) return undefined;
-  return crash;
+  return isRecent(crash.last_seen, config, now) ? crash : undefined;
 }
 
 /** What a node being promoted knows about the primary it leaves. */

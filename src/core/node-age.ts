@@ -1,11 +1,11 @@
 import type { FailoverConfig } from "./config.ts";
-import { agentAgeMs, heartbeatAgeMs, isAgentHeard, isFresh, isReportCurrent } from "./decide/view.ts";
+import { agentAgeMs, heartbeatAgeMs, isAgentHeard, isFresh, isReportCurrent } from "./freshness.ts";
 import type { Heartbeat, Topology } from "./model.ts";
 
 /**
  * What a node's report says now and how old it is, for the views that show reports to people and
  * clients (`shardguard status`, the Sentinel endpoint's replica answers). The clock predicates are
- * the decision's own (decide/view.ts); this file only names what follows from them for display: a
+ * the decision's own (freshness.ts); this file only names what follows from them for display: a
  * quiet replica's offset is as old as its last write, so a lag is computed only between reports
  * that can be compared, and a node's role is the one the topology gives it, not the one its last
  * report claims.

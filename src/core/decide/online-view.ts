@@ -13,7 +13,6 @@ import {
   isAgentHeard,
   isFresh,
   lineageOf,
-  MAX_CLOCK_SKEW_MS,
   type ShardView,
 } from "./view.ts";
 
@@ -62,8 +61,7 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
   const primaryId = topology.primary_node_id;
   const primary = snapshot.nodes.find((node) => node.node_id === primaryId);
   const fresh = primary !== undefined && isFresh(primary, config, now);
-  const deadPrimary =
-    primary === undefined ? undefined : confirmedCrash(primary, config, now, MAX_CLOCK_SKEW_MS);
+  const deadPrimary = primary === undefined ? undefined : confirmedCrash(primary, config, now);
   const crash = fresh ? deadPrimary : undefined;
   // A fresh primary that its replicas find back as another process, not continuing their lineage,
   // restarted without its data; its own agent did not tell (it lost its state dir too).

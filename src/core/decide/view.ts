@@ -1,74 +1,30 @@
 import type { FailoverConfig } from "../config.ts";
+import {
+  agentAgeMs,
+  heartbeatAgeMs,
+  isAgentHeard,
+  isFresh,
+  isRecent,
+  isReportCurrent,
+  MAX_CLOCK_SKEW_MS,
+} from "../freshness.ts";
 import type { Heartbeat, Lineage, Topology } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 
 /**
- * The clock predicates and the one pass from `(snapshot, config, now)` to a `ShardView`. Every
- * judgement of a timestamp (fresh, heard, current, alive) is made here and nowhere else.
+ * The one pass from `(snapshot, config, now)` to a `ShardView`. Every judgement of a timestamp
+ * (fresh, heard, current) is src/core/freshness.ts's; the decision takes them from here.
  */
 
-/**
- * How far ahead of the reader's clock a heartbeat timestamp may be dated and still count, in ms.
- * Agents and controller stamp and judge on `AwsClock` (src/adapters/clock.ts): after its first
- * response each reads within its bounds' width of AWS time, at most the `Date` header's 1 s
- * resolution plus a round trip (tens of ms once a few dozen responses narrowed them). Two such
- * clocks differ by at most 2 × 1 s; 500 ms more covers the round trips of the first samples.
- * A timestamp further ahead comes from a clock outside that design (a host clock read before any
- * response, a bug): it is no evidence of liveness. The heartbeat store uses the same bound to let
- * a write replace a stored heartbeat dated that far ahead of the writer, so that no writer is ever
- * stuck behind it.
- */
-export const MAX_CLOCK_SKEW_MS = 2_500;
-
-/** Age of a heartbeat's database-alive timestamp, in ms (negative: dated ahead of `now`). */
-export function heartbeatAgeMs(heartbeat: Heartbeat, now: number): number {
-  return now - heartbeat.last_updated / 1000;
-}
-
-/** ms since the agent last wrote, whatever its database's state (\`agent_updated\`). */
-export function agentAgeMs(heartbeat: Heartbeat, now: number): number {
-  return now - (heartbeat.agent_updated ?? heartbeat.last_updated) / 1000;
-}
-
-/**
- * A timestamp (µs) counts as recent at `now`: at most `failureTimeoutMs` old and dated at most
- * MAX_CLOCK_SKEW_MS ahead of `now`. So the controller times at which it counts form one interval
- * `[t - MAX_CLOCK_SKEW_MS, t + failureTimeoutMs]`: no timestamp, however far in the future, counts
- * for longer than `failureTimeoutMs + MAX_CLOCK_SKEW_MS`, while one from a clock within the
- * design's bound always counts exactly as its age says.
- */
-export function isRecent(timestampMicros: number, config: FailoverConfig, now: number): boolean {
-  const ageMs = now - timestampMicros / 1000;
-  return ageMs <= config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
-}
-
-/**
- * Fresh: the database answered within `failureTimeoutMs`. A heartbeat dated more than
- * MAX_CLOCK_SKEW_MS in the future is not fresh (see `isRecent`).
- */
-export function isFresh(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
-  return isRecent(heartbeat.last_updated, config, now);
-}
-
-/**
- * The agent itself was heard within `failureTimeoutMs` (its last write, whatever its database's
- * state), by the same rule as `isFresh`. Heartbeats written before `agent_updated` existed count
- * by `last_updated`.
- */
-export function isAgentHeard(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
-  return isRecent(heartbeat.agent_updated ?? heartbeat.last_updated, config, now);
-}
-
-/**
- * The agent's last report still stands: it was written at most its keepalive (\`keepalive_ms\`, the
- * longest the agent stays silent while nothing it reports changes) plus \`failureTimeoutMs\` ago, by
- * the clock rule of \`isRecent\`. A quiet replica writes only on a change and at its keepalive, so
- * its silence is no evidence of failure until then; its offset, though, is as old as the write.
- */
-export function isReportCurrent(heartbeat: Heartbeat, config: FailoverConfig, now: number): boolean {
-  const ageMs = agentAgeMs(heartbeat, now);
-  return ageMs <= (heartbeat.keepalive_ms ?? 0) + config.failureTimeoutMs && ageMs >= -MAX_CLOCK_SKEW_MS;
-}
+export {
+  agentAgeMs,
+  heartbeatAgeMs,
+  isAgentHeard,
+  isFresh,
+  isRecent,
+  isReportCurrent,
+  MAX_CLOCK_SKEW_MS,
+} from "../freshness.ts";
 
 /**
  * A database that restarted in place of a dead one and that its agent keeps fenced (`db_status:
