@@ -1,4 +1,5 @@
 import { parseAddress } from "./address.ts";
+import { isAnswerCurrent, isReportCurrent } from "./freshness.ts";
 import type { Heartbeat, Topology } from "./model.ts";
 import { offsetAgeMs } from "./node-age.ts";
 
@@ -87,17 +88,15 @@ export function masterState(topology: Topology | undefined): MasterState {
 }
 
 /**
- * The node's report stands: written within its keepalive plus the failure timeout (a quiet replica
- * writes only on a change and at its keepalive), its database up.
+ * The node's report stands: its database answered within its keepalive plus the failure timeout
+ * (a quiet replica writes only on a change and at its keepalive), and is up.
  */
 function fresh(heartbeat: Heartbeat, view: SentinelView): boolean {
-  const windowMs = (heartbeat.keepalive_ms ?? 0) + view.failureTimeoutMs;
-  return view.nowMs - heartbeat.last_updated / 1000 <= windowMs && heartbeat.db_status === "up";
+  return isAnswerCurrent(heartbeat, view, view.nowMs) && heartbeat.db_status === "up";
 }
 
 function agentFresh(heartbeat: Heartbeat, view: SentinelView): boolean {
-  const updatedUs = heartbeat.agent_updated ?? heartbeat.last_updated;
-  return view.nowMs - updatedUs / 1000 <= (heartbeat.keepalive_ms ?? 0) + view.failureTimeoutMs;
+  return isReportCurrent(heartbeat, view, view.nowMs);
 }
 
 /** Other agents of the shard that serve the protocol (fresh or not; flags say which). */

@@ -226,6 +226,27 @@ describe("SENTINEL replicas / slaves and sentinels", () => {
     expect(entry?.flags).toBe("sentinel,s_down,disconnected");
   });
 
+  it("flags a replica and a peer agent whose heartbeat is dated beyond the clock bound as down (no evidence of liveness, as in decide)", () => {
+    // Prepare: r1's clock ran 60 s ahead when it wrote.
+    const ahead = nodes().map((node) =>
+      node.node_id === "r1"
+        ? { ...node, agent_updated: (NOW + 60_000) * 1000, last_updated: (NOW + 60_000) * 1000 }
+        : node,
+    );
+
+    // Act
+    const [replica] = itemsOf(answerSentinel("sentinel", ["replicas", "s1"], aView({ nodes: ahead }))).map(
+      fieldsOf,
+    );
+    const [peer] = itemsOf(answerSentinel("sentinel", ["sentinels", "s1"], aView({ nodes: ahead }))).map(
+      fieldsOf,
+    );
+
+    // Assess
+    expect(replica).toMatchObject({ runid: "r1", flags: "slave,s_down,disconnected" });
+    expect(peer?.flags).toBe("sentinel,s_down,disconnected");
+  });
+
   it("answers replicas and sentinels of an unknown master with Sentinel's error", () => {
     expect(answerSentinel("sentinel", ["replicas", "s2"], aView())).toMatchObject({ type: "error" });
     expect(answerSentinel("sentinel", ["sentinels", "s2"], aView())).toMatchObject({ type: "error" });
