@@ -40,12 +40,26 @@ export function refusesWrites(minReplicasToWrite: number, goodReplicas: number |
 
 /**
  * `min-replicas-max-lag` under the guard, s. Replicas acknowledge once a second, so 2 s never
- * drops a healthy replica; a detached one stops counting within 3 s (Redis compares whole seconds).
+ * drops a healthy replica; a detached one stops counting within 3 s of its last acknowledgement
+ * (Redis compares whole seconds), and the primary notices within 1 s more (its replication cron).
  */
 export const GUARD_MAX_LAG_S = 2;
 
-/** How long a promoted node refuses writes after its last contact with the old primary, ms. */
-export const PROMOTION_FENCE_WINDOW_MS = (GUARD_MAX_LAG_S + 1) * 1000;
+/**
+ * Slack for a late replication cron on a loaded host, ms: Redis runs it once a second from its
+ * event loop, after whatever command or fork is in progress.
+ */
+export const GUARD_CRON_SLACK_MS = 500;
+
+/**
+ * How long a promoted node refuses writes after its last contact with the old primary, ms. The old
+ * primary counts it good while `unixtime - repl_ack_time <= min-replicas-max-lag` in whole seconds
+ * (up to GUARD_MAX_LAG_S + 1 s after its last acknowledgement), and refreshes that count only in
+ * its once-a-second replication cron (+1 s): measured up to 4,045 ms from the replica's stop to the
+ * old primary's last accepted write (`npm run bench:guard-window`, 20 trials at load 16; issue 30,
+ * finding 5). It was GUARD_MAX_LAG_S + 1 s (3,000 ms), which that measurement exceeded.
+ */
+export const PROMOTION_FENCE_WINDOW_MS = (GUARD_MAX_LAG_S + 2) * 1000 + GUARD_CRON_SLACK_MS;
 
 export interface WriteGuardInput {
   readonly policy: FencePolicy;

@@ -192,6 +192,11 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
     };
   }
   const { best, lineage } = v.target;
+  // Members unheard were set aside by gate member_unheard's proof: say so.
+  const proof =
+    v.primaryId !== undefined && unheardMembers(v, v.primaryId, best.node_id).length > 0
+      ? candidateHoldsRefusingPrimary(v, v.primaryId, best)
+      : undefined;
   return {
     kind: "failover",
     epoch: topology.epoch,
@@ -200,6 +205,8 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
     candidates: v.candidates,
     lineage,
     ...(v.crash !== undefined ? { crash: v.crash } : {}),
-    reason: `${v.staleness}, ${v.quorumText}; promoting ${best.node_id} (priority ${best.priority}, last_txn_id ${best.last_txn_id})`,
+    reason: `${v.staleness}, ${v.quorumText}; promoting ${best.node_id} (priority ${best.priority}, last_txn_id ${best.last_txn_id})${
+      proof === undefined ? "" : `; ${proof}`
+    }`,
   };
 }

@@ -1,0 +1,81 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { NetLab } from "../../src/dev/netlab/netlab.ts";
+import {
+  CHAOS_CONFIG,
+  countKeys,
+  historyAt,
+  probeWrite,
+  startChaosCluster,
+  WAIT_MS,
+  waitForFollowers,
+  waitForNewPrimary,
+  writeKeys,
+} from "../support/chaos-cluster.ts";
+
+/**
+ * Issue 30, finding 7 (guarantees 1 and 3), with real processes in the network lab: node-1's agent
+ * is cut from AWS (its database still reaches both replicas), and node-3 dies with its agent at the
+ * same moment. node-1 cannot drop node-3 from its replica set, so it refuses every write
+ * (`NOREPLICAS`); its agent does not fence (1 of 2 witnesses reaches the store: no majority). Before
+ * the fix, node-2's probe reported `ok` and the controller logged `quorum_not_met` for as long as
+ * the cut lasted, with no writable primary. Now node-2's probe reports node-1 refusing every write
+ * at its offset, node-2 holds that offset, and node-2 is promoted without losing a write; node-1
+ * keeps refusing writes while it is cut off, and follows node-2 after the heal.
+ */
+
+const unavailable = NetLab.unavailableReason();
+if (unavailable) console.warn(`refusing-primary test skipped: ${unavailable}`);
+
+const PREFIX = "refusing";
+const COUNT = 200;
+
+let cluster: LocalCluster | undefined;
+
+afterEach(async () => {
+  await cluster?.stop();
+  cluster = undefined;
+});
+
+describe.runIf(unavailable === undefined)("a primary cut from the store that refuses every write", () => {
+  it("is replaced by the replica holding its offset while a member is dead, with no write lost and never two writable", {
+    timeout: 240_000,
+  }, async () => {
+    // Prepare: node-1 primary, node-2 and node-3 linked members of its set; writes acknowledged.
+    cluster = await startChaosCluster({ network: "netns", readyTimeoutMs: 90_000 });
+    const active = cluster;
+    await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
+    await active.waitFor(
+      "node-2 and node-3 in node-1's replica set",
+      async () => {
+        const members = (await active.snapshot()).replicaSets["node-1"] ?? [];
+        return members.includes("node-2") && members.includes("node-3");
+      },
+      WAIT_MS,
+    );
+    await writeKeys(active.node("node-1"), PREFIX, COUNT, 2);
+    const epoch = (await active.topology())?.epoch ?? 0;
+
+    // Act: node-1 cut from AWS, node-3 (database and agent) killed at once.
+    await active.partition({ cuts: [{ from: "node-1", to: "aws" }] });
+    active.node("node-3").signal("SIGKILL");
+    await active.stopAgent("node-3", "SIGKILL");
+    const after = await waitForNewPrimary(active, epoch);
+
+    // Assess: node-2 took over holding every acknowledged write; node-1, still cut off, refuses
+    // writes (never two writable); the vote was node-2's probe finding node-1 refusing.
+    expect(after.primary_node_id).toBe("node-2");
+    expect(await countKeys(active.node("node-2"), PREFIX, COUNT)).toBe(COUNT);
+    const old = await probeWrite(active.node("node-1"), `${PREFIX}:after`);
+    expect(old.accepted).toBe(false);
+    expect(old.refusal).toMatch(/NOREPLICAS|READONLY/);
+    expect((await historyAt(active, after.epoch)).reason).toMatch(
+      /node-2's probe found node-1 refusing every write at offset \d+, and node-2 holds \d+/,
+    );
+
+    // Act: heal. Assess: node-1 follows node-2 and holds the writes.
+    await active.heal();
+    await waitForFollowers(active, "node-2", ["node-1"]);
+    expect(await countKeys(active.node("node-1"), PREFIX, COUNT)).toBe(COUNT);
+  });
+});
