@@ -2,7 +2,6 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { NetLab } from "../../src/dev/netlab/netlab.ts";
 import {
-  CHAOS_CONFIG,
   countKeys,
   historyAt,
   probeWrite,
