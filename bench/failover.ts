@@ -622,6 +622,7 @@ export function buildProgram(): Command {
     .option(
       "--faults <list>",
       "comma-separated rows: crash (SIGKILL redis-server), host (redis-server and its agent), hang (SIGSTOP), " +
+        "switchover (planned: shardguard switchover / SENTINEL FAILOVER, from the request), " +
         "sentinel-client (crash, with ioredis in Sentinel mode at the sentinels / the agents, WAIT-confirmed writes)",
       parseFaults,
       [...ROWS],

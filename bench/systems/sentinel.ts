@@ -72,6 +72,8 @@ export class SentinelSystem implements FailoverSystem {
   #sentinels: SentinelProcess[] = [];
   #dir: string | undefined;
   #killed: RedisNode | undefined;
+  /** The last trial was a SENTINEL FAILOVER: its old primary runs on. */
+  #switchedOver = false;
   /** Event channel -> first instant (performance.now()) any sentinel published it for the master since the last kill. */
   #events = new Map<string, number>();
 
@@ -161,6 +163,14 @@ export class SentinelSystem implements FailoverSystem {
     this.#events.clear();
     this.#killed = node;
     const killedAt = performance.now();
+    if (fault === "switchover") {
+      // Sentinel's planned failover: one sentinel starts it at once (no agreement on a failure needed).
+      const sentinel = this.#sentinels[0];
+      if (!sentinel) throw new SentinelNotSettled("no sentinel to ask for SENTINEL FAILOVER");
+      await sentinel.client.call("SENTINEL", "FAILOVER", MASTER_NAME);
+      this.#switchedOver = true;
+      return { killedAt, oldPrimary };
+    }
     node.signal(fault === "hang" ? "SIGSTOP" : "SIGKILL");
     return { killedAt, oldPrimary };
   }
@@ -181,6 +191,13 @@ export class SentinelSystem implements FailoverSystem {
     const killed = this.#killed;
     if (!killed) return;
     const newPrimary = await this.#waitForAgreedPrimary((address) => address !== killed.address);
+    if (this.#switchedOver) {
+      // Nothing failed: the old primary is already a replica of the new one.
+      this.#switchedOver = false;
+      this.#killed = undefined;
+      await this.#waitUntilSettled();
+      return;
+    }
     this.#log(`sentinel: restarting ${killed.address} as a replica of ${newPrimary}`);
     // A hung node is killed first (stop() sends SIGCONT only to a process still alive).
     killed.signal("SIGKILL");

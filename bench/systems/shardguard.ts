@@ -1,4 +1,8 @@
 import { ENV } from "../../src/adapters/env.ts";
+import { discardMetrics, silentLogger } from "../../src/adapters/observability.ts";
+import type { CycleResult } from "../../src/controller/deps.ts";
+import { requestSwitchover } from "../../src/controller/requests.ts";
+import { type ControllerRuntime, createControllerRuntime } from "../../src/controller/runtime.ts";
 import { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
@@ -43,6 +47,9 @@ export class ShardguardSystem implements FailoverSystem {
   /** The last kill, kept after resetTrial: the driver asks for phase timings after the reset. */
   #lastKill: { wallMs: number; epoch: number } | undefined;
   #log: (line: string) => void = () => {};
+  /** The in-process controller a `switchover` trial asks, and the request under way. */
+  #runtime: ControllerRuntime | undefined;
+  #switchover: Promise<CycleResult> | undefined;
   /** node id -> the port its agent serves the Sentinel protocol on (setup with sentinelEndpoints). */
   #sentinelPorts = new Map<string, number>();
 
@@ -108,6 +115,14 @@ export class ShardguardSystem implements FailoverSystem {
     }
     const wallMs = Date.now();
     const killedAt = performance.now();
+    if (fault === "switchover") {
+      // The operator's request as the CLI runs it in-process (the same orchestrator as the Lambda).
+      this.#runtime ??= createControllerRuntime(cluster.env, { log: silentLogger, metrics: discardMetrics });
+      this.#switchover = requestSwitchover(this.#runtime.deps, cluster.shard, { reason: "bench" });
+      this.#killed = { node, wallMs, epoch: topology.epoch, fault };
+      this.#lastKill = { wallMs, epoch: topology.epoch };
+      return { killedAt, oldPrimary: node.address };
+    }
     node.signal(fault === "hang" ? "SIGSTOP" : "SIGKILL");
     if (fault === "host") cluster.signalAgent(node.id, "SIGKILL");
     this.#killed = { node, wallMs, epoch: topology.epoch, fault };
@@ -151,13 +166,20 @@ export class ShardguardSystem implements FailoverSystem {
       60_000,
     );
     const topology = await cluster.topology();
-    this.#log(
-      `shardguard: restarting ${killed.node.id}; its agent makes it a replica of ${topology?.primary_node_id}`,
-    );
-    // A hung node is killed first (stop() sends SIGCONT only to a process still alive).
-    killed.node.signal("SIGKILL");
-    await killed.node.stop();
-    await killed.node.start();
+    if (killed.fault === "switchover") {
+      const result = await this.#switchover;
+      this.#switchover = undefined;
+      if (result?.outcome !== "completed")
+        throw new Error(`switchover ${result?.outcome}: ${result?.reason}`);
+    } else {
+      this.#log(
+        `shardguard: restarting ${killed.node.id}; its agent makes it a replica of ${topology?.primary_node_id}`,
+      );
+      // A hung node is killed first (stop() sends SIGCONT only to a process still alive).
+      killed.node.signal("SIGKILL");
+      await killed.node.stop();
+      await killed.node.start();
+    }
     if (killed.fault === "host") {
       await cluster.stopAgent(killed.node.id);
       cluster.startAgent(killed.node.id);
@@ -195,6 +217,8 @@ export class ShardguardSystem implements FailoverSystem {
   }
 
   async teardown(): Promise<void> {
+    this.#runtime?.destroy();
+    this.#runtime = undefined;
     await this.#cluster?.stop();
     this.#cluster = undefined;
   }

@@ -20,8 +20,10 @@ export interface SystemConfig {
  * How the primary fails in a trial: `crash` SIGKILLs its redis-server (an agent beside it stays
  * up), `host` SIGKILLs the redis-server and the Shardguard agent beside it together (Sentinel has
  * no agent: the same as crash), `hang` SIGSTOPs the redis-server (the process and its sockets stay).
+ * `switchover` fails nothing: the operator's planned move of the primary (Shardguard's
+ * `switchover`, Sentinel's `SENTINEL FAILOVER`), timed from the request.
  */
-export const FAULTS = ["crash", "host", "hang"] as const;
+export const FAULTS = ["crash", "host", "hang", "switchover"] as const;
 export type Fault = (typeof FAULTS)[number];
 
 /**

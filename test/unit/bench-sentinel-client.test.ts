@@ -31,8 +31,9 @@ const aRow = (fault: (typeof ROWS)[number], median: number) => ({
 });
 
 describe("the sentinel-client row", () => {
-  it("is a crash of the primary's redis-server, listed after the three fault rows", () => {
-    expect(ROWS).toEqual(["crash", "host", "hang", "sentinel-client"]);
+  it("is a crash of the primary's redis-server, listed after the fault rows", () => {
+    expect(ROWS).toEqual(["crash", "host", "hang", "switchover", "sentinel-client"]);
+    expect(faultOf("switchover")).toBe("switchover");
     expect(faultOf("sentinel-client")).toBe("crash");
     expect(faultOf("hang")).toBe("hang");
   });
