@@ -67,11 +67,13 @@ async function dispatch(event: unknown, context: ControllerContext): Promise<Loo
   // path), then those shards watched until they are quiet.
   if (isSqsEvent(event)) {
     const wakes = parseWakes(event.Records.map((record) => record.body ?? ""));
-    const woken = await loop.wake(wakes, { remainingMs });
-    if (wakes.length === 0) return woken;
+    // Only the shards the wake-ups may cycle (listed in the shard index, capped: screenWakes) are
+    // watched, so a flood naming made-up shards ends the invocation in milliseconds.
+    const { shards, ...woken } = await loop.wake(wakes, { remainingMs });
+    if (shards.length === 0) return woken;
     const watched = await loop.run({
       remainingMs,
-      shards: [...new Set(wakes.map((wake) => wake.shard))],
+      shards,
       untilQuiet: { minMs: WAKE_WATCH_TIMEOUTS * runtime.deps.config.failureTimeoutMs },
     });
     return {

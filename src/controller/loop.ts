@@ -3,7 +3,15 @@ import pLimit, { type LimitFunction } from "p-limit";
 import type { Decision } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
 import { inPartition, type Partition } from "../core/partition.ts";
-import type { Wake, WakeReceiver } from "../core/wake.ts";
+import {
+  indexListingStale,
+  screenWakes,
+  type Wake,
+  type WakeLimits,
+  type WakeReceiver,
+  wakeLimits,
+  wokenCycleDelay,
+} from "../core/wake.ts";
 import {
   type ControllerDeps,
   type CycleResult,
@@ -94,6 +102,11 @@ export class ControllerLoop {
   readonly #rewake = new Set<string>();
   /** Shards whose last cycle in this run was not quiet (`isQuiet`), or failed. */
   readonly #unquiet = new Set<string>();
+  /** The shard index's ids at its last complete listing, and when: wake-ups naming others are dropped. */
+  #known: Set<string> | undefined;
+  #knownAt: number | undefined;
+  /** When each woken shard's last woken cycle starts (screenWakes' per-shard interval). */
+  readonly #wokenAt = new Map<string, number>();
 
   constructor(deps: ControllerDeps) {
     this.#deps = deps;
@@ -160,12 +173,21 @@ export class ControllerLoop {
    * One cycle now for each shard the wake-ups name (Lambda: the SQS event source mapping's batch),
    * waiting for them. A shard already orchestrating gets one more cycle when that ends.
    */
-  async wake(wakes: readonly Wake[], options: { remainingMs?: () => number; act?: boolean } = {}) {
+  async wake(
+    wakes: readonly Wake[],
+    options: { remainingMs?: () => number; act?: boolean; concurrency?: number } = {},
+  ): Promise<LoopSummary & { readonly shards: readonly string[] }> {
     const totals = { passes: 0, cycles: 0, actions: 0, errors: 0 };
-    this.#woken(wakes, options.act ?? true, options.remainingMs, totals);
+    const shards = await this.#woken(
+      wakes,
+      options.act ?? true,
+      options.remainingMs,
+      totals,
+      options.concurrency,
+    );
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight.values()]);
     this.#deps.metrics.flush();
-    return totals;
+    return { ...totals, shards };
   }
 
   async #consumeWakes(
@@ -180,7 +202,7 @@ export class ControllerLoop {
       try {
         const wakes = await receiver.receive(WAKE_WAIT_SECONDS, signal);
         const wanted = options.shards ? wakes.filter((wake) => options.shards?.includes(wake.shard)) : wakes;
-        this.#woken(wanted, act(), options.remainingMs, totals);
+        await this.#woken(wanted, act(), options.remainingMs, totals, options.concurrency);
       } catch (error) {
         this.#deps.log.warn("controller wake-ups unavailable; the periodic pass goes on", {
           error: errorMessage(error),
@@ -190,21 +212,61 @@ export class ControllerLoop {
     }
   }
 
-  #woken(
+  /** Cycles the shards the wake-ups may cycle (screenWakes), and returns them. */
+  async #woken(
     wakes: readonly Wake[],
     act: boolean,
     remainingMs: (() => number) | undefined,
     totals: { cycles: number; actions: number; errors: number },
-  ): void {
+    concurrency = DEFAULT_CONCURRENCY,
+  ): Promise<string[]> {
+    if (wakes.length === 0) return [];
+    const limits = wakeLimits(this.#deps.config.tickIntervalMs, concurrency);
+    await this.#refreshKnown(wakes, limits);
+    const screened = screenWakes(wakes, this.#known, limits);
+    if (screened.unknown.length > 0 || screened.overCap.length > 0) {
+      this.#deps.log.warn("controller wake-ups dropped", {
+        unknown_shards: screened.unknown.length,
+        over_cap: screened.overCap.length,
+        examples: [...screened.unknown, ...screened.overCap].slice(0, 5),
+      });
+    }
     const now = this.#deps.clock.now();
-    for (const shard of new Set(wakes.map((wake) => wake.shard))) {
+    for (const shard of screened.shards) {
       const from = wakes.filter((wake) => wake.shard === shard);
       this.#deps.log.info("controller woken", {
         shard,
-        by: from.map((wake) => `${wake.node}: ${wake.reason}`),
+        by: from.slice(0, 10).map((wake) => `${wake.node}: ${wake.reason}`),
         latency_ms: Math.round(now - Math.min(...from.map((wake) => wake.sent_at))),
       });
-      this.#cycleNow(shard, act, remainingMs, totals);
+      this.#cycleNow(shard, act, remainingMs, totals, limits);
+    }
+    return [...screened.shards];
+  }
+
+  /**
+   * Lists the shard index when a wake-up names a shard the last listing did not hold and that
+   * listing is older than `indexMaxAgeMs` (or there is none): a flood of made-up ids costs one
+   * listing per `indexMaxAgeMs`. A failed listing keeps the last one.
+   */
+  async #refreshKnown(wakes: readonly Wake[], limits: WakeLimits): Promise<void> {
+    const known = this.#known;
+    if (known !== undefined && wakes.every((wake) => known.has(wake.shard))) return;
+    if (!indexListingStale(this.#knownAt, Date.now(), limits.indexMaxAgeMs)) return;
+    this.#knownAt = Date.now();
+    try {
+      const listed = new Set<string>();
+      let token: string | undefined;
+      do {
+        const page = await this.#deps.store.shards.list(token, INDEX_PAGE_SIZE);
+        for (const shard of page.shards) listed.add(shard);
+        token = page.nextPageToken;
+      } while (token);
+      this.#known = listed;
+    } catch (error) {
+      this.#deps.log.warn("shard index not listed for wake-ups; the last listing stays", {
+        error: errorMessage(error),
+      });
     }
   }
 
@@ -213,6 +275,7 @@ export class ControllerLoop {
     act: boolean,
     remainingMs: (() => number) | undefined,
     totals: { cycles: number; actions: number; errors: number },
+    limits: WakeLimits,
   ): void {
     const running = this.#inFlight.get(shard);
     if (running) {
@@ -220,12 +283,26 @@ export class ControllerLoop {
       this.#rewake.add(shard);
       void running.finally(() => {
         this.#rewake.delete(shard);
-        this.#cycleNow(shard, act, remainingMs, totals);
+        this.#cycleNow(shard, act, remainingMs, totals, limits);
       });
       return;
     }
-    const cycle = this.#cycle(shard, act, remainingMs, totals).finally(() => this.#inFlight.delete(shard));
+    // Woken cycles of one shard start minIntervalMs apart at least: later wake-ups wait (and
+    // coalesce, through the in-flight entry) instead of adding reads.
+    const now = Date.now();
+    const wait = wokenCycleDelay(this.#wokenAt.get(shard), now, limits.minIntervalMs);
+    this.#wokenAt.set(shard, now + wait);
+    if (this.#wokenAt.size > 2 * (this.#known?.size ?? 0) + limits.maxShards) this.#forgetWoken(now, limits);
+    const cycle = (wait > 0 ? delay(wait) : Promise.resolve())
+      .then(() => this.#cycle(shard, act, remainingMs, totals))
+      .finally(() => this.#inFlight.delete(shard));
     this.#inFlight.set(shard, cycle);
+  }
+
+  /** Drops the start times that no longer delay anything (bounds the map under a flood). */
+  #forgetWoken(now: number, limits: WakeLimits): void {
+    for (const [shard, at] of this.#wokenAt)
+      if (at + limits.minIntervalMs <= now) this.#wokenAt.delete(shard);
   }
 
   async #pass(
@@ -274,12 +351,15 @@ export class ControllerLoop {
     do {
       const page = await this.#deps.store.shards.list(token, options.pageSize ?? INDEX_PAGE_SIZE);
       for (const shard of page.shards) {
-        if (listed.has(shard) || !inPartition(shard, partition)) continue;
+        if (listed.has(shard)) continue;
         listed.add(shard);
-        yield shard;
+        if (inPartition(shard, partition)) yield shard;
       }
       token = page.nextPageToken;
     } while (token);
+    // A complete listing: what wake-ups are screened against (screenWakes).
+    this.#known = listed;
+    this.#knownAt = Date.now();
   }
 
   async #cycle(

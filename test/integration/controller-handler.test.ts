@@ -138,9 +138,14 @@ describe("controller Lambda handler", () => {
     expect(Date.now()).toBeGreaterThan(context.end - 4500);
   });
 
-  it("runs the shards named by the wake queue's SQS event at once, watches them, and drops a malformed message", async () => {
-    // Prepare: a 1 s failure timeout, so the woken shards are watched for 3 s.
+  it("runs the registered shards named by the wake queue's SQS event at once, watches them, and drops a malformed message", async () => {
+    // Prepare: a 1 s failure timeout, so the woken shards are watched for 3 s. Both are registered
+    // (wake-ups naming shards the index does not list are dropped: screenWakes).
     setEnv({ ...BASE, ...FAST_CONTROLLER });
+    const aws = createAwsAdapters({ env: { ...awsEnv(), SHARDGUARD_TABLE: table } });
+    await aws.store.shards.register("woken-a");
+    await aws.store.shards.register("woken-b");
+    aws.destroy();
     const handler = await loadHandler();
     const record = (body: string) => ({ eventSource: "aws:sqs", body, messageId: "m1" });
     const wake = (shard: string) =>
@@ -159,6 +164,25 @@ describe("controller Lambda handler", () => {
     expect(summary).toMatchObject({ errors: 0, actions: 0 });
     expect((summary as { cycles: number }).cycles).toBeGreaterThanOrEqual(4);
     expect(Date.now()).toBeLessThan(context.end);
+  });
+
+  it("ends at once, with no cycle and no watch, when the wake-ups name only shards the index does not list", async () => {
+    // Prepare: a batch of the SQS event source's size, every shard made up.
+    setEnv({ ...BASE, ...FAST_CONTROLLER });
+    const handler = await loadHandler();
+    const record = (body: string) => ({ eventSource: "aws:sqs", body, messageId: "m1" });
+    const made = Array.from({ length: 10 }, (_, index) =>
+      JSON.stringify({ shard: `made-up-${index}`, node: "n1", reason: "crash", sent_at: Date.now() }),
+    );
+    const context = contextWith(8000);
+    const started = Date.now();
+
+    // Act
+    const summary = await handler({ Records: made.map(record) }, context);
+
+    // Assess: no cycle, and back before the 3 s watch a listed shard would get.
+    expect(summary).toMatchObject({ cycles: 0, errors: 0, actions: 0 });
+    expect(Date.now() - started).toBeLessThan(3000);
   });
 
   it("ends a woken run once its shard stayed quiet for the watch of 3 failure timeouts", async () => {

@@ -76,6 +76,7 @@ describe("controller wake-ups", () => {
       release = resolve;
     });
     const store = {
+      shards: { list: async () => ({ shards: ["s1", "s2"] }) },
       heartbeats: {
         snapshot: async (shard: string) => {
           cycles.push(shard);
