@@ -1,0 +1,122 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { type SimResult, simulate } from "./world.ts";
+
+/**
+ * `npm run sim -- --seeds N [--minutes M] [--seed S]`: runs seeds S, S+1, ... S+N-1 (S defaults
+ * to 1), each M simulated minutes of faults plus a settle period, one progress line per seed;
+ * writes bench/results/sim-<S>-<N>.json; for a failing seed prints the command that replays it and
+ * the tail of its event trace, and writes the whole trace beside the results.
+ */
+
+function parse() {
+  const { values } = parseArgs({
+    options: {
+      seeds: { type: "string", default: "1" },
+      seed: { type: "string", default: "1" },
+      minutes: { type: "string", default: "5" },
+      "writes-per-second": { type: "string", default: "25" },
+      out: { type: "string", default: "bench/results" },
+      trace: { type: "boolean", default: false },
+    },
+  });
+  const number = (name: string, value: string | undefined) => {
+    const parsed = Number(value);
+    if (!Number.isFinite(parsed) || parsed <= 0)
+      throw new Error(`--${name} must be a positive number, got ${value}`);
+    return parsed;
+  };
+  return {
+    seeds: Math.floor(number("seeds", values.seeds)),
+    first: Math.floor(number("seed", values.seed)),
+    minutes: number("minutes", values.minutes),
+    writesPerSecond: number("writes-per-second", values["writes-per-second"]),
+    out: values.out as string,
+    trace: values.trace === true,
+  };
+}
+
+function summary(result: SimResult) {
+  const { check } = result;
+  return {
+    seed: result.seed,
+    valid: result.valid,
+    modelErrors: result.modelErrors,
+    simulatedMs: result.simulatedMs,
+    wallMs: result.wallMs,
+    speedup: Math.round(result.simulatedMs / Math.max(1, result.wallMs)),
+    faults: result.faults,
+    writes: result.writes,
+    timersFired: result.timersFired,
+    violations: result.violations,
+    lost: check.lost.length,
+    twoWritable: check.twoWritable.length,
+    stats: check.stats,
+  };
+}
+
+async function main(): Promise<void> {
+  const options = parse();
+  mkdirSync(options.out, { recursive: true });
+  const results: ReturnType<typeof summary>[] = [];
+  const started = process.hrtime.bigint();
+  let failed = 0;
+  for (let seed = options.first; seed < options.first + options.seeds; seed++) {
+    const result = await simulate({
+      seed,
+      minutes: options.minutes,
+      writesPerSecond: options.writesPerSecond,
+    });
+    const line = summary(result);
+    results.push(line);
+    const verdict =
+      result.modelErrors.length > 0
+        ? "MODEL ERROR"
+        : result.valid === true
+          ? "valid"
+          : result.valid === false
+            ? "INVALID"
+            : "unknown";
+    console.log(
+      `seed ${seed}: ${verdict}, ${(result.simulatedMs / 60_000).toFixed(1)} simulated min in ${(result.wallMs / 1000).toFixed(1)} s (${line.speedup}x), ` +
+        `${result.faults} faults, ${line.stats.epochChanges} epoch changes, ${line.stats.ackedByReplica} replica-acked writes, ${line.lost} lost`,
+    );
+    const bad = result.valid !== true || result.modelErrors.length > 0;
+    if (bad || options.trace) {
+      const tracePath = join(options.out, `sim-trace-${seed}.txt`);
+      writeFileSync(tracePath, `${result.trace.join("\n")}\n`);
+      if (bad) {
+        failed++;
+        for (const violation of [...result.violations, ...result.modelErrors]) console.log(`  ${violation}`);
+        console.log(
+          `  replay: npm run sim -- --seed ${seed} --seeds 1 --minutes ${options.minutes} --writes-per-second ${options.writesPerSecond}`,
+        );
+        console.log(`  trace: ${tracePath} (last 40 lines below)`);
+        for (const traceLine of result.trace.slice(-40)) console.log(`    ${traceLine}`);
+      }
+    }
+  }
+  const wallMs = Number((process.hrtime.bigint() - started) / 1_000_000n);
+  const simulatedMs = results.reduce((sum, r) => sum + r.simulatedMs, 0);
+  const report = {
+    command: `npm run sim -- --seeds ${options.seeds} --seed ${options.first} --minutes ${options.minutes}`,
+    seeds: options.seeds,
+    minutes: options.minutes,
+    writesPerSecond: options.writesPerSecond,
+    failed,
+    simulatedHours: simulatedMs / 3_600_000,
+    wallSeconds: wallMs / 1000,
+    simulatedMinutesPerWallMinute: Math.round(simulatedMs / Math.max(1, wallMs)),
+    results,
+  };
+  const path = join(options.out, `sim-${options.first}-${options.seeds}.json`);
+  writeFileSync(path, `${JSON.stringify(report, null, 2)}\n`);
+  console.log(
+    `${options.seeds} seeds, ${failed} failed; ${report.simulatedHours.toFixed(2)} simulated hours in ${report.wallSeconds.toFixed(0)} s ` +
+      `(${report.simulatedMinutesPerWallMinute} simulated min per wall min); ${path}`,
+  );
+  process.exitCode = failed > 0 ? 1 : 0;
+}
+
+await main();

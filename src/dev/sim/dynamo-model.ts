@@ -1,0 +1,504 @@
+import { type Channel, machineOf, Network } from "./network.ts";
+import type { Scheduler } from "./scheduler.ts";
+
+/**
+ * A model of one DynamoDB table at the level the DocumentClient speaks (plain JS values, string
+ * sets as `Set`), for the REAL coordination-store adapter (src/adapters/dynamo-coordination-store.ts)
+ * to run against: PutItem, GetItem, UpdateItem, Query (table and GSI, strongly consistent) and
+ * TransactWriteItems (Put, Update, Delete, ConditionCheck; all or nothing, with cancellation
+ * reasons), with condition and update expressions evaluated as DynamoDB does for the subset the
+ * adapter uses (comparisons, AND/OR/NOT, IN, attribute_exists/attribute_not_exists, SET/REMOVE/
+ * ADD/DELETE). The adapter's rules (lock, fence, epoch CAS) stay in the adapter: the model only
+ * evaluates the expressions it is sent.
+ *
+ * Faults, per calling machine: an outage (requests time out), throttling (ThrottlingException),
+ * slow answers, and ambiguous outcomes (the write is applied, the answer is lost: the caller sees
+ * a timeout).
+ */
+
+/** How long the SDK waits for an answer before it gives up with a TimeoutError. */
+export const SDK_TIMEOUT_MS = 3000;
+
+type Item = Record<string, unknown>;
+
+export interface CallerFaults {
+  /** Probability that a request is answered ThrottlingException. */
+  throttle?: number;
+  /** Probability that a write is applied but its answer lost. */
+  ambiguous?: number;
+  /** Extra ms per answer. */
+  slowMs?: number;
+}
+
+class ConditionFailed extends Error {
+  override name = "ConditionalCheckFailedException";
+  Item: Item | undefined;
+  $metadata = { httpStatusCode: 400 };
+  constructor(old: Item | undefined, returnOld: boolean) {
+    super("The conditional request failed");
+    if (returnOld) this.Item = old;
+  }
+}
+
+function sdkError(name: string, message: string, status: number): Error {
+  return Object.assign(new Error(message), { name, $metadata: { httpStatusCode: status } });
+}
+
+// ---- expressions ------------------------------------------------------------------------------
+
+interface Context {
+  readonly names: Record<string, string>;
+  readonly values: Record<string, unknown>;
+}
+
+const TOKEN = /\s*(<>|<=|>=|[=<>(),+-]|[#:]?[A-Za-z_][A-Za-z0-9_]*)/y;
+
+function tokenize(text: string): string[] {
+  const tokens: string[] = [];
+  TOKEN.lastIndex = 0;
+  let index = 0;
+  while (index < text.length) {
+    if (/^\s*$/.test(text.slice(index))) break;
+    TOKEN.lastIndex = index;
+    const match = TOKEN.exec(text);
+    if (!match) throw new Error(`cannot parse expression at ${text.slice(index)}`);
+    tokens.push(match[1] as string);
+    index = TOKEN.lastIndex;
+  }
+  return tokens;
+}
+
+class Parser {
+  readonly tokens: string[];
+  position = 0;
+  readonly ctx: Context;
+  constructor(text: string, ctx: Context) {
+    this.tokens = tokenize(text);
+    this.ctx = ctx;
+  }
+  peek(): string | undefined {
+    return this.tokens[this.position];
+  }
+  take(expected?: string): string {
+    const token = this.tokens[this.position++];
+    if (token === undefined || (expected !== undefined && token.toUpperCase() !== expected))
+      throw new Error(`expected ${expected ?? "a token"}, got ${token}`);
+    return token;
+  }
+  name(token: string): string {
+    return token.startsWith("#") ? (this.ctx.names[token] as string) : token;
+  }
+  operand(item: Item | undefined): unknown {
+    const token = this.take();
+    if (token.startsWith(":")) return this.ctx.values[token];
+    if (token === "if_not_exists") {
+      this.take("(");
+      const path = this.name(this.take());
+      this.take(",");
+      const fallback = this.operand(item);
+      this.take(")");
+      return item?.[path] ?? fallback;
+    }
+    return item?.[this.name(token)];
+  }
+  // condition grammar
+  or(item: Item | undefined): boolean {
+    let value = this.and(item);
+    while (this.peek()?.toUpperCase() === "OR") {
+      this.take();
+      const right = this.and(item);
+      value = value || right;
+    }
+    return value;
+  }
+  and(item: Item | undefined): boolean {
+    let value = this.not(item);
+    while (this.peek()?.toUpperCase() === "AND") {
+      this.take();
+      const right = this.not(item);
+      value = value && right;
+    }
+    return value;
+  }
+  not(item: Item | undefined): boolean {
+    if (this.peek()?.toUpperCase() === "NOT") {
+      this.take();
+      return !this.not(item);
+    }
+    return this.primary(item);
+  }
+  primary(item: Item | undefined): boolean {
+    const token = this.peek();
+    if (token === "(") {
+      this.take();
+      const value = this.or(item);
+      this.take(")");
+      return value;
+    }
+    if (token === "attribute_exists" || token === "attribute_not_exists") {
+      this.take();
+      this.take("(");
+      const path = this.name(this.take());
+      this.take(")");
+      const exists = item !== undefined && item[path] !== undefined;
+      return token === "attribute_exists" ? exists : !exists;
+    }
+    const left = this.operand(item);
+    const op = this.take();
+    if (op.toUpperCase() === "IN") {
+      this.take("(");
+      const options = [this.operand(item)];
+      while (this.peek() === ",") {
+        this.take();
+        options.push(this.operand(item));
+      }
+      this.take(")");
+      return options.some((option) => left !== undefined && option === left);
+    }
+    const right = this.operand(item);
+    return compare(left, op, right);
+  }
+}
+
+function compare(left: unknown, op: string, right: unknown): boolean {
+  if (left === undefined || right === undefined) return op === "<>" ? left !== right : false;
+  if (typeof left !== typeof right) return op === "<>";
+  const l = left as number | string;
+  const r = right as number | string;
+  switch (op) {
+    case "=":
+      return l === r;
+    case "<>":
+      return l !== r;
+    case "<":
+      return l < r;
+    case "<=":
+      return l <= r;
+    case ">":
+      return l > r;
+    case ">=":
+      return l >= r;
+    default:
+      throw new Error(`unknown comparator ${op}`);
+  }
+}
+
+function conditionHolds(expression: string | undefined, item: Item | undefined, ctx: Context): boolean {
+  if (expression === undefined) return true;
+  const parser = new Parser(expression, ctx);
+  const value = parser.or(item);
+  if (parser.peek() !== undefined) throw new Error(`trailing tokens in ${expression}`);
+  return value;
+}
+
+function applyUpdate(expression: string, item: Item, ctx: Context): Item {
+  const parser = new Parser(expression, ctx);
+  const next: Item = structuredClone(item);
+  let clause = "";
+  while (parser.peek() !== undefined) {
+    const upper = parser.peek()?.toUpperCase() as string;
+    if (["SET", "REMOVE", "ADD", "DELETE"].includes(upper)) {
+      clause = upper;
+      parser.take();
+      continue;
+    }
+    if (parser.peek() === ",") {
+      parser.take();
+      continue;
+    }
+    const path = parser.name(parser.take());
+    if (clause === "SET") {
+      parser.take("=");
+      let value = parser.operand(item);
+      while (parser.peek() === "+" || parser.peek() === "-") {
+        const sign = parser.take();
+        const right = Number(parser.operand(item));
+        value = sign === "+" ? Number(value) + right : Number(value) - right;
+      }
+      next[path] = structuredClone(value);
+    } else if (clause === "REMOVE") {
+      delete next[path];
+    } else if (clause === "ADD") {
+      const value = parser.operand(item);
+      if (value instanceof Set) {
+        const set = new Set(next[path] instanceof Set ? (next[path] as Set<unknown>) : []);
+        for (const element of value) set.add(element);
+        next[path] = set;
+      } else next[path] = Number(next[path] ?? 0) + Number(value);
+    } else if (clause === "DELETE") {
+      const value = parser.operand(item) as Set<unknown>;
+      if (next[path] instanceof Set) {
+        const set = new Set(next[path] as Set<unknown>);
+        for (const element of value) set.delete(element);
+        // DynamoDB drops an emptied set attribute.
+        if (set.size === 0) delete next[path];
+        else next[path] = set;
+      }
+    } else throw new Error(`update expression without a clause: ${expression}`);
+  }
+  return next;
+}
+
+// ---- the table --------------------------------------------------------------------------------
+
+interface WriteRequest {
+  readonly kind: "Put" | "Update" | "Delete" | "ConditionCheck";
+  readonly input: Record<string, unknown>;
+}
+
+export class DynamoTable {
+  /** `pk\u0000sk` -> item. */
+  readonly items = new Map<string, Item>();
+  /** Requests served, by command name (a measure of work). */
+  readonly calls = new Map<string, number>();
+
+  static keyOf(key: Record<string, unknown>): string {
+    return `${String(key.pk)}\u0000${String(key.sk)}`;
+  }
+
+  get(key: Record<string, unknown>): Item | undefined {
+    const item = this.items.get(DynamoTable.keyOf(key));
+    return item === undefined ? undefined : structuredClone(item);
+  }
+
+  /** Checks one write's condition and returns the item it leaves (undefined: deleted/none), or throws ConditionFailed. */
+  #evaluate(request: WriteRequest): { key: string; next: Item | undefined; changes: boolean } {
+    const input = request.input;
+    const ctx: Context = {
+      names: (input.ExpressionAttributeNames ?? {}) as Record<string, string>,
+      values: (input.ExpressionAttributeValues ?? {}) as Record<string, unknown>,
+    };
+    const keySource = (request.kind === "Put" ? input.Item : input.Key) as Record<string, unknown>;
+    const key = DynamoTable.keyOf(keySource);
+    const current = this.items.get(key);
+    if (!conditionHolds(input.ConditionExpression as string | undefined, current, ctx))
+      throw new ConditionFailed(current, input.ReturnValuesOnConditionCheckFailure === "ALL_OLD");
+    switch (request.kind) {
+      case "Put":
+        return { key, next: structuredClone(input.Item as Item), changes: true };
+      case "Delete":
+        return { key, next: undefined, changes: true };
+      case "ConditionCheck":
+        return { key, next: current, changes: false };
+      case "Update": {
+        const base: Item = current ?? { pk: keySource.pk, sk: keySource.sk };
+        return { key, next: applyUpdate(input.UpdateExpression as string, base, ctx), changes: true };
+      }
+    }
+  }
+
+  #commit(key: string, next: Item | undefined): void {
+    if (next === undefined) this.items.delete(key);
+    else this.items.set(key, next);
+  }
+
+  /** Runs one command (by the DocumentClient command's class name) and returns its output. */
+  execute(name: string, input: Record<string, unknown>): Record<string, unknown> {
+    this.calls.set(name, (this.calls.get(name) ?? 0) + 1);
+    switch (name) {
+      case "GetCommand":
+        return { Item: this.get(input.Key as Item) };
+      case "PutCommand":
+      case "UpdateCommand":
+      case "DeleteCommand": {
+        const kind = name === "PutCommand" ? "Put" : name === "UpdateCommand" ? "Update" : "Delete";
+        const result = this.#evaluate({ kind, input });
+        const old = this.items.get(result.key);
+        this.#commit(result.key, result.next);
+        if (input.ReturnValues === "ALL_OLD") return { Attributes: old && structuredClone(old) };
+        if (input.ReturnValues === "ALL_NEW")
+          return { Attributes: result.next && structuredClone(result.next) };
+        return {};
+      }
+      case "QueryCommand":
+        return this.#query(input);
+      case "TransactWriteCommand":
+        return this.#transact(input);
+      default:
+        throw sdkError("UnknownOperationException", `the model does not serve ${name}`, 400);
+    }
+  }
+
+  #query(input: Record<string, unknown>): Record<string, unknown> {
+    const ctx: Context = {
+      names: (input.ExpressionAttributeNames ?? {}) as Record<string, string>,
+      values: (input.ExpressionAttributeValues ?? {}) as Record<string, unknown>,
+    };
+    const expression = input.KeyConditionExpression as string;
+    let matches = [...this.items.values()].filter((item) => conditionHolds(expression, item, ctx));
+    matches.sort((a, b) => {
+      const pa = String(a.pk);
+      const pb = String(b.pk);
+      if (pa !== pb) return pa < pb ? -1 : 1;
+      const sa = String(a.sk);
+      const sb = String(b.sk);
+      return sa < sb ? -1 : sa > sb ? 1 : 0;
+    });
+    if (input.ScanIndexForward === false) matches.reverse();
+    const start = input.ExclusiveStartKey as Item | undefined;
+    if (start !== undefined) {
+      const at = matches.findIndex((item) => item.pk === start.pk && item.sk === start.sk);
+      matches = matches.slice(at + 1);
+    }
+    const limit = input.Limit as number | undefined;
+    let last: Item | undefined;
+    if (limit !== undefined && matches.length > limit) {
+      matches = matches.slice(0, limit);
+      const tail = matches[matches.length - 1] as Item;
+      last = { pk: tail.pk, sk: tail.sk };
+    }
+    return {
+      Items: matches.map((item) => structuredClone(item)),
+      Count: matches.length,
+      LastEvaluatedKey: last,
+    };
+  }
+
+  #transact(input: Record<string, unknown>): Record<string, unknown> {
+    const entries = (input.TransactItems as Array<Record<string, Record<string, unknown>>>).map((entry) => {
+      const kind = Object.keys(entry)[0] as WriteRequest["kind"];
+      return { kind, input: entry[kind] as Record<string, unknown> };
+    });
+    const results: Array<{ key: string; next: Item | undefined; changes: boolean }> = [];
+    const reasons: Array<{ Code: string }> = [];
+    let failed = false;
+    for (const entry of entries) {
+      try {
+        results.push(this.#evaluate(entry));
+        reasons.push({ Code: "None" });
+      } catch (error) {
+        if (!(error instanceof ConditionFailed)) throw error;
+        failed = true;
+        reasons.push({ Code: "ConditionalCheckFailed" });
+      }
+    }
+    if (failed) {
+      throw Object.assign(new Error("Transaction cancelled"), {
+        name: "TransactionCanceledException",
+        CancellationReasons: reasons,
+        $metadata: { httpStatusCode: 400 },
+      });
+    }
+    for (const result of results) if (result.changes) this.#commit(result.key, result.next);
+    return {};
+  }
+}
+
+/** The DocumentClient of one calling process, its requests crossing the simulated network. */
+export class SimDynamoClient {
+  readonly #table: DynamoTable;
+  readonly #sched: Scheduler;
+  readonly #net: Network;
+  readonly #caller: () => string;
+  readonly #faults: (machine: string) => CallerFaults | undefined;
+  /** Called with each answer's Date header and the caller's monotonic send/receive instants (AwsClock.observe). */
+  readonly #observe: ((date: string, sentAt: number, receivedAt: number) => void) | undefined;
+  readonly #monotonic: () => number;
+
+  constructor(options: {
+    table: DynamoTable;
+    sched: Scheduler;
+    net: Network;
+    caller: () => string;
+    faults: (machine: string) => CallerFaults | undefined;
+    observe?: (date: string, sentAt: number, receivedAt: number) => void;
+    monotonic: () => number;
+  }) {
+    this.#table = options.table;
+    this.#sched = options.sched;
+    this.#net = options.net;
+    this.#caller = options.caller;
+    this.#faults = options.faults;
+    this.#observe = options.observe;
+    this.#monotonic = options.monotonic;
+  }
+
+  send(
+    command: { constructor: { name: string }; input: unknown },
+    options?: { abortSignal?: AbortSignal },
+  ): Promise<never> {
+    return callAws(
+      this.#sched,
+      this.#net,
+      this.#caller(),
+      this.#faults,
+      options?.abortSignal,
+      (reply) => {
+        const name = command.constructor.name;
+        const faults = this.#faults(machineOf(this.#caller()));
+        if (faults?.throttle !== undefined && this.#sched.random.chance(faults.throttle))
+          return reply({
+            error: sdkError("ThrottlingException", "Rate of requests exceeds the allowed throughput", 400),
+          });
+        const write = name !== "GetCommand" && name !== "QueryCommand";
+        let result: { value?: unknown; error?: unknown };
+        try {
+          result = { value: this.#table.execute(name, command.input as Record<string, unknown>) };
+        } catch (error) {
+          result = { error };
+        }
+        const lost = write && faults?.ambiguous !== undefined && this.#sched.random.chance(faults.ambiguous);
+        reply(result, lost);
+      },
+      (sentAt) => {
+        this.#observe?.(new Date(this.#sched.now).toUTCString(), sentAt, this.#monotonic());
+      },
+      this.#monotonic,
+    ) as Promise<never>;
+  }
+
+  destroy(): void {}
+}
+
+/**
+ * One AWS request: to the `aws` machine and back on a fresh connection. A cut path or a lost
+ * answer ends in the SDK's TimeoutError after SDK_TIMEOUT_MS; an abort in AbortError.
+ */
+export function callAws(
+  sched: Scheduler,
+  net: Network,
+  caller: string,
+  faults: (machine: string) => CallerFaults | undefined,
+  signal: AbortSignal | undefined,
+  serve: (reply: (result: { value?: unknown; error?: unknown }, lost?: boolean) => void) => void,
+  answered?: (sentAt: number) => void,
+  monotonic?: () => number,
+  timeoutMs = SDK_TIMEOUT_MS,
+): Promise<unknown> {
+  const channel: Channel = Network.channel();
+  const back: Channel = Network.channel();
+  const sentAt = monotonic?.() ?? 0;
+  return new Promise((resolve, reject) => {
+    let done = false;
+    const finish = (fn: () => void) => {
+      if (done) return;
+      done = true;
+      sched.cancel(timer);
+      signal?.removeEventListener("abort", onAbort);
+      channel.closed = true;
+      back.closed = true;
+      fn();
+    };
+    const timer = sched.schedule(timeoutMs, () =>
+      finish(() => reject(sdkError("TimeoutError", `request timed out after ${timeoutMs} ms`, 0))),
+    );
+    const onAbort = () =>
+      finish(() => reject(Object.assign(new Error("Request aborted"), { name: "AbortError" })));
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    net.send(channel, caller, "aws/service", () =>
+      serve((result, lost) => {
+        if (lost) return;
+        const slow = faults(machineOf(caller))?.slowMs ?? 0;
+        if (slow > 0) back.lastAt = Math.max(back.lastAt, sched.now + slow);
+        net.send(back, "aws/service", caller, () =>
+          finish(() => {
+            answered?.(sentAt);
+            if (result.error !== undefined) reject(result.error);
+            else resolve(result.value);
+          }),
+        );
+      }),
+    );
+  });
+}

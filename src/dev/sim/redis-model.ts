@@ -1,0 +1,666 @@
+import { type Channel, machineOf, Network } from "./network.ts";
+import type { Scheduler } from "./scheduler.ts";
+
+/**
+ * A model of one redis-server (7.x) as its clients and replicas observe it: role, replication ids
+ * and offsets (kept across promotion, `replid2`/`second_repl_offset` on a switch), a backlog that
+ * decides partial against full resync, a full sync that replaces the dataset, the once-a-second
+ * replication cron (replicas' `REPLCONF ACK`, `min-replicas-to-write` good-replica count on the
+ * node's own wall clock), `WAIT` counting acknowledgements, `CLIENT PAUSE WRITE`, restarts (empty,
+ * from an RDB of a given age, with `replicaof` in its config). Its process is a scheduler host:
+ * paused (SIGSTOP), commands wait in its socket and run when it resumes; killed, they are lost.
+ *
+ * Not modelled: RESP framing, keys other than the workload's strings, AOF, diskless sync details,
+ * client output buffers, `repl-diskless-sync-delay` (a full sync takes `FULL_SYNC_MS` plus a size term).
+ */
+
+export const REDIS_PORT = 6379;
+/** Bytes a workload write adds to the replication stream. */
+const ENTRY_BYTES = 48;
+const FULL_SYNC_MS = 40;
+/** Redis's repl-timeout (s): a silent link is dropped after this. */
+const REPL_TIMEOUT_MS = 60_000;
+/** repl-ping-replica-period (s). */
+const PING_MS = 10_000;
+/** A handshake that gets no answer is abandoned after this (connect + PSYNC). */
+const HANDSHAKE_TIMEOUT_MS = 5_000;
+const ZERO_ID = "0".repeat(40);
+
+export type Reply = string | number | string[] | { readonly error: string };
+
+export interface Entry {
+  readonly start: number;
+  readonly end: number;
+  readonly key: string;
+  readonly value: string;
+}
+
+interface ReplicaLink {
+  readonly id: number;
+  readonly address: string;
+  readonly host: () => string;
+  readonly down: Channel;
+  ackOffset: number;
+  ackAtSec: number;
+  online: boolean;
+  deliver: (fn: (replica: RedisServer) => void) => void;
+}
+
+interface MasterLink {
+  readonly id: number;
+  readonly master: RedisServer;
+  readonly up: Channel;
+  readonly down: Channel;
+  state: "handshake" | "sync" | "connected";
+  startedAt: number;
+}
+
+interface Rdb {
+  readonly data: Map<string, string>;
+  readonly replid: string;
+  readonly offset: number;
+  readonly at: number;
+}
+
+export type RestartMode = "empty" | "rdb" | "replicaof";
+
+export interface ServerOptions {
+  readonly machine: string;
+  /** Replication backlog in bytes (repl-backlog-size). */
+  readonly backlogBytes: number;
+}
+
+/** Every server, by machine; resolves an address as seen from a machine. */
+export class RedisCluster {
+  readonly servers = new Map<string, RedisServer>();
+  readonly sched: Scheduler;
+  readonly net: Network;
+  /** Host wall-clock offset per machine (ms), for each server's own clock. */
+  readonly clockOffset = new Map<string, number>();
+  /** Open client connections: each hears of a server's death (src/dev/sim/redis-client.ts). */
+  readonly connections = new Set<{ serverDied(server: RedisServer): void }>();
+  /** Broken model invariants (a bug in the simulator, not in Shardguard): a run with any is void. */
+  readonly modelErrors: string[] = [];
+  #ids = 0;
+
+  constructor(sched: Scheduler, net: Network) {
+    this.sched = sched;
+    this.net = net;
+  }
+
+  nextId(): number {
+    return ++this.#ids;
+  }
+
+  /** The server `address` names from `machine`: 127.0.0.1/localhost is the machine's own. */
+  resolve(fromMachine: string, address: string): RedisServer | undefined {
+    const colon = address.lastIndexOf(":");
+    const host = address.slice(0, colon);
+    const port = Number(address.slice(colon + 1));
+    if (port !== REDIS_PORT) return undefined;
+    const machine = host === "127.0.0.1" || host === "localhost" ? fromMachine : host;
+    return this.servers.get(machine);
+  }
+
+  wallNow(machine: string): number {
+    return this.sched.now + (this.clockOffset.get(machine) ?? 0);
+  }
+
+  newReplid(): string {
+    return Array.from({ length: 40 }, () => this.sched.random.int(0, 15).toString(16)).join("");
+  }
+}
+
+export class RedisServer {
+  readonly cluster: RedisCluster;
+  readonly machine: string;
+  readonly address: string;
+  readonly backlogBytes: number;
+  /** Scheduler host of the running process (a new incarnation per start). */
+  host: string;
+  incarnation = 0;
+  up = true;
+  runId = "";
+  role: "master" | "slave" = "master";
+  replid = "";
+  replid2 = ZERO_ID;
+  secondOffset = -1;
+  offset = 0;
+  data = new Map<string, string>();
+  log: Entry[] = [];
+  backlogStart = 1;
+  readonly config = new Map<string, string>([
+    ["min-replicas-to-write", "0"],
+    ["min-replicas-max-lag", "10"],
+  ]);
+  /** `replicaof` in the config file: where the process replicates from when it starts. */
+  configReplicaof: string | undefined;
+  masterAddress: string | undefined;
+  link: MasterLink | undefined;
+  lastIoAt = 0;
+  readonly replicas = new Map<number, ReplicaLink>();
+  goodReplicas = 0;
+  pausedUntil = 0;
+  readonly #pausedWrites: Array<() => void> = [];
+  readonly clientNames = new Map<number, string>();
+  rdb: Rdb | undefined;
+  /** Called on every process start and death: connections to it close. */
+  onLifecycle: (event: "start" | "death") => void = () => {};
+  #pauseTimer: ReturnType<Scheduler["schedule"]> | undefined;
+
+  constructor(cluster: RedisCluster, options: ServerOptions) {
+    this.cluster = cluster;
+    this.machine = options.machine;
+    this.address = `${options.machine}:${REDIS_PORT}`;
+    this.backlogBytes = options.backlogBytes;
+    this.host = `${options.machine}/redis#0`;
+    this.replid = cluster.newReplid();
+    cluster.servers.set(options.machine, this);
+    this.#start();
+  }
+
+  get sched(): Scheduler {
+    return this.cluster.sched;
+  }
+
+  /** This node's wall clock, whole seconds (Redis's `server.unixtime`). */
+  get unixtime(): number {
+    return Math.floor(this.cluster.wallNow(this.machine) / 1000);
+  }
+
+  #start(): void {
+    this.incarnation++;
+    this.host = `${this.machine}/redis#${this.incarnation}`;
+    this.up = true;
+    this.runId = this.cluster.newReplid();
+    this.sched.schedule(1000 * this.sched.random.next(), () => this.#cronLoop(), this.host);
+    this.onLifecycle("start");
+  }
+
+  #cronLoop(): void {
+    this.sched.schedule(1000, () => this.#cronLoop());
+    this.cron();
+  }
+
+  /** The replication cron, once a second on the node's process. */
+  cron(): void {
+    const now = this.sched.now;
+    if (this.masterAddress !== undefined) {
+      if (this.link === undefined) this.#connectToMaster();
+      else if (this.link.state !== "connected" && now - this.link.startedAt > HANDSHAKE_TIMEOUT_MS)
+        this.#dropMasterLink();
+      else if (this.link.state === "connected") {
+        if (now - this.lastIoAt > REPL_TIMEOUT_MS) this.#dropMasterLink();
+        else this.#sendAck();
+      }
+    }
+    for (const replica of [...this.replicas.values()]) {
+      if (replica.online && this.unixtime - replica.ackAtSec > REPL_TIMEOUT_MS / 1000)
+        this.removeReplica(replica.id);
+      else if (this.sched.random.next() < 1000 / PING_MS) replica.deliver((r) => r.#heard(replica.id));
+    }
+    this.refreshGoodReplicas();
+    this.#trimBacklog();
+  }
+
+  refreshGoodReplicas(): void {
+    const maxLag = Number(this.config.get("min-replicas-max-lag") ?? 10);
+    let good = 0;
+    for (const replica of this.replicas.values()) {
+      if (replica.online && this.unixtime - replica.ackAtSec <= maxLag) good++;
+    }
+    this.goodReplicas = good;
+  }
+
+  // ---- process lifecycle -------------------------------------------------------------------
+
+  /** SIGKILL: the process and every connection to it are gone. */
+  crash(): void {
+    if (!this.up) return;
+    this.up = false;
+    this.sched.kill(this.host);
+    this.#dropMasterLink();
+    for (const id of [...this.replicas.keys()]) this.removeReplica(id);
+    this.clientNames.clear();
+    this.#pausedWrites.length = 0;
+    this.pausedUntil = 0;
+    for (const connection of [...this.cluster.connections]) connection.serverDied(this);
+    this.onLifecycle("death");
+  }
+
+  /** Starts the process again: empty, from its last RDB, or with `replicaof` from its config file. */
+  restart(mode: RestartMode, replicaof?: string): void {
+    if (this.up) this.crash();
+    this.config.set("min-replicas-to-write", "0");
+    this.config.set("min-replicas-max-lag", "10");
+    this.role = "master";
+    this.masterAddress = undefined;
+    this.replid2 = ZERO_ID;
+    this.secondOffset = -1;
+    this.log = [];
+    if (mode === "empty" || this.rdb === undefined) {
+      this.data = new Map();
+      this.replid = this.cluster.newReplid();
+      this.offset = 0;
+    } else {
+      this.data = new Map(this.rdb.data);
+      this.offset = this.rdb.offset;
+      if (mode === "replicaof") {
+        // A replica keeps the RDB's replication id and offset (its cached master: it may continue).
+        this.replid = this.rdb.replid;
+      } else {
+        // A master takes a new id; the RDB's becomes its second, continuable up to the RDB's offset
+        // (Redis 7 loadDataFromDisk).
+        this.replid = this.cluster.newReplid();
+        this.replid2 = this.rdb.replid;
+        this.secondOffset = this.rdb.offset + 1;
+      }
+    }
+    this.backlogStart = this.offset + 1;
+    if (mode === "replicaof" && replicaof !== undefined) {
+      this.role = "slave";
+      this.masterAddress = replicaof;
+    }
+    this.#start();
+  }
+
+  /** BGSAVE: the dataset, replication id and offset as of now. */
+  save(): void {
+    if (!this.up) return;
+    this.rdb = { data: new Map(this.data), replid: this.replid, offset: this.offset, at: this.sched.now };
+  }
+
+  // ---- replication, master side ------------------------------------------------------------
+
+  #trimBacklog(): void {
+    while (this.log.length > 0 && this.offset - (this.log[0] as Entry).end > this.backlogBytes)
+      this.log.shift();
+    this.backlogStart = this.log.length > 0 ? (this.log[0] as Entry).start : this.offset + 1;
+  }
+
+  #canContinue(replid: string, psyncOffset: number): boolean {
+    const sameHistory =
+      replid === this.replid || (replid === this.replid2 && psyncOffset <= this.secondOffset);
+    if (!sameHistory) return false;
+    if (psyncOffset > this.offset + 1) return false;
+    return psyncOffset >= this.backlogStart || psyncOffset === this.offset + 1;
+  }
+
+  /** A replica's PSYNC arrived (runs on this process). */
+  psync(replica: RedisServer, linkId: number, replid: string, psyncOffset: number, down: Channel): void {
+    const link: ReplicaLink = {
+      id: linkId,
+      address: replica.address,
+      host: () => replica.host,
+      down,
+      ackOffset: psyncOffset - 1,
+      ackAtSec: this.unixtime,
+      online: false,
+      deliver: (fn) => this.cluster.net.send(down, this.host, replica.host, () => fn(replica)),
+    };
+    this.replicas.set(linkId, link);
+    if (this.#canContinue(replid, psyncOffset)) {
+      const missed = this.log.filter((entry) => entry.start >= psyncOffset);
+      const myReplid = this.replid;
+      link.online = true;
+      link.deliver((r) => r.continued(linkId, myReplid, missed));
+    } else {
+      const snapshot = new Map(this.data);
+      const replidNow = this.replid;
+      const offsetNow = this.offset;
+      const transferMs = FULL_SYNC_MS + snapshot.size * 0.002;
+      down.lastAt = Math.max(down.lastAt, this.sched.now + transferMs);
+      link.deliver((r) => r.fullSynced(linkId, replidNow, offsetNow, snapshot));
+      // Online once the RDB is sent (state send_bulk until then: not a good replica).
+      this.sched.schedule(transferMs, () => {
+        link.online = true;
+        this.refreshGoodReplicas();
+      });
+    }
+    this.refreshGoodReplicas();
+  }
+
+  removeReplica(id: number): void {
+    const replica = this.replicas.get(id);
+    if (!replica) return;
+    replica.down.closed = true;
+    this.replicas.delete(id);
+    this.refreshGoodReplicas();
+  }
+
+  ack(linkId: number, offset: number): void {
+    const replica = this.replicas.get(linkId);
+    if (!replica) return;
+    replica.ackOffset = Math.max(replica.ackOffset, offset);
+    replica.ackAtSec = this.unixtime;
+    for (const waiter of [...this.#waiters]) waiter();
+  }
+
+  readonly #waiters = new Set<() => void>();
+
+  #append(key: string, value: string): Entry {
+    const entry = { start: this.offset + 1, end: this.offset + ENTRY_BYTES, key, value };
+    this.offset = entry.end;
+    this.data.set(key, value);
+    this.log.push(entry);
+    for (const replica of this.replicas.values()) replica.deliver((r) => r.stream(replica.id, entry));
+    return entry;
+  }
+
+  // ---- replication, replica side -----------------------------------------------------------
+
+  #connectToMaster(): void {
+    const address = this.masterAddress;
+    if (address === undefined) return;
+    const master = this.cluster.resolve(this.machine, address);
+    const id = this.cluster.nextId();
+    const up = Network.channel();
+    const down = Network.channel();
+    const link: MasterLink = {
+      id,
+      master: master as RedisServer,
+      up,
+      down,
+      state: "handshake",
+      startedAt: this.sched.now,
+    };
+    if (master === undefined || master === this) {
+      // Nothing listens there (the parked address), or itself: the link stays down, retried by the cron.
+      return;
+    }
+    this.link = link;
+    const replid = this.replid;
+    const psyncOffset = this.offset + 1;
+    this.cluster.net.send(up, this.host, master.host, () => {
+      if (!master.up) return;
+      master.psync(this, id, replid, psyncOffset, down);
+    });
+  }
+
+  #dropMasterLink(): void {
+    const link = this.link;
+    if (!link) return;
+    link.up.closed = true;
+    link.down.closed = true;
+    this.link = undefined;
+    const master = link.master;
+    // The master hears the close when the path allows (else its repl-timeout drops the replica).
+    if (master && !this.cluster.net.isCut(this.machine, master.machine))
+      this.sched.schedule(
+        this.cluster.net.latency(this.machine, master.machine),
+        () => master.removeReplica(link.id),
+        master.host,
+      );
+  }
+
+  #heard(linkId: number): void {
+    if (this.link?.id === linkId) this.lastIoAt = this.sched.now;
+  }
+
+  #sendAck(): void {
+    const link = this.link;
+    if (link?.state !== "connected") return;
+    const offset = this.offset;
+    const master = link.master;
+    this.cluster.net.send(link.up, this.host, master.host, () => master.ack(link.id, offset));
+  }
+
+  continued(linkId: number, masterReplid: string, missed: readonly Entry[]): void {
+    const link = this.link;
+    if (link?.id !== linkId) return;
+    if (masterReplid !== this.replid) {
+      this.replid2 = this.replid;
+      this.secondOffset = this.offset + 1;
+      this.replid = masterReplid;
+      this.#disconnectSubReplicas();
+    }
+    link.state = "connected";
+    this.lastIoAt = this.sched.now;
+    for (const entry of missed) this.#apply(entry);
+    this.#sendAck();
+  }
+
+  fullSynced(linkId: number, replid: string, offset: number, snapshot: Map<string, string>): void {
+    const link = this.link;
+    if (link?.id !== linkId) return;
+    this.data = new Map(snapshot);
+    this.replid = replid;
+    this.replid2 = ZERO_ID;
+    this.secondOffset = -1;
+    this.offset = offset;
+    this.log = [];
+    this.backlogStart = offset + 1;
+    this.#disconnectSubReplicas();
+    link.state = "connected";
+    this.lastIoAt = this.sched.now;
+    this.#sendAck();
+  }
+
+  stream(linkId: number, entry: Entry): void {
+    if (this.link?.id !== linkId || this.link.state !== "connected") return;
+    this.lastIoAt = this.sched.now;
+    if (entry.end <= this.offset) return;
+    if (entry.start !== this.offset + 1)
+      this.cluster.modelErrors.push(
+        `${this.machine}: stream gap at offset ${this.offset} (entry from ${entry.start})`,
+      );
+    this.#apply(entry);
+  }
+
+  getack(linkId: number): void {
+    if (this.link?.id !== linkId) return;
+    this.lastIoAt = this.sched.now;
+    this.#sendAck();
+  }
+
+  #apply(entry: Entry): void {
+    this.data.set(entry.key, entry.value);
+    this.offset = entry.end;
+    this.log.push(entry);
+    // A replica proxies its master's stream to its own replicas.
+    for (const replica of this.replicas.values()) replica.deliver((r) => r.stream(replica.id, entry));
+  }
+
+  #disconnectSubReplicas(): void {
+    for (const id of [...this.replicas.keys()]) {
+      const replica = this.replicas.get(id);
+      this.removeReplica(id);
+      replica?.deliver((r) => {
+        if (r.link?.id === id) r.#dropMasterLink();
+      });
+    }
+  }
+
+  // ---- commands ----------------------------------------------------------------------------
+
+  /** Runs one client command on this process; `reply` answers it (now, or later for WAIT/paused writes). */
+  command(connection: number, args: readonly string[], reply: (value: Reply) => void): void {
+    const name = (args[0] ?? "").toUpperCase();
+    switch (name) {
+      case "INFO":
+        reply(this.info());
+        return;
+      case "PING":
+        reply("PONG");
+        return;
+      case "CONFIG":
+        if ((args[1] ?? "").toUpperCase() === "GET") {
+          const value = this.config.get(args[2] ?? "");
+          reply(value === undefined ? [] : [args[2] as string, value]);
+          return;
+        }
+        this.config.set(args[2] ?? "", args[3] ?? "");
+        this.refreshGoodReplicas();
+        reply("OK");
+        return;
+      case "CLIENT":
+        reply(this.#client(connection, args));
+        return;
+      case "REPLICAOF":
+        reply(this.#replicaof(args[1] ?? "", args[2] ?? ""));
+        return;
+      case "SET":
+        this.#write(args[1] ?? "", args[2] ?? "", reply);
+        return;
+      case "WAIT":
+        this.#wait(Number(args[1]), Number(args[2]), reply);
+        return;
+      case "KEYS":
+        reply([...this.data.keys()]);
+        return;
+      default:
+        reply({ error: `ERR unknown command '${name}'` });
+        return;
+    }
+  }
+
+  #client(connection: number, args: readonly string[]): Reply {
+    const sub = (args[1] ?? "").toUpperCase();
+    if (sub === "SETNAME") {
+      this.clientNames.set(connection, args[2] ?? "");
+      return "OK";
+    }
+    if (sub === "LIST") {
+      return [...this.clientNames.entries()]
+        .map(([id, name]) => `id=${id} addr=? name=${name} flags=N cmd=client`)
+        .join("\n");
+    }
+    if (sub === "PAUSE") {
+      this.pausedUntil = this.sched.now + Number(args[2]);
+      this.sched.cancel(this.#pauseTimer);
+      this.#pauseTimer = this.sched.schedule(Number(args[2]), () => this.#unpause(), this.host);
+      return "OK";
+    }
+    if (sub === "UNPAUSE") {
+      this.#unpause();
+      return "OK";
+    }
+    return { error: "ERR unknown subcommand" };
+  }
+
+  #unpause(): void {
+    this.pausedUntil = 0;
+    this.sched.cancel(this.#pauseTimer);
+    const held = this.#pausedWrites.splice(0);
+    for (const write of held) write();
+  }
+
+  #replicaof(host: string, port: string): Reply {
+    if (host.toUpperCase() === "NO" && port.toUpperCase() === "ONE") {
+      if (this.role === "master") return "OK";
+      this.#dropMasterLink();
+      this.masterAddress = undefined;
+      this.role = "master";
+      // shiftReplicationId: the old history stays continuable up to this offset.
+      this.replid2 = this.replid;
+      this.secondOffset = this.offset + 1;
+      this.replid = this.cluster.newReplid();
+      return "OK";
+    }
+    const address = `${host}:${port}`;
+    if (this.role === "slave" && this.masterAddress === address) return "OK";
+    this.#dropMasterLink();
+    this.role = "slave";
+    this.masterAddress = address;
+    this.#connectToMaster();
+    return "OK";
+  }
+
+  #write(key: string, value: string, reply: (value: Reply) => void): void {
+    if (this.role === "slave") {
+      reply({ error: "READONLY You can't write against a read only replica." });
+      return;
+    }
+    if (this.pausedUntil > this.sched.now) {
+      this.#pausedWrites.push(() => this.#write(key, value, reply));
+      return;
+    }
+    const min = Number(this.config.get("min-replicas-to-write") ?? 0);
+    if (min > 0 && this.goodReplicas < min) {
+      reply({ error: "NOREPLICAS Not enough good replicas to write." });
+      return;
+    }
+    this.#append(key, value);
+    reply("OK");
+  }
+
+  #wait(count: number, timeoutMs: number, reply: (value: Reply) => void): void {
+    const target = this.offset;
+    const acked = () => [...this.replicas.values()].filter((r) => r.ackOffset >= target).length;
+    if (acked() >= count || this.role === "slave") {
+      reply(acked());
+      return;
+    }
+    for (const replica of this.replicas.values()) replica.deliver((r) => r.getack(replica.id));
+    let timer: ReturnType<Scheduler["schedule"]> | undefined;
+    const check = () => {
+      if (acked() < count) return;
+      finish();
+    };
+    const finish = () => {
+      this.#waiters.delete(check);
+      this.sched.cancel(timer);
+      reply(acked());
+    };
+    this.#waiters.add(check);
+    timer = this.sched.schedule(timeoutMs, finish, this.host);
+  }
+
+  info(): string {
+    const lines = ["# Server", `run_id:${this.runId}`, "# Replication", `role:${this.role}`];
+    if (this.role === "slave") {
+      const [host, port] = splitAddress(this.masterAddress ?? ":0");
+      const connected = this.link?.state === "connected";
+      lines.push(
+        `master_host:${host}`,
+        `master_port:${port}`,
+        `master_link_status:${connected ? "up" : "down"}`,
+        `master_last_io_seconds_ago:${connected ? Math.floor((this.sched.now - this.lastIoAt) / 1000) : -1}`,
+        `master_sync_in_progress:${this.link?.state === "handshake" || this.link?.state === "sync" ? 1 : 0}`,
+        `slave_repl_offset:${this.offset}`,
+        "slave_read_only:1",
+      );
+    }
+    const replicas = [...this.replicas.values()];
+    lines.push(`connected_slaves:${replicas.length}`);
+    const min = Number(this.config.get("min-replicas-to-write") ?? 0);
+    const maxLag = Number(this.config.get("min-replicas-max-lag") ?? 0);
+    if (min > 0 && maxLag > 0) lines.push(`min_slaves_good_slaves:${this.goodReplicas}`);
+    replicas.forEach((replica, index) => {
+      const [host, port] = splitAddress(replica.address);
+      lines.push(
+        `slave${index}:ip=${host},port=${port},state=${replica.online ? "online" : "wait_bgsave"},offset=${replica.ackOffset},lag=${Math.max(0, this.unixtime - replica.ackAtSec)}`,
+      );
+    });
+    lines.push(
+      `master_replid:${this.replid}`,
+      `master_replid2:${this.replid2}`,
+      `master_repl_offset:${this.offset}`,
+      `second_repl_offset:${this.secondOffset}`,
+    );
+    return lines.join("\r\n");
+  }
+
+  /** Whether a write sent now from a client would be accepted (the sampler's question). */
+  acceptsWrites(): boolean {
+    if (!this.up || this.sched.isPaused(this.host) || this.role !== "master") return false;
+    if (this.pausedUntil > this.sched.now) return false;
+    const min = Number(this.config.get("min-replicas-to-write") ?? 0);
+    return !(min > 0 && this.goodReplicas < min);
+  }
+
+  get following(): string | undefined {
+    return this.role === "slave" ? this.masterAddress : undefined;
+  }
+
+  get linkUp(): boolean {
+    return this.link?.state === "connected";
+  }
+}
+
+function splitAddress(address: string): [string, string] {
+  const colon = address.lastIndexOf(":");
+  return [address.slice(0, colon), address.slice(colon + 1)];
+}
+
+export { machineOf };

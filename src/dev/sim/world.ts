@@ -1,0 +1,675 @@
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { SQSClient } from "@aws-sdk/client-sqs";
+import type { DynamoDBDocumentClient } from "@aws-sdk/lib-dynamodb";
+import { AwsClock } from "../../adapters/clock.ts";
+import { createDynamoCoordinationStore } from "../../adapters/dynamo-coordination-store.ts";
+import { discardMetrics, silentLogger } from "../../adapters/observability.ts";
+import { SqsCommandBus } from "../../adapters/sqs-command-bus.ts";
+import { SqsWakeQueue } from "../../adapters/sqs-wake-queue.ts";
+import { type AgentHandle, startAgent } from "../../agent/agent.ts";
+import { ControllerLoop } from "../../controller/loop.ts";
+import { type FailoverConfig, parseFailoverConfig } from "../../core/config.ts";
+import { errorMessage } from "../../core/errors.ts";
+import type { Logger } from "../../core/observability.ts";
+import { keys } from "../../core/table.ts";
+import { type CheckResult, check, type FinalRead } from "../nemesis/checker.ts";
+import { History } from "../nemesis/history.ts";
+import { type CallerFaults, DynamoTable, SimDynamoClient } from "./dynamo-model.ts";
+import { machineOf, Network } from "./network.ts";
+import { SimConnection, SimDatabase } from "./redis-client.ts";
+import { REDIS_PORT, RedisCluster, RedisServer, type RestartMode } from "./redis-model.ts";
+import { Scheduler } from "./scheduler.ts";
+import { SimSqsClient, SqsService } from "./sqs-model.ts";
+
+/**
+ * One simulated shard: three machines (n1..n3), each running a redis-server model and the REAL
+ * agent (src/agent/agent.ts); the REAL controller loop on `ctl`; the REAL DynamoDB and SQS
+ * adapters against the table and queue models on `aws`; a workload on `client` that writes like the
+ * nemesis's (SET then WAIT 1, plus stray writes to any other master) and samples who accepts
+ * writes; a nemesis drawing faults from the seed. The history is judged by the nemesis's own
+ * checker (src/dev/nemesis/checker.ts).
+ */
+
+export const SHARD = "s1";
+const NODES = ["n1", "n2", "n3"] as const;
+const TABLE = "shardguard";
+const PREFIX = "sim";
+
+export interface SimOptions {
+  readonly seed: number;
+  /** Simulated minutes of faults (then a heal and a settle period). @default 5 */
+  readonly minutes?: number;
+  /** Inject faults. @default true */
+  readonly faults?: boolean;
+  /** Workload writes per simulated second. @default 25 */
+  readonly writesPerSecond?: number;
+  /** Simulated seconds after the last heal before the final read. @default 60 */
+  readonly settleSeconds?: number;
+}
+
+export interface SimResult {
+  readonly seed: number;
+  readonly simulatedMs: number;
+  readonly wallMs: number;
+  readonly valid: CheckResult["valid"];
+  /** The checker's violations and the simulator's own (the shard must end online). */
+  readonly violations: readonly string[];
+  readonly check: CheckResult;
+  readonly faults: number;
+  readonly timersFired: number;
+  readonly writes: number;
+  /** Broken invariants of the models themselves: the run says nothing about Shardguard while any. */
+  readonly modelErrors: readonly string[];
+  /** The event trace: nemesis actions, topology changes, warnings of agents and controller. */
+  readonly trace: readonly string[];
+}
+
+interface Fault {
+  readonly id: number;
+  readonly kind: string;
+  readonly target: string;
+  readonly nodes: readonly string[];
+  readonly heal: () => void;
+}
+
+const FAULT_KINDS = [
+  "kill-redis",
+  "hang-redis",
+  "kill-agent",
+  "pause-agent",
+  "partition-node",
+  "partition-oneway",
+  "partition-redis-link",
+  "store-outage-node",
+  "store-outage-all",
+  "store-flaky",
+  "clock-step",
+  "pause-controller",
+  "sqs-unreliable",
+] as const;
+
+export class SimWorld {
+  readonly sched: Scheduler;
+  readonly net: Network;
+  readonly cluster: RedisCluster;
+  readonly table = new DynamoTable();
+  readonly sqs: SqsService;
+  readonly history: History;
+  readonly trace: string[] = [];
+  readonly config: FailoverConfig;
+  readonly #callerFaults = new Map<string, CallerFaults>();
+  readonly #agents = new Map<
+    string,
+    { host: string; handle: AgentHandle | undefined; incarnation: number }
+  >();
+  #controllerHost = "ctl/controller#0";
+  #controllerIncarnation = 0;
+  readonly #stateRoot: string;
+  readonly #abort = new AbortController();
+  #faultIds = 0;
+  #writes = 0;
+
+  constructor(seed: number) {
+    this.sched = new Scheduler(seed);
+    this.net = new Network(this.sched);
+    this.cluster = new RedisCluster(this.sched, this.net);
+    this.sqs = new SqsService(this.sched);
+    this.history = new History({ now: () => this.sched.elapsed });
+    this.config = parseFailoverConfig({ cooldownMs: 30_000 });
+    // State dirs on tmpfs when there is one: the agent fsyncs every state write, and a simulated
+    // hour writes thousands of them.
+    this.#stateRoot = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "shardguard-sim-"));
+  }
+
+  log(line: string): void {
+    this.trace.push(`${(this.sched.elapsed / 1000).toFixed(3).padStart(9)} ${line}`);
+  }
+
+  #logger(who: string, minimum: "info" | "warn"): Logger {
+    const record = (level: string) => (message: string, attributes?: Record<string, unknown>) => {
+      this.log(
+        `${who} ${level} ${message}${attributes && Object.keys(attributes).length > 0 ? ` ${JSON.stringify(attributes)}` : ""}`,
+      );
+    };
+    return {
+      debug() {},
+      info: minimum === "info" ? record("info") : () => {},
+      warn: record("warn"),
+      error: record("error"),
+    };
+  }
+
+  #faultsOf = (machine: string): CallerFaults | undefined => this.#callerFaults.get(machine);
+
+  /** AWS clients, clock and monotonic time of one process. */
+  #aws(host: () => string, machine: string) {
+    const monotonic = () => performance.now();
+    const clock = new AwsClock({
+      source: { wallNow: () => this.cluster.wallNow(machine), monotonicNow: monotonic },
+    });
+    const documents = new SimDynamoClient({
+      table: this.table,
+      sched: this.sched,
+      net: this.net,
+      caller: host,
+      faults: this.#faultsOf,
+      observe: (date, sentAt, receivedAt) => clock.observe(date, sentAt, receivedAt),
+      monotonic,
+    }) as unknown as DynamoDBDocumentClient;
+    const sqs = new SimSqsClient({
+      service: this.sqs,
+      sched: this.sched,
+      net: this.net,
+      caller: host,
+      faults: this.#faultsOf,
+    }) as unknown as SQSClient;
+    const store = createDynamoCoordinationStore({ documents, tableName: TABLE, clock, logger: silentLogger });
+    const bus = new SqsCommandBus({ sqs, queuePrefix: PREFIX, managedSse: false, logger: silentLogger });
+    const wake = new SqsWakeQueue({
+      sqs,
+      queuePrefix: PREFIX,
+      create: machine === "ctl",
+      logger: silentLogger,
+    });
+    return { clock, store, bus, wake, monotonic };
+  }
+
+  // ---- processes --------------------------------------------------------------------------
+
+  async startAgent(node: string): Promise<void> {
+    const entry = this.#agents.get(node) ?? { host: "", handle: undefined, incarnation: 0 };
+    entry.incarnation++;
+    entry.host = `${node}/agent#${entry.incarnation}`;
+    this.#agents.set(node, entry);
+    const host = entry.host;
+    const stateDir = join(this.#stateRoot, node);
+    mkdirSync(stateDir, { recursive: true });
+    // The previous process is gone: its lock file is stale (a real kill leaves no pid behind).
+    rmSync(join(stateDir, "agent.lock"), { force: true });
+    const aws = this.#aws(() => host, node);
+    const timings = {
+      heartbeatIntervalMs: this.config.heartbeatIntervalMs,
+      failureTimeoutMs: this.config.failureTimeoutMs,
+      fenceTimeoutMs: this.config.fenceTimeoutMs,
+    };
+    await this.sched.onHost(host, async () => {
+      try {
+        entry.handle = await startAgent(
+          {
+            shard: SHARD,
+            nodeId: node,
+            redis: `127.0.0.1:${REDIS_PORT}`,
+            address: `${node}:${REDIS_PORT}`,
+            stateDir,
+            commandWaitSeconds: 20,
+            ...timings,
+          },
+          {
+            heartbeats: aws.store.heartbeats,
+            replicaSets: aws.store.replicaSets,
+            topology: aws.store.topology,
+            shards: aws.store.shards,
+            commands: aws.bus,
+            clock: aws.clock,
+            logger: this.#logger(host, "warn"),
+            monotonicNow: aws.monotonic,
+            wake: aws.wake,
+          },
+          { database: new SimDatabase(this.cluster, () => host, `127.0.0.1:${REDIS_PORT}`, 1000) },
+        );
+      } catch (error) {
+        this.log(`${host} failed to start: ${errorMessage(error)}; retrying in 2 s`);
+        this.sched.schedule(2000, () => void this.startAgent(node), undefined);
+      }
+    });
+  }
+
+  killAgent(node: string): void {
+    const entry = this.#agents.get(node);
+    if (!entry) return;
+    this.sched.kill(entry.host);
+    entry.handle = undefined;
+  }
+
+  agentHost(node: string): string | undefined {
+    return this.#agents.get(node)?.host;
+  }
+
+  startController(): void {
+    this.#controllerIncarnation++;
+    const host = `ctl/controller#${this.#controllerIncarnation}`;
+    this.#controllerHost = host;
+    const aws = this.#aws(() => host, "ctl");
+    const log = this.#logger(host, "info");
+    this.sched.onHost(host, () => {
+      const loop = new ControllerLoop({
+        store: aws.store,
+        bus: aws.bus,
+        events: { publish: async () => {} },
+        clock: aws.clock,
+        config: this.config,
+        log,
+        metrics: discardMetrics,
+      });
+      void loop.run({ signal: this.#abort.signal, wake: aws.wake }).catch((error) => {
+        this.log(`${host} loop ended: ${errorMessage(error)}`);
+      });
+    });
+  }
+
+  get controllerHost(): string {
+    return this.#controllerHost;
+  }
+
+  // ---- the workload -----------------------------------------------------------------------
+
+  #topology(): { epoch: number; primary?: string; address?: string; status?: string } | undefined {
+    const item = this.table.get({ pk: keys.controlPk(SHARD), sk: keys.topology });
+    if (!item) return undefined;
+    return {
+      epoch: Number(item.epoch),
+      primary: item.primary_node_id as string | undefined,
+      address: item.primary_address as string | undefined,
+      status: item.status as string | undefined,
+    };
+  }
+
+  readonly #clientConnections = new Map<string, SimConnection>();
+
+  #connection(node: string): SimConnection {
+    let connection = this.#clientConnections.get(node);
+    if (!connection) {
+      connection = new SimConnection(this.cluster, () => "client/app", `${node}:${REDIS_PORT}`, {
+        name: "workload",
+        connectTimeoutMs: 500,
+        commandTimeoutMs: 1000,
+        reconnectMs: 100,
+      });
+      this.#clientConnections.set(node, connection);
+    }
+    return connection;
+  }
+
+  /** One write: SET then WAIT 1, recorded as the nemesis's writer records it. */
+  async #write(node: string, seq: number, stray: boolean): Promise<void> {
+    this.history.append({
+      process: "writer",
+      type: "invoke",
+      f: "write",
+      value: { seq, ...(stray ? { stray } : {}) },
+      node,
+    });
+    const connection = this.#connection(node);
+    try {
+      await connection.call(["SET", `k:${seq}`, String(seq)]);
+    } catch (error) {
+      const message = errorMessage(error);
+      // Refused before it ran (READONLY, NOREPLICAS, not connected): a failure; a timeout: unknown.
+      const definite = /READONLY|NOREPLICAS|closed/.test(message);
+      this.history.append({
+        process: "writer",
+        type: definite ? "fail" : "info",
+        f: "write",
+        value: { seq, error: message, ...(stray ? { stray } : {}) },
+        node,
+      });
+      return;
+    }
+    let replicas = 0;
+    try {
+      replicas = Number(await connection.call(["WAIT", "1", "500"]));
+    } catch {
+      replicas = 0;
+    }
+    this.history.append({
+      process: "writer",
+      type: "ok",
+      f: "write",
+      value: { seq, replicas, ...(stray ? { stray } : {}) },
+      node,
+    });
+  }
+
+  #startWorkload(writesPerSecond: number, until: number): void {
+    const host = "client/app";
+    let seq = 0;
+    let lastEpoch: { epoch: number; primary?: string } | undefined;
+    this.sched.onHost(host, () => {
+      const writeTick = () => {
+        if (this.sched.elapsed >= until) return;
+        this.sched.schedule(1000 / writesPerSecond, writeTick);
+        const topology = this.#topology();
+        const target = topology?.primary ?? "n1";
+        seq++;
+        this.#writes++;
+        void this.#write(target, seq, false);
+        // A client that never re-read the topology: any other node answering as master gets the write too.
+        for (const node of NODES) {
+          const server = this.cluster.servers.get(node);
+          if (node !== target && server?.up && server.role === "master" && this.sched.random.chance(0.2)) {
+            seq++;
+            void this.#write(node, seq, true);
+          }
+        }
+      };
+      const sampleTick = () => {
+        this.sched.schedule(200, sampleTick);
+        const writable: string[] = [];
+        const refused: string[] = [];
+        const unreachable: string[] = [];
+        for (const node of NODES) {
+          const server = this.cluster.servers.get(node) as RedisServer;
+          if (!server.up || this.net.isCut("client", node) || this.net.isCut(node, "client"))
+            unreachable.push(node);
+          else if (server.acceptsWrites()) writable.push(node);
+          else refused.push(node);
+        }
+        this.history.append({
+          process: "sampler",
+          type: "ok",
+          f: "probe",
+          value: { writable, refused, unreachable },
+        });
+        const topology = this.#topology();
+        if (topology && (topology.epoch !== lastEpoch?.epoch || topology.primary !== lastEpoch?.primary)) {
+          this.history.append({
+            process: "observer",
+            type: "ok",
+            f: "epoch",
+            value: {
+              epoch: topology.epoch,
+              primary: topology.primary,
+              status: topology.status,
+              previousEpoch: lastEpoch?.epoch,
+              previousPrimary: lastEpoch?.primary,
+            },
+          });
+          this.log(`topology epoch ${topology.epoch} primary ${topology.primary} status ${topology.status}`);
+          lastEpoch = topology;
+        }
+      };
+      this.sched.schedule(0, writeTick);
+      this.sched.schedule(0, sampleTick);
+    });
+  }
+
+  // ---- the nemesis ------------------------------------------------------------------------
+
+  #primaryNode(): string {
+    return this.#topology()?.primary ?? "n1";
+  }
+
+  #inject(kind: (typeof FAULT_KINDS)[number], durationMs: number): Fault | undefined {
+    const random = this.sched.random;
+    const target = random.chance(0.6) ? "primary" : "random";
+    const node = target === "primary" ? this.#primaryNode() : random.pick(NODES);
+    const server = this.cluster.servers.get(node) as RedisServer;
+    const others = NODES.filter((n) => n !== node);
+    const id = ++this.#faultIds;
+    const fault = (nodes: readonly string[], heal: () => void, params?: Record<string, unknown>): Fault => {
+      this.history.append({
+        process: "nemesis",
+        type: "info",
+        f: "inject",
+        value: { id, kind, target, nodes, params },
+      });
+      this.log(
+        `nemesis inject #${id} ${kind} ${target} ${nodes.join(",")} ${params ? JSON.stringify(params) : ""} for ${durationMs} ms`,
+      );
+      return { id, kind, target, nodes, heal };
+    };
+    switch (kind) {
+      case "kill-redis": {
+        const mode = random.pick<RestartMode>(["empty", "rdb", "rdb", "replicaof"]);
+        if (random.chance(0.5)) server.save();
+        server.crash();
+        return fault([node], () => server.restart(mode, "n1:6379"), { mode });
+      }
+      case "hang-redis":
+        this.sched.pause(server.host);
+        return fault([node], () => this.sched.resume(server.host));
+      case "kill-agent":
+        this.killAgent(node);
+        return fault([node], () => void this.startAgent(node));
+      case "pause-agent": {
+        const host = this.agentHost(node);
+        if (!host) return undefined;
+        this.sched.pause(host);
+        return fault([node], () => this.sched.resume(host));
+      }
+      case "partition-node": {
+        for (const other of [...others, "aws", "client", "ctl"]) {
+          this.net.cut(node, other);
+          this.net.cut(other, node);
+        }
+        return fault([node], () => {
+          for (const other of [...others, "aws", "client", "ctl"]) {
+            this.net.heal(node, other);
+            this.net.heal(other, node);
+          }
+        });
+      }
+      case "partition-oneway": {
+        const inbound = random.chance(0.5);
+        for (const other of others) inbound ? this.net.cut(other, node) : this.net.cut(node, other);
+        return fault(
+          [node],
+          () => {
+            for (const other of others) inbound ? this.net.heal(other, node) : this.net.heal(node, other);
+          },
+          { inbound },
+        );
+      }
+      case "partition-redis-link": {
+        const other = random.pick(others);
+        this.net.cut(node, other);
+        this.net.cut(other, node);
+        return fault([node, other], () => {
+          this.net.heal(node, other);
+          this.net.heal(other, node);
+        });
+      }
+      case "store-outage-node":
+        this.net.cut(node, "aws");
+        this.net.cut("aws", node);
+        return fault([node], () => {
+          this.net.heal(node, "aws");
+          this.net.heal("aws", node);
+        });
+      case "store-outage-all":
+        for (const machine of [...NODES, "ctl"]) {
+          this.net.cut(machine, "aws");
+          this.net.cut("aws", machine);
+        }
+        return fault([...NODES], () => {
+          for (const machine of [...NODES, "ctl"]) {
+            this.net.heal(machine, "aws");
+            this.net.heal("aws", machine);
+          }
+        });
+      case "store-flaky": {
+        const faults: CallerFaults = { throttle: 0.2, ambiguous: 0.1, slowMs: random.int(0, 400) };
+        for (const machine of [...NODES, "ctl"]) this.#callerFaults.set(machine, faults);
+        return fault([...NODES], () => this.#callerFaults.clear(), { ...faults });
+      }
+      case "clock-step": {
+        const step = random.int(-1500, 1500);
+        this.cluster.clockOffset.set(node, (this.cluster.clockOffset.get(node) ?? 0) + step);
+        return fault([node], () => this.cluster.clockOffset.set(node, 0), { stepMs: step });
+      }
+      case "pause-controller": {
+        const host = this.controllerHost;
+        this.sched.pause(host);
+        return fault([], () => this.sched.resume(host));
+      }
+      case "sqs-unreliable":
+        this.sqs.faults = { duplicate: 0.3, delayMs: random.int(0, 2000) };
+        return fault(
+          [],
+          () => {
+            this.sqs.faults = {};
+          },
+          { ...this.sqs.faults },
+        );
+    }
+  }
+
+  #heal(fault: Fault): void {
+    fault.heal();
+    this.history.append({
+      process: "nemesis",
+      type: "info",
+      f: "heal",
+      value: { id: fault.id, kind: fault.kind, target: fault.target, nodes: fault.nodes },
+    });
+    this.log(`nemesis heal #${fault.id} ${fault.kind}`);
+  }
+
+  #startNemesis(until: number): void {
+    this.sched.onHost("nemesis", () => {
+      const next = () => {
+        if (this.sched.elapsed >= until) return;
+        const random = this.sched.random;
+        const kind = random.pick(FAULT_KINDS);
+        const duration = random.int(2000, 30_000);
+        const fault = this.#inject(kind, duration);
+        const gap = random.int(5000, 25_000);
+        if (fault) {
+          this.active.add(fault);
+          this.sched.schedule(duration, () => {
+            if (!this.active.has(fault)) return;
+            this.active.delete(fault);
+            this.#heal(fault);
+          });
+        }
+        this.sched.schedule(duration + gap, next);
+      };
+      this.sched.schedule(15_000, next);
+    });
+  }
+
+  readonly active = new Set<Fault>();
+
+  // ---- a run ------------------------------------------------------------------------------
+
+  async run(options: SimOptions): Promise<SimResult> {
+    const started = process.hrtime.bigint();
+    const minutes = options.minutes ?? 5;
+    const faultsUntil = minutes * 60_000;
+    const settle = (options.settleSeconds ?? 60) * 1000;
+    this.sched.install();
+    try {
+      for (const node of NODES) new RedisServer(this.cluster, { machine: node, backlogBytes: 1024 * 1024 });
+      for (const node of ["n2", "n3"]) {
+        const server = this.cluster.servers.get(node) as RedisServer;
+        server.command(0, ["REPLICAOF", "n1", String(REDIS_PORT)], () => {});
+      }
+      // Each replica's RDB is saved now and then: a restart from it may be minutes old.
+      this.sched.onHost("rdb", () => {
+        const save = () => {
+          this.sched.schedule(this.sched.random.int(5000, 60_000), save);
+          for (const server of this.cluster.servers.values())
+            if (this.sched.random.chance(0.5)) server.save();
+        };
+        this.sched.schedule(5000, save);
+      });
+      this.startController();
+      for (const node of NODES) void this.startAgent(node);
+      this.#startWorkload(options.writesPerSecond ?? 25, faultsUntil + settle / 2);
+      if (options.faults !== false) this.#startNemesis(faultsUntil);
+      await this.sched.runUntil(this.sched.now + faultsUntil);
+      // Heal everything, bring every process back, let the shard settle.
+      for (const fault of [...this.active]) {
+        this.active.delete(fault);
+        this.#heal(fault);
+      }
+      this.net.healAll();
+      for (const node of NODES) {
+        const server = this.cluster.servers.get(node) as RedisServer;
+        if (!server.up) server.restart("rdb");
+        if (this.sched.isPaused(server.host)) this.sched.resume(server.host);
+        const host = this.agentHost(node);
+        if (host === undefined || this.sched.isDead(host)) void this.startAgent(node);
+      }
+      await this.sched.runUntil(this.sched.now + settle);
+      const final = this.#finalRead();
+      this.#checkModel();
+      this.log(
+        `final ${JSON.stringify(final.nodes.map((n) => ({ node: n.node, role: n.role, following: n.following, linkUp: n.linkUp, keys: n.seqs?.length })))} topology ${final.topologyPrimary}/${final.topologyStatus}`,
+      );
+      const result = check(this.history.ops, final, { fenceWindowMs: 3000, causeWindowMs: 15_000 });
+      // The checker lets a missing topology pass (the nemesis always has one); here every run starts
+      // from nothing, so a shard never initialised or left offline after the settle is a failure.
+      const violations = [...result.violations];
+      if (final.topologyPrimary === undefined || final.topologyStatus !== "online")
+        violations.push(
+          `(d) after ${settle / 1000} s healed the topology is ${final.topologyStatus ?? "absent"} with primary ${final.topologyPrimary ?? "none"}`,
+        );
+      this.#abort.abort();
+      return {
+        seed: options.seed,
+        simulatedMs: this.sched.elapsed,
+        wallMs: Number((process.hrtime.bigint() - started) / 1_000_000n),
+        valid: violations.length > result.violations.length ? false : result.valid,
+        violations,
+        check: result,
+        faults: this.#faultIds,
+        timersFired: this.sched.fired,
+        writes: this.#writes,
+        modelErrors: this.cluster.modelErrors,
+        trace: this.trace,
+      };
+    } finally {
+      this.sched.uninstall();
+      rmSync(this.#stateRoot, { recursive: true, force: true });
+    }
+  }
+
+  /** A replica linked at its master's offset holds exactly its master's data, or the model is wrong. */
+  #checkModel(): void {
+    for (const server of this.cluster.servers.values()) {
+      if (!server.up || server.role !== "slave" || !server.linkUp || server.link === undefined) continue;
+      const master = server.link.master;
+      if (master.offset !== server.offset) continue;
+      const same =
+        master.data.size === server.data.size && [...master.data.keys()].every((key) => server.data.has(key));
+      if (!same)
+        this.cluster.modelErrors.push(
+          `${server.machine}: at its master's offset ${server.offset} with other data`,
+        );
+    }
+    for (const error of this.cluster.modelErrors) this.log(`MODEL ERROR ${error}`);
+  }
+
+  #finalRead(): FinalRead {
+    const topology = this.#topology();
+    const byAddress = new Map(NODES.map((node) => [`${node}:${REDIS_PORT}`, node]));
+    return {
+      nodes: NODES.map((node) => {
+        const server = this.cluster.servers.get(node) as RedisServer;
+        if (!server.up) return { node, reachable: false };
+        return {
+          node,
+          reachable: true,
+          role: server.role,
+          following: server.following === undefined ? undefined : byAddress.get(server.following),
+          linkUp: server.linkUp,
+          seqs: [...server.data.keys()]
+            .filter((key) => key.startsWith("k:"))
+            .map((key) => Number(key.slice(2))),
+        };
+      }),
+      topologyPrimary: topology?.primary,
+      topologyStatus: topology?.status,
+    };
+  }
+}
+
+/** Runs one seed. */
+export async function simulate(options: SimOptions): Promise<SimResult> {
+  return new SimWorld(options.seed).run(options);
+}
+
+export { machineOf };
