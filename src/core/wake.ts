@@ -50,11 +50,11 @@ export interface WakeLimits {
   readonly indexMaxAgeMs: number;
 }
 
-/** The defaults, for a tick of `tickIntervalMs`: a woken shard at most four times a tick. */
+/** The defaults, for a tick of `tickIntervalMs`: a woken shard at most ten times a tick (a wait of at most a tenth of a tick on the crash fast path). */
 export function wakeLimits(tickIntervalMs: number, concurrency: number): WakeLimits {
   return {
     maxShards: concurrency,
-    minIntervalMs: Math.max(1, Math.floor(tickIntervalMs / 4)),
+    minIntervalMs: Math.max(1, Math.floor(tickIntervalMs / 10)),
     indexMaxAgeMs: Math.max(30_000, 30 * tickIntervalMs),
   };
 }
