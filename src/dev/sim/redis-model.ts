@@ -64,8 +64,16 @@ interface Rdb {
 
 export type RestartMode = "empty" | "rdb" | "replicaof";
 
+/** redis.conf as docs/deploy.md recommends it: every process starts refusing writes until its agent opens it. */
+export const RECOMMENDED_CONFIG: ReadonlyMap<string, string> = new Map([
+  ["min-replicas-to-write", "1000000"],
+  ["min-replicas-max-lag", "2"],
+]);
+
 export interface ServerOptions {
   readonly machine: string;
+  /** @default RECOMMENDED_CONFIG */
+  readonly configFile?: ReadonlyMap<string, string>;
   /** Replication backlog in bytes (repl-backlog-size). */
   readonly backlogBytes: number;
 }
@@ -129,10 +137,9 @@ export class RedisServer {
   data = new Map<string, string>();
   log: Entry[] = [];
   backlogStart = 1;
-  readonly config = new Map<string, string>([
-    ["min-replicas-to-write", "0"],
-    ["min-replicas-max-lag", "10"],
-  ]);
+  readonly config: Map<string, string>;
+  /** Settings of its config file (redis.conf), in force at every start. */
+  readonly configFile: ReadonlyMap<string, string>;
   /** `replicaof` in the config file: where the process replicates from when it starts. */
   configReplicaof: string | undefined;
   masterAddress: string | undefined;
@@ -153,6 +160,8 @@ export class RedisServer {
     this.machine = options.machine;
     this.address = `${options.machine}:${REDIS_PORT}`;
     this.backlogBytes = options.backlogBytes;
+    this.configFile = options.configFile ?? RECOMMENDED_CONFIG;
+    this.config = new Map(this.configFile);
     this.host = `${options.machine}/redis#0`;
     this.replid = cluster.newReplid();
     cluster.servers.set(options.machine, this);
@@ -231,8 +240,8 @@ export class RedisServer {
   /** Starts the process again: empty, from its last RDB, or with `replicaof` from its config file. */
   restart(mode: RestartMode, replicaof?: string): void {
     if (this.up) this.crash();
-    this.config.set("min-replicas-to-write", "0");
-    this.config.set("min-replicas-max-lag", "10");
+    this.config.clear();
+    for (const [key, value] of this.configFile) this.config.set(key, value);
     this.role = "master";
     this.masterAddress = undefined;
     this.replid2 = ZERO_ID;
