@@ -52,7 +52,7 @@ async function applyCommand(
       return;
     case "REPORT":
       // Not recorded as applied: it raises no epoch, and running it twice only reports longer.
-      ctx.reportUntil = Math.max(ctx.reportUntil, ctx.monotonicNow() + (command.timeout_ms as number));
+      ctx.schedule.askUntil(ctx.monotonicNow() + (command.timeout_ms as number));
       return;
   }
 }

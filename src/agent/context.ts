@@ -1,3 +1,4 @@
+import type { AgentCycleState } from "../core/agent-cycle.ts";
 import type { DatabaseIdentity } from "../core/identity.ts";
 import type { CrashReport, HeartbeatInput, Role, Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
@@ -15,8 +16,10 @@ import type { AgentOptions } from "./options.ts";
 import { PauseWatch } from "./pause-watch.ts";
 import { PrimaryProbe } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
+import { ReportSchedule } from "./report-schedule.ts";
 import { Mutex } from "./scheduling.ts";
 import type { StateDir } from "./state-dir.ts";
+import { StoreHealth } from "./store-health.ts";
 
 /** The ports the agent needs; entry points pass the AWS adapters, in-process callers may share theirs. */
 export interface AgentDeps {
@@ -54,6 +57,10 @@ export class AgentContext {
   readonly roleLock = new Mutex();
   /** Times this process did not run for a heartbeat interval (run by the heartbeat loop). */
   readonly pauses: PauseWatch;
+  /** When this agent reports (src/agent/report-schedule.ts). */
+  readonly schedule: ReportSchedule;
+  /** Whether the coordination store answers (src/agent/store-health.ts). */
+  readonly store: StoreHealth;
 
   /** Bumped on every change of role; a heartbeat built before a change is not written after it. */
   roleGeneration = 0;
@@ -70,19 +77,8 @@ export class AgentContext {
   /** The topology names this node primary while its database answers as a replica (logged once per stretch). */
   namedButReplica = false;
   dbUp = false;
-  storeUp = true;
-  /** The last heartbeat written, the template for `db_status: down` heartbeats. */
-  lastHeartbeat: HeartbeatInput | undefined;
-  /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
-  lastHeartbeatWrittenAt: number;
   /** The latest heartbeat cycle read the topology (a fence is lifted only then). */
   topologyFresh = false;
-  /** AWS-aligned ms of the first failed store call of the current outage; undefined while it answers. */
-  storeFailingSince: number | undefined;
-  /** µs of the last heartbeat that ended an outage of at least the failure timeout (`store_resumed_at`). */
-  storeResumedAt: number | undefined;
-  /** Heartbeats written by this process: published on the probe connection as a witness. */
-  heartbeatsWritten = 0;
   /**
    * The replicas' published heartbeat counts when this agent's own writes began to fail;
    * undefined while they succeed.
@@ -97,7 +93,6 @@ export class AgentContext {
   lastTopology: Topology | undefined;
   /** node address -> node id, learned from heartbeats, the topology and commands. */
   readonly knownNodes = new Map<string, string>();
-  registered = false;
 
   /**
    * Whether the topology confirms this node as primary (last read); undefined before the first
@@ -128,26 +123,8 @@ export class AgentContext {
    * written in its `db_status: down` heartbeats; cleared when the database answers again.
    */
   crash: CrashReport | undefined;
-  /** Monotonic ms since which the database or the link to the primary is in doubt (fast heartbeats). */
-  doubtSince: number | undefined;
-  /** What the controller was last woken for (`crash:<first_seen>`, `link_down:<epoch>`): once each. */
-  wokeFor: string | undefined;
   /** Runs the heartbeat cycle now instead of at its next tick (set by the heartbeat loop). */
   wakeHeartbeat: () => void = () => {};
-  /**
-   * The next cycle reads the topology and writes the heartbeat whatever changed: at start, after a
-   * failed store call, when woken or asked by a command.
-   */
-  storeRequested = true;
-  /** What the last heartbeat written said, volatile fields left out (`reportSignature`). */
-  writtenSignature: string | undefined;
-  /**
-   * A replica's last topology read showed something to watch (the shard not online, another
-   * primary named, the primary's heartbeat stale): it reports every cycle until it reads otherwise.
-   */
-  topologyDoubt = false;
-  /** Monotonic ms until which the controller asked this agent to report every cycle (REPORT). */
-  reportUntil = Number.NEGATIVE_INFINITY;
   /** Counts an event for `/metrics` (src/agent/http-endpoint.ts); nothing without the HTTP endpoint. */
   count: (event: AgentEvent, label: string) => void = () => {};
 
@@ -169,7 +146,10 @@ export class AgentContext {
     this.monotonicNow = init.deps.monotonicNow ?? (() => performance.now());
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
     this.pauses = new PauseWatch(this.monotonicNow, init.options.heartbeatIntervalMs);
-    this.lastHeartbeatWrittenAt = this.monotonicNow();
+    this.schedule = new ReportSchedule(this.monotonicNow());
+    this.store = new StoreHealth(init.logger, init.options.failureTimeoutMs, (what) =>
+      this.count("store_error", what),
+    );
     // What the previous agent process knew of the database: a database restarted while this agent
     // was down too is still judged, and a restart it fenced stays fenced.
     const stored = init.state.state.db_identity;
@@ -187,6 +167,42 @@ export class AgentContext {
       this,
       Math.max(100, Math.min(1000, Math.floor(init.options.failureTimeoutMs / 3))),
     );
+  }
+
+  /** What the heartbeat cycle's plan reads of this agent (src/core/agent-cycle.ts). */
+  cycleState(): AgentCycleState {
+    const { schedule } = this;
+    return {
+      storeRequested: schedule.storeRequested,
+      topologyRead: this.topologyRead,
+      confirmed: this.confirmed,
+      lastWritten: schedule.lastWritten,
+      doubtSince: schedule.doubtSince,
+      wokeFor: schedule.wokeFor,
+      reportUntil: schedule.reportUntil,
+      topologyDoubt: schedule.topologyDoubt,
+      dbUp: this.dbUp,
+      dbRestarted: this.dbRestarted,
+      crash: this.crash,
+    };
+  }
+
+  get storeUp(): boolean {
+    return this.store.up;
+  }
+
+  /** The last heartbeat written (`schedule`). */
+  get lastHeartbeat(): HeartbeatInput | undefined {
+    return this.schedule.lastHeartbeat;
+  }
+
+  /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
+  get lastHeartbeatWrittenAt(): number {
+    return this.schedule.lastWrittenAt;
+  }
+
+  get heartbeatsWritten(): number {
+    return this.schedule.heartbeatsWritten;
   }
 
   get shard(): string {

@@ -1,0 +1,194 @@
+import { errorMessage } from "../core/errors.ts";
+import { type DatabaseIdentity, judgeRestart } from "../core/identity.ts";
+import type { AgentContext } from "./context.ts";
+import { topologyPrimary } from "./fencing.ts";
+import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+import { tryEnforceWriteGuard } from "./write-guard.ts";
+
+/**
+ * The database as the heartbeat cycle reads it: INFO, whether what answers is the process this
+ * node served (its identity, kept in the state dir), and what the agent does when it is not.
+ */
+
+/**
+ * Reads INFO. `answeredFrom` (AWS-aligned ms) is taken before the request: the database was alive
+ * at least then, and a crash the watch observes after it is never dated before `last_updated`.
+ */
+export async function readInfo(
+  ctx: AgentContext,
+): Promise<{ info: ReplicationInfo; answeredFrom: number } | undefined> {
+  const answeredFrom = ctx.deps.clock.now();
+  try {
+    const info = await ctx.db.replicationInfo();
+    if (!ctx.dbUp) ctx.logger.info("database answers", { redis: ctx.options.redis, role: info.role });
+    ctx.dbUp = true;
+    ctx.lastInfo = info;
+    ctx.lastInfoGeneration = ctx.roleGeneration;
+    if (ctx.roleSeen?.role !== info.role) ctx.roleSeen = { role: info.role, since: answeredFrom };
+    // A restarted primary is harmless once it follows a primary (a command or a step-down did it).
+    if (info.role === "replica") ctx.dbRestarted = false;
+    // While connected, the replica acknowledges every second: the primary counts it until then.
+    if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
+    const previousRunId = ctx.identity?.runId;
+    checkIdentity(ctx, info);
+    persistRestarted(ctx);
+    if (ctx.dbRestarted) {
+      // The process this node served as primary is gone; what answers is fenced and reported down.
+      if (ctx.crash?.state !== "restarted") recordRestart(ctx, previousRunId);
+    } else if (ctx.crash !== undefined) {
+      ctx.logger.info("database answers again", {
+        ...ctx.epochContext,
+        runId: info.runId,
+        crash: ctx.crash.state,
+      });
+      ctx.crash = undefined;
+    }
+    return { info, answeredFrom };
+  } catch (error) {
+    if (ctx.dbUp || ctx.lastInfo === undefined) {
+      ctx.logger.warn("database does not answer; heartbeats report db_status down", {
+        redis: ctx.options.redis,
+        error: errorMessage(error),
+      });
+    }
+    ctx.dbUp = false;
+    return undefined;
+  }
+}
+
+function recordRestart(ctx: AgentContext, previousRunId: string | undefined): void {
+  const now = Math.floor(ctx.deps.clock.now() * 1000);
+  ctx.crash = {
+    state: "restarted",
+    run_id: ctx.crash?.run_id ?? previousRunId ?? "",
+    first_seen: ctx.crash?.first_seen ?? now,
+    last_seen: now,
+  };
+}
+
+/**
+ * A database whose run_id changed is a new process. If it was this shard's primary and its
+ * replication lineage does not continue the old one (same replid, offset not behind), it restarted
+ * empty or from an old snapshot: it must not serve, nor feed its replicas, before the controller
+ * replaced it (guarantee 5, docs/agent.md#database-identity).
+ */
+function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
+  if (info.runId === undefined) return;
+  const previous = ctx.identity;
+  const current = {
+    runId: info.runId,
+    replId: info.replId,
+    offset: info.offset,
+    role: info.role,
+    synced: syncedReplicaAddresses(info).length,
+  };
+  ctx.identity = current;
+  const verdict = judgeRestart(previous, current, {
+    named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
+    guardMembers: ctx.guardMembers,
+  });
+  if (verdict.kind === "lost-data") ctx.dbRestarted = true;
+  // The new identity and the verdict on it are written together, in one atomic update: an agent
+  // killed between the two would leave its successor judging the empty process "the same" and
+  // opening it (data-safety's seed-3102 test caught it under load).
+  persistIdentity(ctx, current);
+  if (verdict.kind === "same") return;
+  // The guard's settings died with the old process.
+  ctx.appliedGuard = undefined;
+  if (verdict.kind === "harmless") {
+    ctx.logger.warn("database restarted", {
+      ...ctx.epochContext,
+      runId: info.runId,
+      continues: verdict.continues,
+      why: verdict.reason,
+    });
+    return;
+  }
+  ctx.logger.error("database restarted without its data: fenced until it follows the shard's primary", {
+    ...ctx.epochContext,
+    runId: info.runId,
+    previousRunId: previous?.runId,
+    replId: info.replId,
+    previousReplId: previous?.replId,
+    offset: info.offset,
+    previousOffset: previous?.offset,
+  });
+}
+
+/** Longest the state dir's copy of the database's offset lags behind (it is only written then). */
+const IDENTITY_PERSIST_MS = 5_000;
+
+/**
+ * Keeps the state dir's copy of the database identity and restart flag: at once when the process,
+ * lineage or role changed, every IDENTITY_PERSIST_MS for the offset (an older offset only makes
+ * the restarted agent's judgement more lenient, never fence a healthy process).
+ */
+function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
+  const stored = ctx.state.state.db_identity;
+  const now = ctx.monotonicNow();
+  const changed =
+    stored === undefined ||
+    stored.run_id !== current.runId ||
+    stored.repl_id !== current.replId ||
+    stored.role !== current.role;
+  const flagChanged = (ctx.state.state.db_restarted === true) !== ctx.dbRestarted;
+  if (changed || flagChanged || now - ctx.identityPersistedAt >= IDENTITY_PERSIST_MS) {
+    ctx.state.update({
+      db_identity: {
+        run_id: current.runId,
+        repl_id: current.replId,
+        offset: current.offset,
+        role: current.role,
+        synced: current.synced,
+      },
+      db_restarted: ctx.dbRestarted ? true : undefined,
+    });
+    ctx.identityPersistedAt = now;
+  }
+}
+
+/** The restart flag survives an agent restart: a database it fenced stays fenced. */
+function persistRestarted(ctx: AgentContext): void {
+  if ((ctx.state.state.db_restarted === true) !== ctx.dbRestarted) {
+    ctx.state.update({ db_restarted: ctx.dbRestarted ? true : undefined });
+  }
+}
+
+const CONFLICT_REMINDER_MS = 30_000;
+
+/**
+ * This agent's address belongs to another node id in the topology. Acting on it could only make
+ * the database follow itself or demote the shard's primary, so the agent touches nothing, writes
+ * no heartbeat, and says what to do.
+ */
+export function reportIdentityConflict(ctx: AgentContext, owner: string): void {
+  const now = ctx.monotonicNow();
+  if (now - ctx.lastConflictReport < CONFLICT_REMINDER_MS) return;
+  ctx.lastConflictReport = now;
+  ctx.logger.error(
+    "identity conflict: the topology names another node at this agent's address; the database is left as it is",
+    {
+      ...ctx.epochContext,
+      address: ctx.address,
+      topologyNode: owner,
+      agentNode: ctx.nodeId,
+      fix: `restart this agent with --node-id ${owner} (or restore its state dir ${ctx.options.stateDir})`,
+    },
+  );
+}
+
+/**
+ * A database that answers as a new process (restarted: its write guard died with the old one)
+ * gets the guard at once, from what the agent already knows, without waiting for this cycle's
+ * store calls (slow or failing during an outage: seconds in which the new process took writes).
+ */
+export async function guardNewProcess<T extends { info: ReplicationInfo } | undefined>(
+  ctx: AgentContext,
+  read: T,
+): Promise<T> {
+  const info = read?.info;
+  if (info?.role === "primary" && ctx.appliedGuard === undefined && (ctx.topologyRead || ctx.dbRestarted)) {
+    await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, info));
+  }
+  return read;
+}

@@ -1,0 +1,114 @@
+import { keepaliveMs } from "../core/agent-cycle.ts";
+import type { HeartbeatInput } from "../core/model.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import type { AgentContext } from "./context.ts";
+import type { ProbeResult } from "./primary-probe.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
+
+/** The heartbeat a cycle writes: of the database that answered, or the down report. */
+
+function primaryNodeIdOf(ctx: AgentContext, info: ReplicationInfo): string | undefined {
+  if (!info.primary) return undefined;
+  return ctx.knownNodes.get(`${info.primary.host}:${info.primary.port}`);
+}
+
+/** The heartbeat of a database that answered. */
+export function heartbeatFromInfo(
+  ctx: AgentContext,
+  info: ReplicationInfo,
+  nowMs: number,
+  probed?: ProbeResult,
+  answeredFromMs = nowMs,
+): HeartbeatInput {
+  const micros = Math.floor(nowMs * 1000);
+  const heartbeat: HeartbeatInput = {
+    shard: ctx.shard,
+    node_id: ctx.nodeId,
+    node_address: ctx.address,
+    role: info.role,
+    last_updated: Math.floor(Math.min(answeredFromMs, nowMs) * 1000),
+    agent_updated: micros,
+    db_status: "up",
+    last_txn_id: info.offset,
+    repl_id: info.replId,
+    epoch: ctx.highestEpoch,
+    priority: ctx.options.priority,
+    keepalive_ms: keepaliveOf(ctx, info.role),
+    role_since: Math.floor((ctx.roleSeen?.role === info.role ? ctx.roleSeen.since : answeredFromMs) * 1000),
+  };
+  const prior = priorLineageOf(info);
+  if (prior !== undefined) heartbeat.prior_lineage = prior;
+  if (info.primary) {
+    const primaryNodeId = primaryNodeIdOf(ctx, info);
+    if (primaryNodeId !== undefined) heartbeat.primary_node_id = primaryNodeId;
+    heartbeat.primary_link = info.primary.link;
+    if (probed !== undefined) {
+      heartbeat.primary_probe = probed;
+      heartbeat.primary_probe_offset = ctx.probe.primaryOffset;
+    }
+    if (info.primary.lastIoSecondsAgo !== undefined) heartbeat.lag_s = info.primary.lastIoSecondsAgo;
+  }
+  return heartbeat;
+}
+
+function priorLineageOf(info: ReplicationInfo): HeartbeatInput["prior_lineage"] {
+  return info.prior === undefined
+    ? undefined
+    : { repl_id: info.prior.replId, last_txn_id: info.prior.offset };
+}
+
+/**
+ * The heartbeat of a database that does not answer, or answers as a process that restarted
+ * without its data (fenced): the agent is alive, the database it served is not. `last_updated`
+ * keeps its old value so the controller sees the database's age, never the agent's; `repl_id` and
+ * `last_txn_id` stay the dead process's. `prior_lineage` is what the restarted process answering
+ * now (`restarted`) holds of an earlier lineage: read this cycle, never carried over.
+ */
+function downHeartbeat(
+  ctx: AgentContext,
+  snapshot: ShardSnapshot | undefined,
+  nowMs: number,
+  restarted?: ReplicationInfo,
+): HeartbeatInput | undefined {
+  const previous = ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
+  if (previous === undefined) return undefined;
+  const { prior_lineage: _carried, store_resumed_at: _resumed, ...kept } = previous;
+  const heartbeat: HeartbeatInput = {
+    ...kept,
+    node_address: ctx.address,
+    agent_updated: Math.floor(nowMs * 1000),
+    db_status: "down",
+    db_crash: ctx.crash,
+    primary_link: previous.role === "replica" ? "down" : previous.primary_link,
+    epoch: ctx.highestEpoch,
+    priority: ctx.options.priority,
+    keepalive_ms: keepaliveOf(ctx, previous.role),
+  };
+  const prior = restarted === undefined ? undefined : priorLineageOf(restarted);
+  if (prior !== undefined) heartbeat.prior_lineage = prior;
+  return heartbeat;
+}
+
+/** The heartbeat's `keepalive_ms` (`keepaliveMs` in src/core/agent-cycle.ts). */
+export function keepaliveOf(ctx: AgentContext, role: "primary" | "replica"): number {
+  return keepaliveMs(ctx.cycleState(), ctx.options, role, ctx.monotonicNow());
+}
+
+/** This cycle's heartbeat: of the database that answered, else the down report (undefined: none yet). */
+export function buildHeartbeat(
+  ctx: AgentContext,
+  info: ReplicationInfo | undefined,
+  snapshot: ShardSnapshot | undefined,
+  now: number,
+  probed: ProbeResult | undefined,
+  answeredFrom: number | undefined,
+): HeartbeatInput | undefined {
+  // A restarted primary reports itself down with its old lineage: its new data is nobody's.
+  const heartbeat =
+    info && !ctx.dbRestarted
+      ? heartbeatFromInfo(ctx, info, now, probed, answeredFrom)
+      : downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
+  const resumedAt = ctx.store.resumedAtFor(now);
+  if (heartbeat !== undefined && resumedAt !== undefined) heartbeat.store_resumed_at = resumedAt;
+  return heartbeat;
+}

@@ -1,0 +1,158 @@
+import { reportWindowMs } from "../core/freshness.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
+import { nodeIdsByAddress } from "../core/write-guard.ts";
+import type { AgentContext } from "./context.ts";
+import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
+import { becomeReplicaOf } from "./node-control.ts";
+import { isParked } from "./primary-probe.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
+import { withStoreTimeout } from "./scheduling.ts";
+
+/**
+ * The shard as the heartbeat cycle reads it: one snapshot (topology, heartbeats, replica sets),
+ * the verdict of the topology on this node, and aligning the database with it.
+ */
+
+/**
+ * The topology names this node primary but its database answers as a replica (restarted from a
+ * config file with \`replicaof\`, an operator's REPLICAOF): no node takes the shard's writes. The
+ * agent does not promote it back itself: a database restarted empty would then feed nothing to
+ * its replicas in a full sync, and only the controller can tell which node holds every
+ * acknowledged write. Its heartbeat says \`role: replica\` since \`role_since\`; past the failure
+ * timeout the controller fails over to the replica holding the most (gate \`primary_demoted_grace\`).
+ */
+export function reportNamedReplica(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): void {
+  const named = snapshot.topology ? topologyPrimary(snapshot.topology)?.node_id === ctx.nodeId : false;
+  const namedButReplica = named && info.role === "replica";
+  if (namedButReplica && !ctx.namedButReplica) {
+    ctx.logger.error(
+      "the topology names this node primary but its database is a replica: no node takes writes",
+      {
+        ...ctx.epochContext,
+        replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+        link: info.primary?.link,
+        action: "the controller fails over once this lasts the failure timeout",
+      },
+    );
+  }
+  ctx.namedButReplica = namedButReplica;
+}
+
+export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | undefined> {
+  try {
+    const snapshot = await withStoreTimeout(
+      ctx.deps.heartbeats.snapshot(ctx.shard),
+      ctx.storeTimeoutMs,
+      `snapshot of shard ${ctx.shard}`,
+    );
+    ctx.store.answered();
+    ctx.topologyRead = true;
+    ctx.lastTopology = snapshot.topology;
+    // Freshest heartbeat per address and per node id; stale ones only for members and the primary.
+    const known = nodeIdsByAddress(
+      snapshot.nodes.map((node) => ({ ...node, written_us: node.agent_updated ?? node.last_updated })),
+      ctx.deps.clock.now(),
+      reportWindowMs(ctx.options.replicaKeepaliveMs, ctx.options),
+      (claim) => ctx.guardMembers.includes(claim.node_id) || claim.node_id === ctx.nodeId,
+    );
+    ctx.knownNodes.clear();
+    for (const [address, id] of known) ctx.knownNodes.set(address, id);
+    const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
+    if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
+    return snapshot;
+  } catch (error) {
+    ctx.store.failed("snapshot", error, ctx.deps.clock.now());
+    return undefined;
+  }
+}
+
+export function verdictFor(
+  ctx: AgentContext,
+  snapshot: ShardSnapshot,
+  info: ReplicationInfo,
+): TopologyVerdict {
+  const broken = snapshot.malformed.find((item) => item.sk === "TOPOLOGY");
+  if (broken !== undefined) {
+    // Fail closed: a topology that cannot be read confirms nobody (it is not "no topology yet").
+    return {
+      kind: "keep",
+      primaryConfirmed: false,
+      reason: `the topology item is malformed (${broken.field}: ${broken.reason})`,
+    };
+  }
+  const named = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
+  if (named !== undefined && named.address === ctx.address && named.node_id !== ctx.nodeId) {
+    // Never follow itself: another node id owns this address (a lost state dir, a copied config).
+    return { kind: "keep", primaryConfirmed: false, reason: "identity conflict", conflict: named.node_id };
+  }
+  const verdict = assessTopology(snapshot.topology, {
+    nodeId: ctx.nodeId,
+    role: info.role,
+    replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+    highestEpoch: ctx.highestEpoch,
+    promotedEpoch: ctx.state.state.promoted_epoch,
+  });
+  // A parked replica waits for its own primary to come back holding its data, or for a new
+  // decision: a newer, committed topology that names the same address again is followed (a
+  // failover still under way names the old primary until its point of no return).
+  const stillParkedFrom =
+    verdict.kind === "repoint" &&
+    (verdict.epoch === ctx.probe.parkedAtEpoch || snapshot.topology?.status !== "online");
+  if (
+    verdict.kind === "repoint" &&
+    isParked(info) &&
+    verdict.target.address === ctx.probe.address &&
+    stillParkedFrom
+  ) {
+    return { kind: "keep", primaryConfirmed: false, reason: `parked from ${verdict.target.node_id}` };
+  }
+  return verdict;
+}
+
+/**
+ * Demotes, repoints or lifts the write fence as the topology requires. Returns fresh INFO and
+ * the role generation it belongs to.
+ */
+export async function reconcile(
+  ctx: AgentContext,
+  snapshot: ShardSnapshot,
+): Promise<{ info: ReplicationInfo; generation: number }> {
+  return ctx.roleLock.run(async () => {
+    // Re-read under the lock: a command may have changed the role since the cycle began.
+    const info = await ctx.db.replicationInfo();
+    const verdict = verdictFor(ctx, snapshot, info);
+    if (verdict.kind === "keep") return { info, generation: ctx.roleGeneration };
+    ctx.logger.warn(
+      verdict.kind === "demote"
+        ? "stepping down: not the topology's primary"
+        : "following the topology's primary",
+      {
+        ...ctx.epochContext,
+        reason: verdict.reason,
+        primary: verdict.target.node_id,
+        primaryAddress: verdict.target.address,
+        topologyEpoch: verdict.epoch,
+      },
+    );
+    const next = await becomeReplicaOf(ctx, verdict.target);
+    ctx.state.update({ highest_epoch: Math.max(ctx.highestEpoch, verdict.epoch), promoted_epoch: undefined });
+    return { info: next, generation: ctx.roleGeneration };
+  });
+}
+
+/**
+ * A replica's topology read shows something to watch: the shard neither online nor paused, a
+ * primary other than the one it follows, or that primary's heartbeat stale or its database down.
+ */
+export function topologyToWatch(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): boolean {
+  if (info.role !== "replica") return false;
+  const topology = snapshot.topology;
+  // Paused: no automatic action to report for (a switchover asks with REPORT).
+  if (topology === undefined || (topology.status !== "online" && topology.status !== "paused")) return true;
+  const named = topologyPrimary(topology);
+  const following = info.primary ? `${info.primary.host}:${info.primary.port}` : undefined;
+  if (named === undefined || named.address !== following) return true;
+  const primary = snapshot.nodes.find((node) => node.node_id === named.node_id);
+  if (primary === undefined || primary.db_status !== "up") return true;
+  return ctx.deps.clock.now() - primary.last_updated / 1000 > ctx.options.failureTimeoutMs;
+}
