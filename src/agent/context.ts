@@ -38,6 +38,9 @@ export interface AgentDeps {
   readonly wake?: WakeSender;
 }
 
+/** The replica's probe of its primary runs this many times per failure timeout (between 100 ms and 1 s apart). */
+const PROBES_PER_FAILURE_TIMEOUT = 3;
+
 /** Events the agent counts: commands by outcome, failed store calls by operation. */
 export type AgentEvent = "command" | "store_error";
 
@@ -165,7 +168,7 @@ export class AgentContext {
     this.dbRestarted = init.state.state.db_restarted === true;
     this.probe = new PrimaryProbe(
       this,
-      Math.max(100, Math.min(1000, Math.floor(init.options.failureTimeoutMs / 3))),
+      Math.max(100, Math.min(1000, Math.floor(init.options.failureTimeoutMs / PROBES_PER_FAILURE_TIMEOUT))),
     );
   }
 

@@ -22,13 +22,19 @@ export interface PhaseTimeouts {
   readonly cleanup: number;
 }
 
+/**
+ * Failure timeouts (plus a heartbeat interval) the phases that wait on an agent's report give it
+ * (catch_up, confirm): a live agent reports within a failure timeout; the second covers a slow one.
+ */
+export const PHASE_WAIT_TIMEOUTS = 2;
+
 /** Defaults derived from the heartbeat timing: a live agent confirms within two of its heartbeats. */
 export function defaultPhaseTimeouts(config: FailoverConfig): PhaseTimeouts {
   const apiCalls = Math.max(5000, config.failureTimeoutMs);
   return {
-    catch_up: 2 * config.failureTimeoutMs + config.heartbeatIntervalMs,
+    catch_up: PHASE_WAIT_TIMEOUTS * config.failureTimeoutMs + config.heartbeatIntervalMs,
     promote: apiCalls,
-    confirm: 2 * config.failureTimeoutMs + config.heartbeatIntervalMs,
+    confirm: PHASE_WAIT_TIMEOUTS * config.failureTimeoutMs + config.heartbeatIntervalMs,
     repoint: apiCalls,
     cleanup: apiCalls,
   };

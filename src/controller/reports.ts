@@ -12,9 +12,15 @@ import { type ControllerDeps, sleepOf } from "./deps.ts";
  * the agent write at once and every cycle for `timeout_ms`; it changes nothing in the database.
  */
 
-/** How long a REPORT asked by a failure keeps an agent reporting: through the failover it may lead to. */
+/** Failure timeouts a REPORT asked by a failure keeps an agent reporting: through the failover it may lead to. */
+export const REPORT_REQUEST_TIMEOUTS = 4;
+
+/** Failure timeouts a caller waits for the nodes it asked to report (a switchover, `status --fresh`). */
+export const REPORT_WAIT_TIMEOUTS = 2;
+
+/** How long a REPORT asked by a failure keeps an agent reporting (REPORT_REQUEST_TIMEOUTS). */
 export function reportWindowMs(deps: ControllerDeps): number {
-  return 4 * deps.config.failureTimeoutMs;
+  return REPORT_REQUEST_TIMEOUTS * deps.config.failureTimeoutMs;
 }
 
 /** Sends REPORT to each node; a node whose queue cannot be reached is logged and left to its keepalive. */

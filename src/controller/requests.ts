@@ -18,7 +18,7 @@ import {
 } from "./deps.ts";
 import { type NotLocked, ShardLock } from "./lock.ts";
 import { execute, requireTime } from "./phases.ts";
-import { withReports } from "./reports.ts";
+import { REPORT_WAIT_TIMEOUTS, withReports } from "./reports.ts";
 import { abandon, type Run, startPlan } from "./transitions.ts";
 
 /**
@@ -99,7 +99,7 @@ async function attemptSwitchover(
   const snapshot = await withReports(deps, shard, first, {
     exclude: first.topology?.primary_node_id,
     timeoutMs: deps.config.lockLeaseMs,
-    waitMs: 2 * deps.config.failureTimeoutMs,
+    waitMs: REPORT_WAIT_TIMEOUTS * deps.config.failureTimeoutMs,
   });
   const plan = planSwitchover(snapshot, deps.config, deps.clock.now(), { to: request.to });
   if (plan.kind === "refused")

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ControllerDeps } from "../../controller/deps.ts";
-import { reportWindowMs, requestReports } from "../../controller/reports.ts";
+import { REPORT_WAIT_TIMEOUTS, reportWindowMs, requestReports } from "../../controller/reports.ts";
 import { comparableLag, reportState } from "../../core/node-age.ts";
 import type { ShardSnapshot } from "../../core/ports.ts";
 
@@ -56,11 +56,11 @@ export class ReportRequests {
     });
   }
 
-  /** Asks, then re-reads until every asked node answered or two failure timeouts passed. */
+  /** Asks, then re-reads until every asked node answered or REPORT_WAIT_TIMEOUTS failure timeouts passed. */
   async fresh(shard: string, snapshot: ShardSnapshot): Promise<ShardSnapshot> {
     await this.ask(snapshot);
     if (this.answered(snapshot)) return snapshot;
-    const deadline = this.#deps.clock.now() + 2 * this.#deps.config.failureTimeoutMs;
+    const deadline = this.#deps.clock.now() + REPORT_WAIT_TIMEOUTS * this.#deps.config.failureTimeoutMs;
     let current = snapshot;
     while (this.#deps.clock.now() < deadline) {
       await sleep(Math.max(50, this.#deps.config.heartbeatIntervalMs / 4));
