@@ -6,7 +6,7 @@ import {
   type ServerResponse,
 } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { Counter, collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import { parseAddress } from "../core/address.ts";
 import { ConfigurationError, errorMessage } from "../core/errors.ts";
@@ -35,9 +35,20 @@ const CHECK_PATHS: Readonly<Record<string, CheckName | "read-only">> = {
 };
 
 /** Most checkers served at once; a check is one small request, so a handful are plenty. */
-const MAX_CONNECTIONS = 256;
+export const MAX_CONNECTIONS = 256;
+/**
+ * Most connections from one client address: a slow or idle client (slowloris) holding every slot
+ * would turn the load balancer's checks away, so the primary would leave the pool. One HAProxy keeps
+ * one check connection per server; a NAT or several balancers share an address with room to spare.
+ */
+export const MAX_CONNECTIONS_PER_ADDRESS = 32;
 /** A request must arrive whole within this, so idle or slow sockets cannot pile up. */
 const REQUEST_TIMEOUT_MS = 5_000;
+/**
+ * How often Node checks the request and headers timeouts (its default is 30 s, so a slowloris
+ * connection would hold its slot for up to 35 s instead of 5).
+ */
+const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
 
 /** What the agent's context says, as the role checks read it. */
 export function roleFactsOf(ctx: AgentContext): RoleFacts {
@@ -197,8 +208,26 @@ export class HttpEndpoint {
         response.end("internal error\n");
       });
     };
-    this.#server = options.httpTls ? createHttpsServer(tlsOf(options), handler) : createHttpServer(handler);
+    const serverOptions = { connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS };
+    this.#server = options.httpTls
+      ? createHttpsServer({ ...tlsOf(options), ...serverOptions }, handler)
+      : createHttpServer(serverOptions, handler);
     this.#server.maxConnections = MAX_CONNECTIONS;
+    const perAddress = new Map<string, number>();
+    this.#server.on("connection", (socket: Socket) => {
+      const address = socket.remoteAddress ?? "";
+      const open = (perAddress.get(address) ?? 0) + 1;
+      if (open > MAX_CONNECTIONS_PER_ADDRESS) {
+        socket.destroy();
+        return;
+      }
+      perAddress.set(address, open);
+      socket.once("close", () => {
+        const left = (perAddress.get(address) ?? 1) - 1;
+        if (left > 0) perAddress.set(address, left);
+        else perAddress.delete(address);
+      });
+    });
     this.#server.requestTimeout = REQUEST_TIMEOUT_MS;
     this.#server.headersTimeout = REQUEST_TIMEOUT_MS;
     this.#server.keepAliveTimeout = REQUEST_TIMEOUT_MS;
