@@ -7,6 +7,7 @@ import { parseIntegerOption } from "../src/cli/options.ts";
 import { abortOnSignal } from "../src/cli/signals.ts";
 import { parseAddress } from "../src/core/address.ts";
 import { errorMessage } from "../src/core/errors.ts";
+import { Haproxy } from "../src/dev/local-stack/haproxy.ts";
 import type { Ack } from "../src/dev/workload/ack-log.ts";
 import {
   type VerifyResult,
@@ -367,6 +368,8 @@ async function runSystem(
   let error: string | undefined;
   const tag = `[${system.name} ${row}]`;
   const sentinelClient = row === "sentinel-client";
+  const throughHaproxy = row === "haproxy";
+  let haproxy: Haproxy | undefined;
   // The system's client lookup exists only after setup; until then (never used) the advertised primary.
   let resolve = () => system.primaryAddress();
   let workload: BenchWorkload = new WriteWorkload({ resolvePrimary: () => resolve(), ...config.writer });
@@ -378,6 +381,7 @@ async function runSystem(
       nodeCount: config.nodeCount,
       log: (line) => log(`${tag} ${line}`),
       sentinelEndpoints: sentinelClient,
+      httpEndpoints: throughHaproxy,
     });
     resolve = system.createResolver?.() ?? resolve;
     if (sentinelClient) {
@@ -388,6 +392,20 @@ async function runSystem(
       );
       workload = new SentinelClientWorkload({
         target,
+        writeIntervalMs: config.writer.writeIntervalMs,
+        retryDelayMs: config.writer.retryDelayMs,
+      });
+    }
+    if (throughHaproxy) {
+      const backends = system.haproxyBackends?.();
+      if (!backends) throw new Error(`${system.name} has no HTTP role checks for HAProxy`);
+      haproxy = await Haproxy.start(backends);
+      log(
+        `${tag} ioredis through HAProxy ${haproxy.address} (option httpchk GET /primary, inter 500 fall 1 rise 1)`,
+      );
+      const { host, port } = parseAddress(haproxy.address);
+      workload = new SentinelClientWorkload({
+        target: { direct: { host, port } },
         writeIntervalMs: config.writer.writeIntervalMs,
         retryDelayMs: config.writer.retryDelayMs,
       });
@@ -429,6 +447,7 @@ async function runSystem(
     log(`${tag} stopped early: ${error}`);
   } finally {
     await workload.stop();
+    await haproxy?.stop();
     const finalPrimary = await system.primaryAddress().catch(() => undefined);
     if (finalPrimary && workload.stats().acked > 0) {
       const verified = await verifyOn(workload, finalPrimary).catch(() => undefined);
@@ -623,7 +642,8 @@ export function buildProgram(): Command {
       "--faults <list>",
       "comma-separated rows: crash (SIGKILL redis-server), host (redis-server and its agent), hang (SIGSTOP), " +
         "switchover (planned: shardguard switchover / SENTINEL FAILOVER, from the request), " +
-        "sentinel-client (crash, with ioredis in Sentinel mode at the sentinels / the agents, WAIT-confirmed writes)",
+        "sentinel-client (crash, with ioredis in Sentinel mode at the sentinels / the agents, WAIT-confirmed writes), " +
+        "haproxy (crash, the same client through a real HAProxy checking the agents' GET /primary; shardguard only)",
       parseFaults,
       [...ROWS],
     )
@@ -667,7 +687,10 @@ export function buildProgram(): Command {
         for (const name of config.systems) {
           const factory = SYSTEMS[name];
           if (!factory || abort.signal.aborted) continue;
-          runs.push(await runSystem(factory(config), config, abort.signal, fault));
+          const system = factory(config);
+          // HAProxy's check is the agents' GET /primary: a system without it has no haproxy row.
+          if (fault === "haproxy" && !system.haproxyBackends) continue;
+          runs.push(await runSystem(system, config, abort.signal, fault));
         }
         const report = {
           ...buildReport(config, { ...machine, loadAverageAtEnd: loadAverage() }, runs),

@@ -18,7 +18,13 @@ export interface SentinelClientTarget {
 }
 
 export interface SentinelClientWorkloadOptions {
-  readonly target: SentinelClientTarget;
+  /**
+   * The sentinels and the master name (ioredis in Sentinel mode), or one fixed address (a plain
+   * ioredis client, e.g. through HAProxy: the `haproxy` row).
+   */
+  readonly target:
+    | SentinelClientTarget
+    | { readonly direct: { readonly host: string; readonly port: number } };
   /** Key prefix; one per workload. @default `sg:s:<random>:` */
   readonly keyPrefix?: string;
   /** `WAIT 1 <ms>` after every SET: a write is acknowledged once a replica has it. @default 1000 */
@@ -47,7 +53,7 @@ export interface SentinelClientWorkloadOptions {
  */
 export class SentinelClientWorkload extends EventEmitter<WriteWorkloadEvents> {
   readonly keyPrefix: string;
-  readonly #target: SentinelClientTarget;
+  readonly #target: SentinelClientWorkloadOptions["target"];
   readonly #waitTimeoutMs: number;
   readonly #writeIntervalMs: number;
   readonly #retryDelayMs: number;
@@ -81,10 +87,11 @@ export class SentinelClientWorkload extends EventEmitter<WriteWorkloadEvents> {
 
   start(): void {
     if (this.#loop) return;
-    const client = new Redis({
-      sentinels: this.#target.sentinels.map((sentinel) => ({ ...sentinel })),
-      name: this.#target.name,
-    });
+    const target = this.#target;
+    const client =
+      "direct" in target
+        ? new Redis(target.direct.port, target.direct.host)
+        : new Redis({ sentinels: target.sentinels.map((sentinel) => ({ ...sentinel })), name: target.name });
     client.on("error", () => {});
     client.on("reconnecting", (delayMs: number) => this.#reconnects.push({ at: performance.now(), delayMs }));
     this.#client = client;

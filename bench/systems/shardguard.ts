@@ -4,6 +4,7 @@ import type { CycleResult } from "../../src/controller/deps.ts";
 import { requestSwitchover } from "../../src/controller/requests.ts";
 import { type ControllerRuntime, createControllerRuntime } from "../../src/controller/runtime.ts";
 import { LocalCluster } from "../../src/dev/local-cluster.ts";
+import type { HaproxyBackend } from "../../src/dev/local-stack/haproxy.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { waitForReplicasInSync } from "../../src/dev/workload/replication.ts";
@@ -52,6 +53,8 @@ export class ShardguardSystem implements FailoverSystem {
   #switchover: Promise<CycleResult> | undefined;
   /** node id -> the port its agent serves the Sentinel protocol on (setup with sentinelEndpoints). */
   #sentinelPorts = new Map<string, number>();
+  /** node id -> the port of its agent's HTTP role checks (setup with httpEndpoints). */
+  #httpPorts = new Map<string, number>();
 
   constructor(timings: ShardguardTimings) {
     this.#timings = timings;
@@ -73,13 +76,24 @@ export class ShardguardSystem implements FailoverSystem {
         `shardguard: agents serve the Sentinel protocol on ${[...this.#sentinelPorts.values()].join(", ")}`,
       );
     }
+    this.#httpPorts.clear();
+    if (config.httpEndpoints) {
+      for (let index = 1; index <= config.nodeCount; index++) {
+        this.#httpPorts.set(`node-${index}`, await freePort());
+      }
+    }
     const sentinelPorts = this.#sentinelPorts;
+    const httpPorts = this.#httpPorts;
     this.#cluster = await LocalCluster.start({
       nodes: config.nodeCount,
       config: { ...timings, cooldownMs: 0 },
       agentEnv: (id) => {
-        const port = sentinelPorts.get(id);
-        return port === undefined ? undefined : { [ENV.sentinelPort]: String(port) };
+        const sentinel = sentinelPorts.get(id);
+        const http = httpPorts.get(id);
+        return {
+          ...(sentinel === undefined ? {} : { [ENV.sentinelPort]: String(sentinel) }),
+          ...(http === undefined ? {} : { [ENV.httpPort]: String(http) }),
+        };
       },
       onProgress: (line) => this.#log(`shardguard: ${line}`),
     });
@@ -104,6 +118,15 @@ export class ShardguardSystem implements FailoverSystem {
       sentinels: [...this.#sentinelPorts.values()].map((port) => ({ host: "127.0.0.1", port })),
       name: this.#require().shard,
     };
+  }
+
+  haproxyBackends(): HaproxyBackend[] {
+    if (this.#httpPorts.size === 0) throw new Error("shardguard was set up without HTTP endpoints");
+    return this.#require().redis.map((node) => ({
+      id: node.id,
+      redis: node.address,
+      http: `127.0.0.1:${this.#httpPorts.get(node.id)}`,
+    }));
   }
 
   async killPrimary(fault: Fault): Promise<KillResult> {

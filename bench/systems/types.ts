@@ -1,3 +1,4 @@
+import type { HaproxyBackend } from "../../src/dev/local-stack/haproxy.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import type { SentinelClientTarget } from "../lib/sentinel-client-workload.ts";
 
@@ -14,6 +15,11 @@ export interface SystemConfig {
    * `--sentinel-port`; Sentinel has its sentinels anyway. @default false
    */
   readonly sentinelEndpoints?: boolean;
+  /**
+   * The run's clients go through a real HAProxy checking `GET /primary` (`haproxyBackends()`):
+   * Shardguard starts every agent with `--http-port`. @default false
+   */
+  readonly httpEndpoints?: boolean;
 }
 
 /**
@@ -29,14 +35,16 @@ export type Fault = (typeof FAULTS)[number];
 /**
  * Rows of the benchmark (`--faults`): one per fault with the benchmark's own writer, which asks the
  * system where the primary is, plus `sentinel-client`: a `crash` with an unmodified ioredis client in
- * Sentinel mode (WAIT-confirmed writes) pointed at the sentinels, or at Shardguard's agents.
+ * Sentinel mode (WAIT-confirmed writes) pointed at the sentinels, or at Shardguard's agents; and
+ * `haproxy`: a `crash` with the same client pointed at a real HAProxy whose `option httpchk GET
+ * /primary` asks the agents' HTTP endpoints (docs/clients.md).
  */
-export const ROWS = [...FAULTS, "sentinel-client"] as const;
+export const ROWS = [...FAULTS, "sentinel-client", "haproxy"] as const;
 export type Row = (typeof ROWS)[number];
 
 /** The fault a row injects. */
 export function faultOf(row: Row): Fault {
-  return row === "sentinel-client" ? "crash" : row;
+  return row === "sentinel-client" || row === "haproxy" ? "crash" : row;
 }
 
 /** The primary that was killed and the instant of the kill (performance.now() ms, the writer's clock). */
@@ -71,6 +79,8 @@ export interface FailoverSystem {
    * sentinels, or the agents' Sentinel endpoints, and the master name.
    */
   sentinelClient?(): SentinelClientTarget;
+  /** The nodes with their role-check HTTP endpoints, for HAProxy (after a setup with `httpEndpoints`). */
+  haproxyBackends?(): HaproxyBackend[];
   /** The redis-server nodes of the shard, including a killed one. */
   nodes(): readonly RedisNode[];
   /** Fails the primary the system currently has by `fault`; `killedAt` is taken right before the signal. */

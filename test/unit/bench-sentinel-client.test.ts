@@ -31,10 +31,11 @@ const aRow = (fault: (typeof ROWS)[number], median: number) => ({
 });
 
 describe("the sentinel-client row", () => {
-  it("is a crash of the primary's redis-server, listed after the fault rows", () => {
-    expect(ROWS).toEqual(["crash", "host", "hang", "switchover", "sentinel-client"]);
+  it("is a crash of the primary's redis-server, listed after the fault rows, as is the haproxy row", () => {
+    expect(ROWS).toEqual(["crash", "host", "hang", "switchover", "sentinel-client", "haproxy"]);
     expect(faultOf("switchover")).toBe("switchover");
     expect(faultOf("sentinel-client")).toBe("crash");
+    expect(faultOf("haproxy")).toBe("crash");
     expect(faultOf("hang")).toBe("hang");
   });
 
