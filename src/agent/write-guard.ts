@@ -155,6 +155,9 @@ export async function fence(ctx: AgentContext, reason: string): Promise<void> {
       ...ctx.epochContext,
       reason,
       policy: ctx.options.fencePolicy,
+      // When the database confirmed the fence, on the clock of the heartbeat's agent_updated (the
+      // line's timestamp is the host's wall clock, which the AWS-aligned clock may clamp).
+      fencedAt: ctx.deps.clock.now(),
     });
   }
 }

@@ -71,12 +71,17 @@ function stubbornWriter(active: LocalCluster, id: string): { acked: string[]; st
 
 const FENCED = "writes fenced: this primary refuses writes";
 
-/** When node-1's agent logged its fence, ms (the log's clock: the host's, as the AWS-aligned one here). */
+/**
+ * When node-1's agent had its fence confirmed by the database, ms, on the agent's clock (the
+ * line's `fencedAt`): the clock of the heartbeat's `agent_updated`. The line's own timestamp is the
+ * host's wall clock, which the agent's AWS-aligned clock may clamp a few ms below: run 25 of 30 (a
+ * fence confirmed before the heartbeat was stamped) was logged 2 ms after that stamp.
+ */
 function fencesLogged(active: LocalCluster): number[] {
   return active
     .logLines("agent-node-1.log")
     .filter((line) => line.message === FENCED)
-    .map((line) => Date.parse(String(line.timestamp)));
+    .map((line) => (typeof line.fencedAt === "number" ? line.fencedAt : Date.parse(String(line.timestamp))));
 }
 
 /**
