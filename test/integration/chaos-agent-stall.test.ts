@@ -72,6 +72,12 @@ function stubbornWriter(active: LocalCluster, id: string): { acked: string[]; st
 const FENCED = "writes fenced: this primary refuses writes";
 
 /**
+ * The start of five processes and DynamoDB Local, bounded to catch a hang: 30 s was exceeded once in
+ * 29 runs at load 16 (run 29 of test:repeat), before anything under test ran.
+ */
+const READY_MS = 90_000;
+
+/**
  * When node-1's agent had its fence confirmed by the database, ms, on the agent's clock (the
  * line's `fencedAt`): the clock of the heartbeat's `agent_updated`. The line's own timestamp is the
  * host's wall clock, which the agent's AWS-aligned clock may clamp a few ms below: run 25 of 30 (a
@@ -106,10 +112,10 @@ function stallEvidence(
 
 describe("chaos: stalled agents", () => {
   it("neither fails over nor marks the shard offline when every agent stalls past the failure timeout", {
-    timeout: 120_000,
+    timeout: 180_000,
   }, async () => {
     // Prepare
-    cluster = await startChaosCluster();
+    cluster = await startChaosCluster({ readyTimeoutMs: READY_MS });
     const active = cluster;
     const before = await active.topology();
     const writer = stubbornWriter(active, "node-1");
@@ -172,11 +178,11 @@ describe("chaos: stalled agents", () => {
   });
 
   it("keeps the old primary's writes fenced while the shard is offline, and loses no acknowledged write", {
-    timeout: 120_000,
+    timeout: 180_000,
   }, async () => {
     // Prepare: node-1 has priority 0 (never promoted), which holds the shard offline while its
     // own agent is back, long enough to watch what it does with its write fence.
-    cluster = await startChaosCluster({ priorities: [0, 100, 100] });
+    cluster = await startChaosCluster({ priorities: [0, 100, 100], readyTimeoutMs: READY_MS });
     const active = cluster;
     const writer = stubbornWriter(active, "node-1");
     stopWriter = writer.stop;
