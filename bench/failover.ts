@@ -448,7 +448,10 @@ async function runSystem(
   } finally {
     await workload.stop();
     await haproxy?.stop();
-    const finalPrimary = await system.primaryAddress().catch(() => undefined);
+    // A system whose setup failed throws synchronously here: not a reason to lose the other rows.
+    const finalPrimary = await Promise.resolve()
+      .then(() => system.primaryAddress())
+      .catch(() => undefined);
     if (finalPrimary && workload.stats().acked > 0) {
       const verified = await verifyOn(workload, finalPrimary).catch(() => undefined);
       if (verified) final = { checked: verified.checked, lost: verified.lost.length };
