@@ -14,7 +14,7 @@ import { buildHeartbeat } from "./heartbeat-report.ts";
 import { isParked, type ProbeResult } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
 import { withStoreTimeout } from "./scheduling.ts";
-import { readSnapshot, reconcile, reportNamedReplica, topologyToWatch, verdictFor } from "./topology-read.ts";
+import { readSnapshot, reconcile, replicaToWatch, reportNamedReplica, verdictFor } from "./topology-read.ts";
 import { endFailsafe, observeStoreWitnesses, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /**
@@ -135,7 +135,7 @@ async function cycle(
   ctx.topologyFresh = snapshot !== undefined;
   if (snapshot === undefined) schedule.request();
   if (info && snapshot) {
-    schedule.topologyDoubt = topologyToWatch(ctx, snapshot, info);
+    schedule.topologyDoubt = replicaToWatch(ctx, snapshot, info);
     const verdict = verdictFor(ctx, snapshot, info);
     if (verdict.kind === "keep" && verdict.conflict !== undefined) {
       reportIdentityConflict(ctx, verdict.conflict);

@@ -1,3 +1,4 @@
+import { topologyToWatch } from "../core/agent-cycle.ts";
 import { reportWindowMs } from "../core/freshness.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { nodeIdsByAddress } from "../core/write-guard.ts";
@@ -140,19 +141,19 @@ export async function reconcile(
   });
 }
 
-/**
- * A replica's topology read shows something to watch: the shard neither online nor paused, a
- * primary other than the one it follows, or that primary's heartbeat stale or its database down.
- */
-export function topologyToWatch(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): boolean {
+/** A replica's topology read shows something to watch (`topologyToWatch`, src/core/agent-cycle.ts). */
+export function replicaToWatch(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): boolean {
   if (info.role !== "replica") return false;
-  const topology = snapshot.topology;
-  // Paused: no automatic action to report for (a switchover asks with REPORT).
-  if (topology === undefined || (topology.status !== "online" && topology.status !== "paused")) return true;
-  const named = topologyPrimary(topology);
-  const following = info.primary ? `${info.primary.host}:${info.primary.port}` : undefined;
-  if (named === undefined || named.address !== following) return true;
-  const primary = snapshot.nodes.find((node) => node.node_id === named.node_id);
-  if (primary === undefined || primary.db_status !== "up") return true;
-  return ctx.deps.clock.now() - primary.last_updated / 1000 > ctx.options.failureTimeoutMs;
+  const named = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
+  return topologyToWatch(
+    {
+      topology: snapshot.topology,
+      named,
+      following: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+      heartbeat:
+        named === undefined ? undefined : snapshot.nodes.find((node) => node.node_id === named.node_id),
+    },
+    ctx.options,
+    ctx.deps.clock.now(),
+  );
 }

@@ -1,5 +1,5 @@
 import { CRASH_CONFIRM_MS } from "./crash.ts";
-import type { CrashReport, HeartbeatInput, Role } from "./model.ts";
+import type { CrashReport, Heartbeat, HeartbeatInput, Role, Topology } from "./model.ts";
 import type { Wake } from "./wake.ts";
 
 /**
@@ -230,6 +230,31 @@ export function planWake(
     };
   }
   return wokeFor === wake.key ? { wake: undefined, wokeFor } : { wake, wokeFor: wake.key };
+}
+
+/** What a replica's topology read says of the primary it follows. */
+export interface FollowedPrimary {
+  readonly topology: Topology | undefined;
+  /** The primary the topology names (the failover's target once past PROMOTE). */
+  readonly named: { readonly node_id: string; readonly address: string } | undefined;
+  /** host:port the replica's database follows. */
+  readonly following: string | undefined;
+  /** The named primary's heartbeat in the same snapshot. */
+  readonly heartbeat: Heartbeat | undefined;
+}
+
+/**
+ * A replica's topology read shows something to watch: the shard neither online nor paused, a
+ * primary other than the one it follows, or that primary's heartbeat stale or its database down.
+ * The replica then reports every cycle (`topologyDoubt`) until it reads otherwise.
+ */
+export function topologyToWatch(read: FollowedPrimary, timings: AgentCycleTimings, now: number): boolean {
+  const { topology, named, heartbeat } = read;
+  // Paused: no automatic action to report for (a switchover asks with REPORT).
+  if (topology === undefined || (topology.status !== "online" && topology.status !== "paused")) return true;
+  if (named === undefined || named.address !== read.following) return true;
+  if (heartbeat === undefined || heartbeat.db_status !== "up") return true;
+  return now - heartbeat.last_updated / 1000 > timings.failureTimeoutMs;
 }
 
 /** The plan of one cycle from what it observed so far (see the file's comment). */

@@ -3,12 +3,14 @@ import {
   type AgentCycleState,
   type CycleObservation,
   DOUBT_HEARTBEAT_MS,
+  type FollowedPrimary,
   keepaliveMs,
   planCycle,
   reportSignature,
+  topologyToWatch,
 } from "../../src/core/agent-cycle.ts";
 import type { HeartbeatInput } from "../../src/core/model.ts";
-import { aHeartbeat } from "../support/builders.ts";
+import { aHeartbeat, aShard, NOW as BUILDER_NOW } from "../support/builders.ts";
 
 /**
  * planCycle: what one heartbeat cycle of the agent does, from what it remembers and what it
@@ -398,5 +400,65 @@ describe("keepaliveMs: the longest an agent stays silent while nothing it report
     },
   ])("$name", ({ state, role, expected }) => {
     expect(keepaliveMs(state, timings, role, NOW)).toBe(expected);
+  });
+});
+
+describe("topologyToWatch: a replica reports every cycle while its topology read shows something to watch", () => {
+  const online = aShard().build().topology;
+  const p1 = { node_id: "p1", address: "p1.local:6379" };
+  const fresh = aHeartbeat({ node_id: "p1", role: "primary", ageMs: 200 });
+  it.each<{ name: string; read: FollowedPrimary; watch: boolean }>([
+    {
+      name: "nothing while it follows the named primary, fresh and up",
+      read: { topology: online, named: p1, following: p1.address, heartbeat: fresh },
+      watch: false,
+    },
+    {
+      name: "no topology yet",
+      read: { topology: undefined, named: undefined, following: p1.address, heartbeat: fresh },
+      watch: true,
+    },
+    {
+      name: "the shard failing over",
+      read: {
+        topology: aShard().failingOver("epoch_bumped").build().topology,
+        named: p1,
+        following: p1.address,
+        heartbeat: fresh,
+      },
+      watch: true,
+    },
+    {
+      name: "another primary named",
+      read: {
+        topology: online,
+        named: { node_id: "r2", address: "r2.local:6379" },
+        following: p1.address,
+        heartbeat: fresh,
+      },
+      watch: true,
+    },
+    {
+      name: "the primary's database down",
+      read: {
+        topology: online,
+        named: p1,
+        following: p1.address,
+        heartbeat: { ...fresh, db_status: "down" },
+      },
+      watch: true,
+    },
+    {
+      name: "the primary's heartbeat stale",
+      read: {
+        topology: online,
+        named: p1,
+        following: p1.address,
+        heartbeat: aHeartbeat({ node_id: "p1", role: "primary", ageMs: 3500 }),
+      },
+      watch: true,
+    },
+  ])("$name", ({ read, watch }) => {
+    expect(topologyToWatch(read, timings, BUILDER_NOW)).toBe(watch);
   });
 });
