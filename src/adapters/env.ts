@@ -1,4 +1,6 @@
-import { type FailoverConfig, failoverConfigSchema } from "../core/config.ts";
+import { describeIssues, type FailoverConfig, failoverConfigSchema } from "../core/config.ts";
+import { ConfigurationError } from "../core/errors.ts";
+import { type PrimaryRecords, primaryRecordsSchema } from "../core/primary-record.ts";
 import { DEFAULT_QUEUE_PREFIX, DEFAULT_TABLE_NAME } from "../core/table.ts";
 import { loadSettings, type Setting } from "./settings.ts";
 
@@ -59,6 +61,8 @@ export const ENV = {
   httpCert: "SHARDGUARD_HTTP_CERT",
   httpKey: "SHARDGUARD_HTTP_KEY",
   agentConfig: "SHARDGUARD_AGENT_CONFIG",
+  /** JSON: shard id → `{ hostedZoneId, name, ttl }`, the controller's DNS record per shard (docs/clients.md#dns). */
+  primaryRecords: "SHARDGUARD_PRIMARY_RECORDS",
   /** A directory: every AWS request a component makes is appended there (src/adapters/aws-call-journal.ts). */
   awsCallLog: "SHARDGUARD_AWS_CALL_LOG",
 } as const;
@@ -142,4 +146,21 @@ export function tableNameFromEnv(env: NodeJS.ProcessEnv): string {
 
 export function queuePrefixFromEnv(env: NodeJS.ProcessEnv): string {
   return env[ENV.queuePrefix] || DEFAULT_QUEUE_PREFIX;
+}
+
+/** The controller's DNS records per shard (`SHARDGUARD_PRIMARY_RECORDS`), or none when unset. */
+export function primaryRecordsFromEnv(env: NodeJS.ProcessEnv): PrimaryRecords | undefined {
+  const text = env[ENV.primaryRecords];
+  if (text === undefined || text.trim() === "") return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new ConfigurationError(
+      `${ENV.primaryRecords}: not JSON (a map of shard id to { hostedZoneId, name, ttl })`,
+    );
+  }
+  const result = primaryRecordsSchema.safeParse(parsed);
+  if (!result.success) throw new ConfigurationError(`${ENV.primaryRecords}: ${describeIssues(result.error)}`);
+  return result.data;
 }

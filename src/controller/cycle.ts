@@ -1,3 +1,4 @@
+import { tryParseAddress } from "../core/address.ts";
 import { decideContinuation, FailoverStateMissing } from "../core/continuation.ts";
 import { type Decision, decide, sameDecision } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
@@ -62,6 +63,7 @@ export async function runShardCycle(
           reportWindowMs(deps),
         );
       }
+      await syncPrimaryRecord(deps, snapshot, options);
       return { ...base, outcome: "no_action", epoch: snapshot.topology?.epoch, reason: decision.reason };
     case "initialize":
       return { ...base, ...(await initialize(deps, shard, decision)) };
@@ -71,6 +73,18 @@ export async function runShardCycle(
     case "continue_failover":
       return { ...base, ...(await underLock(deps, shard, decision, options)) };
   }
+}
+
+/**
+ * The primary's DNS record, after the confirm phase: a shard whose topology names a primary online
+ * has its record brought to that epoch (once per epoch per process; fenced by epoch in Route 53).
+ */
+async function syncPrimaryRecord(deps: ControllerDeps, snapshot: ShardSnapshot, options: CycleOptions) {
+  const topology = snapshot.topology;
+  if (!deps.primaryRecords?.has(snapshot.shard) || options.act === false) return;
+  if (topology?.status !== "online" || topology.primary_address === undefined) return;
+  const address = tryParseAddress(topology.primary_address);
+  if (address) await deps.primaryRecords.sync(snapshot.shard, topology.epoch, address.host);
 }
 
 async function initialize(

@@ -6,6 +6,7 @@ import { errorMessage, ShardguardError } from "../core/errors.ts";
 import type { FailoverPhase } from "../core/model.ts";
 import type { EventPublisher, EventType, Logger, Metrics } from "../core/observability.ts";
 import type { Clock, CommandBus, CoordinationStore } from "../core/ports.ts";
+import type { PrimaryRecordPublisher } from "../core/primary-record.ts";
 
 /** What the orchestrator's parts share: ports, config, timeouts, outcomes. */
 
@@ -60,6 +61,8 @@ export interface ControllerDeps {
   readonly sleep?: (ms: number) => Promise<void>;
   /** Lock owner tokens. @default "controller-" + random UUID */
   readonly newOwner?: () => string;
+  /** The shards' DNS records that follow the primary (docs/clients.md#dns). @default none */
+  readonly primaryRecords?: PrimaryRecordPublisher;
   /** Called after each phase's work is done; tests use it to stop a controller at a precise point. */
   readonly onPhase?: (shard: string, phase: FailoverPhase, epoch: number) => void | Promise<void>;
 }

@@ -1,8 +1,10 @@
 import { EventBridgeClient } from "@aws-sdk/client-eventbridge";
+import { Route53Client } from "@aws-sdk/client-route-53";
 import { callJournalFromEnv, createAwsAdapters } from "../adapters/aws-adapters.ts";
-import { ENV, failoverConfigFromEnv } from "../adapters/env.ts";
+import { ENV, failoverConfigFromEnv, primaryRecordsFromEnv } from "../adapters/env.ts";
 import { EventBridgePublisher } from "../adapters/eventbridge-publisher.ts";
 import { logEventPublisher } from "../adapters/observability.ts";
+import { Route53PrimaryRecords } from "../adapters/route53-primary-record.ts";
 import { ConfigurationError } from "../core/errors.ts";
 import type { EventPublisher, Logger, Metrics } from "../core/observability.ts";
 import type { WakeReceiver } from "../core/wake.ts";
@@ -50,6 +52,15 @@ export function createControllerRuntime(
     if (journal) eventBridge.middlewareStack.use(journal.plugin("events"));
     events = new EventBridgePublisher({ client: eventBridge, eventBusName });
   }
+  const records = primaryRecordsFromEnv(env);
+  // Route 53 is a global service with one endpoint (us-east-1); a failed call is retried next cycle.
+  const route53 = records
+    ? new Route53Client({ region: "us-east-1", maxAttempts: 2, requestHandler: { requestTimeout: 3000 } })
+    : undefined;
+  const primaryRecords =
+    records && route53
+      ? new Route53PrimaryRecords({ client: route53, records, logger: options.log })
+      : undefined;
   return {
     wake: aws.wake,
     deps: {
@@ -60,10 +71,12 @@ export function createControllerRuntime(
       config,
       log: options.log,
       metrics: options.metrics,
+      ...(primaryRecords ? { primaryRecords } : {}),
     },
     destroy() {
       aws.destroy();
       eventBridge?.destroy();
+      route53?.destroy();
     },
   };
 }
