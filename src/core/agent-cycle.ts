@@ -1,4 +1,5 @@
 import { CRASH_CONFIRM_MS } from "./crash.ts";
+import { isFresh } from "./freshness.ts";
 import type { CrashReport, Heartbeat, HeartbeatInput, Role, Topology } from "./model.ts";
 import type { Wake } from "./wake.ts";
 
@@ -254,7 +255,7 @@ export function topologyToWatch(read: FollowedPrimary, timings: AgentCycleTiming
   if (topology === undefined || (topology.status !== "online" && topology.status !== "paused")) return true;
   if (named === undefined || named.address !== read.following) return true;
   if (heartbeat === undefined || heartbeat.db_status !== "up") return true;
-  return now - heartbeat.last_updated / 1000 > timings.failureTimeoutMs;
+  return !isFresh(heartbeat, timings, now);
 }
 
 /** The plan of one cycle from what it observed so far (see the file's comment). */

@@ -458,6 +458,16 @@ describe("topologyToWatch: a replica reports every cycle while its topology read
       },
       watch: true,
     },
+    {
+      name: "the primary's heartbeat dated beyond the clock bound (no evidence it is alive, as in decide)",
+      read: {
+        topology: online,
+        named: p1,
+        following: p1.address,
+        heartbeat: aHeartbeat({ node_id: "p1", role: "primary", ageMs: -60_000 }),
+      },
+      watch: true,
+    },
   ])("$name", ({ read, watch }) => {
     expect(topologyToWatch(read, timings, BUILDER_NOW)).toBe(watch);
   });
