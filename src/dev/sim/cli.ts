@@ -45,6 +45,7 @@ function summary(result: SimResult) {
     modelErrors: result.modelErrors,
     simulatedMs: result.simulatedMs,
     wallMs: result.wallMs,
+    cpuMs: result.cpuMs,
     speedup: Math.round(result.simulatedMs / Math.max(1, result.wallMs)),
     faults: result.faults,
     writes: result.writes,
@@ -79,7 +80,7 @@ async function main(): Promise<void> {
             ? "INVALID"
             : "unknown";
     console.log(
-      `seed ${seed}: ${verdict}, ${(result.simulatedMs / 60_000).toFixed(1)} simulated min in ${(result.wallMs / 1000).toFixed(1)} s (${line.speedup}x), ` +
+      `seed ${seed}: ${verdict}, ${(result.simulatedMs / 60_000).toFixed(1)} simulated min in ${(result.wallMs / 1000).toFixed(1)} s (${line.speedup}x; CPU ${(result.cpuMs / 1000).toFixed(1)} s, ${Math.round(result.simulatedMs / Math.max(1, result.cpuMs))}x; rss ${Math.round(process.memoryUsage().rss / 1e6)} MB), ` +
         `${result.faults} faults, ${line.stats.epochChanges} epoch changes, ${line.stats.ackedByReplica} replica-acked writes, ${line.lost} lost`,
     );
     const bad = result.valid !== true || result.modelErrors.length > 0;
@@ -108,6 +109,13 @@ async function main(): Promise<void> {
     simulatedHours: simulatedMs / 3_600_000,
     wallSeconds: wallMs / 1000,
     simulatedMinutesPerWallMinute: Math.round(simulatedMs / Math.max(1, wallMs)),
+    simulatedMinutesPerCpuMinute: Math.round(
+      simulatedMs /
+        Math.max(
+          1,
+          results.reduce((sum, r) => sum + r.cpuMs, 0),
+        ),
+    ),
     results,
   };
   const path = join(options.out, `sim-${options.first}-${options.seeds}.json`);

@@ -21,6 +21,18 @@ export const SDK_TIMEOUT_MS = 3000;
 
 type Item = Record<string, unknown>;
 
+/** A copy of an item (flat values and string sets): what leaves or enters the table is never shared. */
+function copyItem(item: Item): Item {
+  const copy: Item = {};
+  for (const [key, value] of Object.entries(item)) copy[key] = copyValue(value);
+  return copy;
+}
+
+function copyValue(value: unknown): unknown {
+  if (value instanceof Set) return new Set(value);
+  return typeof value === "object" && value !== null ? structuredClone(value) : value;
+}
+
 export interface CallerFaults {
   /** Probability that a request is answered ThrottlingException. */
   throttle?: number;
@@ -193,7 +205,7 @@ function conditionHolds(expression: string | undefined, item: Item | undefined, 
 
 function applyUpdate(expression: string, item: Item, ctx: Context): Item {
   const parser = new Parser(expression, ctx);
-  const next: Item = structuredClone(item);
+  const next: Item = copyItem(item);
   let clause = "";
   while (parser.peek() !== undefined) {
     const upper = parser.peek()?.toUpperCase() as string;
@@ -215,7 +227,7 @@ function applyUpdate(expression: string, item: Item, ctx: Context): Item {
         const right = Number(parser.operand(item));
         value = sign === "+" ? Number(value) + right : Number(value) - right;
       }
-      next[path] = structuredClone(value);
+      next[path] = copyValue(value);
     } else if (clause === "REMOVE") {
       delete next[path];
     } else if (clause === "ADD") {
@@ -258,7 +270,7 @@ export class DynamoTable {
 
   get(key: Record<string, unknown>): Item | undefined {
     const item = this.items.get(DynamoTable.keyOf(key));
-    return item === undefined ? undefined : structuredClone(item);
+    return item === undefined ? undefined : copyItem(item);
   }
 
   /** Checks one write's condition and returns the item it leaves (undefined: deleted/none), or throws ConditionFailed. */
@@ -275,7 +287,7 @@ export class DynamoTable {
       throw new ConditionFailed(current, input.ReturnValuesOnConditionCheckFailure === "ALL_OLD");
     switch (request.kind) {
       case "Put":
-        return { key, next: structuredClone(input.Item as Item), changes: true };
+        return { key, next: copyItem(input.Item as Item), changes: true };
       case "Delete":
         return { key, next: undefined, changes: true };
       case "ConditionCheck":
@@ -305,9 +317,8 @@ export class DynamoTable {
         const result = this.#evaluate({ kind, input });
         const old = this.items.get(result.key);
         this.#commit(result.key, result.next);
-        if (input.ReturnValues === "ALL_OLD") return { Attributes: old && structuredClone(old) };
-        if (input.ReturnValues === "ALL_NEW")
-          return { Attributes: result.next && structuredClone(result.next) };
+        if (input.ReturnValues === "ALL_OLD") return { Attributes: old && copyItem(old) };
+        if (input.ReturnValues === "ALL_NEW") return { Attributes: result.next && copyItem(result.next) };
         return {};
       }
       case "QueryCommand":
@@ -348,7 +359,7 @@ export class DynamoTable {
       last = { pk: tail.pk, sk: tail.sk };
     }
     return {
-      Items: matches.map((item) => structuredClone(item)),
+      Items: matches.map((item) => copyItem(item)),
       Count: matches.length,
       LastEvaluatedKey: last,
     };

@@ -127,7 +127,7 @@ export class SimConnection {
   serverDied(server: RedisServer): void {
     if (this.#server !== server || this.#state !== "ready") return;
     const net = this.#cluster.net;
-    if (net.isCut(server.machine, this.#machine)) return;
+    // The FIN crosses a cut once it heals (TCP retransmits it).
     net.send(Network.channel(), `${server.machine}/kernel`, this.#clientHost(), () => {
       if (this.#server !== server || this.#state !== "ready") return;
       this.#closeNow();

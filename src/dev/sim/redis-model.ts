@@ -393,12 +393,11 @@ export class RedisServer {
     link.down.closed = true;
     this.link = undefined;
     const master = link.master;
-    // The master hears the close when the path allows (else its repl-timeout drops the replica).
-    if (master && !this.cluster.net.isCut(this.machine, master.machine))
-      this.sched.schedule(
-        this.cluster.net.latency(this.machine, master.machine),
-        () => master.removeReplica(link.id),
-        master.host,
+    // The master hears the close (TCP's FIN, retransmitted through a cut until it heals); a replica
+    // that died with its machine cut off is dropped by the master's repl-timeout instead.
+    if (master)
+      this.cluster.net.send(Network.channel(), `${this.machine}/kernel`, master.host, () =>
+        master.removeReplica(link.id),
       );
   }
 

@@ -72,8 +72,8 @@ class VirtualTimeout {
 export class Scheduler {
   readonly random: Random;
   readonly #hosts = new AsyncLocalStorage<string>();
-  /** Timers not yet due, unsorted; small enough (tens) that a linear scan beats a heap's upkeep. */
-  #timers: Timer[] = [];
+  /** Timers not yet due: a binary min-heap on (at, tie). Cancelled ones are dropped when popped. */
+  readonly #heap: Timer[] = [];
   readonly #byId = new Map<number, Timer>();
   /** host -> timers that came due while it was paused, in due order. */
   readonly #held = new Map<string, Timer[]>();
@@ -120,7 +120,7 @@ export class Scheduler {
       interval,
       cancelled: false,
     };
-    this.#timers.push(timer);
+    this.#push(timer);
     this.#byId.set(timer.id, timer);
     return timer;
   }
@@ -144,7 +144,7 @@ export class Scheduler {
     // instants would be ordered by the random tie-break).
     held.forEach((timer, index) => {
       timer.at = this.#now + index * 0.001;
-      this.#timers.push(timer);
+      this.#push(timer);
     });
   }
 
@@ -157,7 +157,6 @@ export class Scheduler {
     this.#dead.add(host);
     this.#held.delete(host);
     this.#paused.delete(host);
-    this.#timers = this.#timers.filter((timer) => timer.host !== host);
   }
 
   isDead(host: string | undefined): boolean {
@@ -184,7 +183,7 @@ export class Scheduler {
       if (next.interval === undefined) this.#byId.delete(next.id);
       else {
         next.at = this.#now + Math.max(1, next.interval);
-        this.#timers.push(next);
+        this.#push(next);
       }
       this.fired++;
       this.onHost(next.host, next.fn);
@@ -194,26 +193,46 @@ export class Scheduler {
   }
 
   #earliest(): number | undefined {
-    let best: number | undefined;
-    for (const timer of this.#timers) if (best === undefined || timer.at < best) best = timer.at;
-    return best;
+    return this.#heap[0]?.at;
+  }
+
+  static #before(a: Timer, b: Timer): boolean {
+    return a.at < b.at || (a.at === b.at && a.tie < b.tie);
+  }
+
+  #push(timer: Timer): void {
+    const heap = this.#heap;
+    heap.push(timer);
+    let index = heap.length - 1;
+    while (index > 0) {
+      const parent = (index - 1) >> 1;
+      if (!Scheduler.#before(timer, heap[parent] as Timer)) break;
+      heap[index] = heap[parent] as Timer;
+      index = parent;
+    }
+    heap[index] = timer;
   }
 
   #popDue(until: number): Timer | undefined {
-    let bestIndex = -1;
-    let best: Timer | undefined;
-    for (let index = 0; index < this.#timers.length; index++) {
-      const timer = this.#timers[index] as Timer;
-      if (timer.at > until) continue;
-      if (best === undefined || timer.at < best.at || (timer.at === best.at && timer.tie < best.tie)) {
-        best = timer;
-        bestIndex = index;
+    const heap = this.#heap;
+    const top = heap[0];
+    if (top === undefined || top.at > until) return undefined;
+    const last = heap.pop() as Timer;
+    if (heap.length > 0) {
+      let index = 0;
+      for (;;) {
+        const left = 2 * index + 1;
+        if (left >= heap.length) break;
+        const right = left + 1;
+        const child =
+          right < heap.length && Scheduler.#before(heap[right] as Timer, heap[left] as Timer) ? right : left;
+        if (!Scheduler.#before(heap[child] as Timer, last)) break;
+        heap[index] = heap[child] as Timer;
+        index = child;
       }
+      heap[index] = last;
     }
-    if (best === undefined) return undefined;
-    const last = this.#timers.pop() as Timer;
-    if (bestIndex < this.#timers.length) this.#timers[bestIndex] = last;
-    return best;
+    return top;
   }
 
   /** Lets every promise that is ready run: one real macrotask hop drains the microtask queue. */

@@ -53,6 +53,8 @@ export interface SimResult {
   readonly seed: number;
   readonly simulatedMs: number;
   readonly wallMs: number;
+  /** CPU time (user) this process spent on the run: the figure a loaded machine does not distort. */
+  readonly cpuMs: number;
   readonly valid: CheckResult["valid"];
   /** The checker's violations and the simulator's own (the shard must end online). */
   readonly violations: readonly string[];
@@ -556,6 +558,7 @@ export class SimWorld {
 
   async run(options: SimOptions): Promise<SimResult> {
     const started = process.hrtime.bigint();
+    const cpuStarted = process.cpuUsage();
     const minutes = options.minutes ?? 5;
     const faultsUntil = minutes * 60_000;
     const settle = (options.settleSeconds ?? 60) * 1000;
@@ -612,6 +615,7 @@ export class SimWorld {
         seed: options.seed,
         simulatedMs: this.sched.elapsed,
         wallMs: Number((process.hrtime.bigint() - started) / 1_000_000n),
+        cpuMs: Math.round(process.cpuUsage(cpuStarted).user / 1000),
         valid: violations.length > result.violations.length ? false : result.valid,
         violations,
         check: result,
