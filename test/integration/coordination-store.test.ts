@@ -4,13 +4,15 @@ import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adap
 import { AwsClock } from "../../src/adapters/clock.ts";
 import { createDynamoCoordinationStore } from "../../src/adapters/dynamo-coordination-store.ts";
 import { silentLogger } from "../../src/adapters/observability.ts";
+import { listAllShards } from "../../src/cli/aws-session.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
 import type { HeartbeatInput, HistoryRecord, Topology } from "../../src/core/model.ts";
 import type { Logger } from "../../src/core/observability.ts";
 import { type Clock, type CoordinationStore, LockLost } from "../../src/core/ports.ts";
-import { keys } from "../../src/core/table.ts";
+import { keys, SHARD_INDEX } from "../../src/core/table.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
-import { awsEnv, tableName, uniqueName } from "../support/aws.ts";
+import { ensureTable } from "../../src/dev/local-stack/table.ts";
+import { awsEnv, dynamoClient, tableName, uniqueName } from "../support/aws.ts";
 import { waitFor } from "../support/wait.ts";
 
 const opened: AwsAdapters[] = [];
@@ -653,6 +655,52 @@ describe("shard index", () => {
       mine.map(() => 1),
     );
     expect(Math.max(...pageSizes)).toBeLessThanOrEqual(3);
+  });
+
+  it("lists the legacy index partition too, and skips the rest of a shard's entries after the page it was met on", async () => {
+    // Prepare: a table of its own, so that the pages hold only this test's shards.
+    const table = uniqueName("idx").slice(0, 40);
+    const client = dynamoClient();
+    await ensureTable(client, table);
+    client.destroy();
+    const { store, clients } = adapters({ tableName: table });
+    for (const shard of ["a1", "b2", "c3"]) await store.shards.register(shard);
+    // A release before issue 38 registered `old` (and `a1`) in the partition every agent wrote.
+    for (const shard of ["old", "a1"]) {
+      await clients.documents.send(
+        new PutCommand({
+          TableName: table,
+          Item: { pk: keys.shardIndexPk, sk: keys.shardIndexSk(shard), shard },
+        }),
+      );
+    }
+    // b2's credentials flood its own partition with 30 items carrying the index key.
+    for (let index = 0; index < 30; index++) {
+      await clients.documents.send(
+        new PutCommand({
+          TableName: table,
+          Item: {
+            pk: keys.shardPk("b2"),
+            sk: `FLOOD#${index}`,
+            [SHARD_INDEX.partitionKey]: SHARD_INDEX.value,
+          },
+        }),
+      );
+    }
+
+    // Act
+    const pages: string[][] = [];
+    let token: string | undefined;
+    do {
+      const page = await store.shards.list(token, 3);
+      pages.push(page.shards);
+      token = page.nextPageToken;
+    } while (token);
+
+    // Assess: the index in two pages (a1 b2 | c3: b2's other 30 entries skipped unread, not 11
+    // pages), then the legacy partition; each id once after the callers' dedup.
+    expect(pages).toEqual([["a1", "b2"], ["c3"], ["a1", "old"]]);
+    expect(await listAllShards(store)).toEqual(["a1", "b2", "c3", "old"]);
   });
 });
 
