@@ -21,8 +21,8 @@ export interface PrimaryResolverOptions {
  * (a lagging replica of the table, a stale cache elsewhere) is ignored, so a client never switches
  * back to a demoted primary.
  *
- * While the shard is failing over or offline there is no primary to write to: `resolve` returns
- * undefined instead of the old address.
+ * While the shard is failing over (until its new primary is confirmed) or offline there is no
+ * primary to write to: `resolve` returns undefined instead of the old address.
  */
 export class PrimaryResolver {
   private readonly store: Pick<TopologyStore, "read">;
@@ -59,8 +59,26 @@ export class PrimaryResolver {
   }
 }
 
-/** The primary a topology names, when the shard is serving (online or paused for maintenance). */
+/**
+ * The primary a topology names, when the shard is serving (online or paused for maintenance), or
+ * when a change has confirmed its target (phase `repoint` or `cleanup`: PROMOTE applied and the
+ * target's own heartbeat observed as primary at the change's epoch): from then on the change is
+ * only tidied up, and clients need not wait for that to take writes to the new primary.
+ */
 export function endpointOf(topology: Topology): PrimaryEndpoint | undefined {
+  const failover = topology.failover;
+  if (
+    topology.status === "failing_over" &&
+    failover !== undefined &&
+    (topology.phase === "repoint" || topology.phase === "cleanup")
+  ) {
+    return {
+      shard: topology.shard,
+      epoch: topology.epoch,
+      nodeId: failover.new_primary_node_id,
+      address: failover.new_primary_address,
+    };
+  }
   if (topology.status !== "online" && topology.status !== "paused") return undefined;
   if (!topology.primary_node_id || !topology.primary_address) return undefined;
   return {

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type AwsAdapters, createAwsAdapters } from "../adapters/aws-adapters.ts";
 import { ENV } from "../adapters/env.ts";
+import { endpointOf } from "../client/primary-resolver.ts";
 import { type FailoverConfigInput, parseFailoverConfig } from "../core/config.ts";
 import type { Heartbeat, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
@@ -406,12 +407,13 @@ export class LocalCluster {
     return this.aws.store.topology.read(this.shard);
   }
 
-  /** The primary's host:port as the topology advertises it to clients (undefined while failing over). */
+  /**
+   * The primary's host:port as the topology advertises it to clients, the way the client library
+   * reads it (`endpointOf`): undefined while failing over until the new primary is confirmed.
+   */
   async primaryAddress(): Promise<string | undefined> {
     const topology = await this.topology();
-    return topology?.status === "online" || topology?.status === "paused"
-      ? topology.primary_address
-      : undefined;
+    return topology === undefined ? undefined : endpointOf(topology)?.address;
   }
 
   heartbeatOf(snapshot: ShardSnapshot, id: string): Heartbeat | undefined {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { PrimaryResolver } from "../../src/client/primary-resolver.ts";
+import { endpointOf, PrimaryResolver } from "../../src/client/primary-resolver.ts";
 import type { Topology } from "../../src/core/model.ts";
 
 function topology(epoch: number, primary: string, status: Topology["status"] = "online"): Topology {
@@ -65,5 +65,34 @@ describe("PrimaryResolver", () => {
     now = 1500;
     expect((await resolver.resolve("s1"))?.nodeId).toBe("b");
     expect(store.reads()).toBe(2);
+  });
+});
+
+describe("endpointOf a topology failing over", () => {
+  const failingOver = (phase: Topology["phase"]): Topology => ({
+    ...topology(5, "a"),
+    status: "failing_over",
+    phase,
+    failover: {
+      kind: "switchover",
+      old_primary_node_id: "a",
+      new_primary_node_id: "b",
+      new_primary_address: "10.0.0.9:6379",
+      reason: "test",
+      started_at: 0,
+      candidates: [],
+      phase_started: {},
+    },
+  });
+
+  it.each([
+    { phase: "epoch_bumped", expected: undefined },
+    { phase: "catch_up", expected: undefined },
+    { phase: "promote", expected: undefined },
+    { phase: "confirm", expected: undefined },
+    { phase: "repoint", expected: { shard: "s1", epoch: 5, nodeId: "b", address: "10.0.0.9:6379" } },
+    { phase: "cleanup", expected: { shard: "s1", epoch: 5, nodeId: "b", address: "10.0.0.9:6379" } },
+  ] as const)("names the target only once it is confirmed: $phase", ({ phase, expected }) => {
+    expect(endpointOf(failingOver(phase))).toEqual(expected);
   });
 });

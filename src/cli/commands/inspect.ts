@@ -35,7 +35,7 @@ export function registerInspectCommands(program: Command): void {
   program
     .command("primary")
     .description(
-      `host:port of the shard's current primary, for scripts; exit ${NO_PRIMARY_EXIT_CODE} while it is failing over or offline`,
+      `host:port of the shard's current primary, for scripts; exit ${NO_PRIMARY_EXIT_CODE} while it is failing over (until the new primary is confirmed) or offline`,
     )
     .requiredOption("--shard <id>", "the shard")
     .action(async (options: { shard: string }) => {
