@@ -151,6 +151,9 @@ export class RedisServer {
   readonly #pausedWrites: Array<() => void> = [];
   readonly clientNames = new Map<number, string>();
   rdb: Rdb | undefined;
+  /** INFO stats: full syncs served and partial resyncs accepted since the process started. */
+  syncFull = 0;
+  syncPartialOk = 0;
   /** Called on every process start and death: connections to it close. */
   onLifecycle: (event: "start" | "death") => void = () => {};
   #pauseTimer: ReturnType<Scheduler["schedule"]> | undefined;
@@ -182,6 +185,8 @@ export class RedisServer {
     this.host = `${this.machine}/redis#${this.incarnation}`;
     this.up = true;
     this.runId = this.cluster.newReplid();
+    this.syncFull = 0;
+    this.syncPartialOk = 0;
     this.sched.schedule(1000 * this.sched.random.next(), () => this.#cronLoop(), this.host);
     this.onLifecycle("start");
   }
@@ -309,11 +314,13 @@ export class RedisServer {
     };
     this.replicas.set(linkId, link);
     if (this.#canContinue(replid, psyncOffset)) {
+      this.syncPartialOk++;
       const missed = this.log.filter((entry) => entry.start >= psyncOffset);
       const myReplid = this.replid;
       link.online = true;
       link.deliver((r) => r.continued(linkId, myReplid, missed));
     } else {
+      this.syncFull++;
       const snapshot = new Map(this.data);
       const replidNow = this.replid;
       const offsetNow = this.offset;
@@ -615,7 +622,15 @@ export class RedisServer {
   }
 
   info(): string {
-    const lines = ["# Server", `run_id:${this.runId}`, "# Replication", `role:${this.role}`];
+    const lines = [
+      "# Server",
+      `run_id:${this.runId}`,
+      "# Stats",
+      `sync_full:${this.syncFull}`,
+      `sync_partial_ok:${this.syncPartialOk}`,
+      "# Replication",
+      `role:${this.role}`,
+    ];
     if (this.role === "slave") {
       const [host, port] = splitAddress(this.masterAddress ?? ":0");
       const connected = this.link?.state === "connected";

@@ -1,0 +1,262 @@
+import { parseReplicationInfo, type ReplicationInfo } from "../../agent/redis-info.ts";
+import { Network } from "./network.ts";
+import { SimConnection } from "./redis-client.ts";
+import { REDIS_PORT, RedisCluster, RedisServer, type Reply } from "./redis-model.ts";
+import { Scheduler } from "./scheduler.ts";
+
+/**
+ * Conformance scenarios: scripted steps run against real redis-server processes
+ * (test/integration/sim-conformance.test.ts) and against the model, each returning what a client
+ * observes (roles, relations between replication ids and offsets, which writes exist, sync counters,
+ * which commands were refused). A difference is a bug in the model. Observations are relations
+ * (equal offsets, a replid carried as replid2), never raw byte offsets, which differ by design (the
+ * model counts 48 bytes per write).
+ */
+
+/** Three nodes `a` (primary), `b` and `c` (replicas of `a`), as both worlds start them. */
+export type NodeName = "a" | "b" | "c";
+
+export interface Driver {
+  command(node: NodeName, args: readonly string[]): Promise<Reply>;
+  info(node: NodeName): Promise<ReplicationInfo & { syncFull: number; syncPartialOk: number; keys: number }>;
+  /** REPLICAOF the other node, by name. */
+  replicaOf(node: NodeName, primary: NodeName): Promise<void>;
+  /** SIGSTOP / SIGCONT. */
+  pause(node: NodeName): Promise<void>;
+  resume(node: NodeName): Promise<void>;
+  sleep(ms: number): Promise<void>;
+}
+
+async function until(
+  driver: Driver,
+  what: string,
+  test: () => Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<void> {
+  for (let waited = 0; waited < timeoutMs; waited += 50) {
+    if (await test()) return;
+    await driver.sleep(50);
+  }
+  throw new Error(`conformance scenario: ${what} did not happen within ${timeoutMs} ms`);
+}
+
+async function linked(driver: Driver, ...nodes: NodeName[]): Promise<void> {
+  await until(driver, `${nodes.join(", ")} linked`, async () => {
+    for (const node of nodes) if ((await driver.info(node)).primary?.link !== "up") return false;
+    return true;
+  });
+}
+
+async function write(
+  driver: Driver,
+  node: NodeName,
+  from: number,
+  count: number,
+  replicas: number,
+): Promise<number> {
+  let acked = 0;
+  for (let seq = from; seq < from + count; seq++) {
+    await driver.command(node, ["SET", `k:${seq}`, String(seq)]);
+    acked = Number(await driver.command(node, ["WAIT", String(replicas), "1000"]));
+  }
+  return acked;
+}
+
+export type Observation = Record<string, unknown>;
+
+export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>> = {
+  /** REPLICAOF NO ONE keeps the offset and the old replid as replid2; the others continue from it (partial). */
+  async "failover keeps the lineage and the others resync partially"(driver) {
+    await linked(driver, "b", "c");
+    const ackedBefore = await write(driver, "a", 0, 20, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b and c at a's offset", async () => {
+      const [b, c] = [await driver.info("b"), await driver.info("c")];
+      return b.offset === a0.offset && c.offset === a0.offset;
+    });
+    await driver.command("b", ["REPLICAOF", "NO", "ONE"]);
+    const b1 = await driver.info("b");
+    await driver.replicaOf("c", "b");
+    await driver.replicaOf("a", "b");
+    await linked(driver, "a", "c");
+    const ackedAfter = await write(driver, "b", 20, 10, 2);
+    const [a2, b2, c2] = [await driver.info("a"), await driver.info("b"), await driver.info("c")];
+    return {
+      ackedBefore,
+      promotedRole: b1.role,
+      promotedKeepsOffset: b1.offset === a0.offset,
+      promotedNewReplid: b1.replId !== a0.replId,
+      promotedReplid2IsOld: b1.prior?.replId === a0.replId,
+      promotedSecondOffset: b1.prior?.offset === a0.offset,
+      ackedAfter,
+      partialSyncs: b2.syncPartialOk,
+      fullSyncs: b2.syncFull,
+      replicasAdoptReplid: a2.replId === b2.replId && c2.replId === b2.replId,
+      replicasKeepOldAsReplid2: a2.prior?.replId === a0.replId && c2.prior?.replId === a0.replId,
+      keys: [a2.keys, b2.keys, c2.keys],
+    };
+  },
+
+  /** A replica with writes the promoted node never had resyncs fully and loses them. */
+  async "a replica ahead of the promoted node resyncs fully"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    await driver.command("b", ["REPLICAOF", "NO", "ONE"]);
+    // The old primary goes on taking writes: c receives five that b never had.
+    await write(driver, "a", 10, 5, 1);
+    const cKeysBefore = (await driver.info("c")).keys;
+    await driver.replicaOf("c", "b");
+    await linked(driver, "c");
+    const [b, c] = [await driver.info("b"), await driver.info("c")];
+    return {
+      cKeysBefore,
+      fullSyncs: b.syncFull,
+      partialSyncs: b.syncPartialOk,
+      bKeys: b.keys,
+      cKeys: c.keys,
+    };
+  },
+
+  /** WAIT counts only replicas that acknowledged: a stalled replica is not counted. */
+  async "WAIT does not count a stalled replica"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 3, 2);
+    await driver.pause("b");
+    await driver.command("a", ["SET", "k:100", "100"]);
+    const waited = Number(await driver.command("a", ["WAIT", "2", "300"]));
+    await driver.resume("b");
+    await until(driver, "b caught up", async () => (await driver.info("b")).keys === 4);
+    const afterResume = Number(await driver.command("a", ["WAIT", "2", "1000"]));
+    return { waited, afterResume };
+  },
+
+  /** min-replicas-to-write refuses writes once a replica stops acknowledging for max-lag, and accepts again after. */
+  async "min-replicas refuses after a replica stops acknowledging"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 2, 2);
+    await driver.command("a", ["CONFIG", "SET", "min-replicas-max-lag", "1"]);
+    await driver.command("a", ["CONFIG", "SET", "min-replicas-to-write", "2"]);
+    const acceptedFirst = await accepts(driver, "a", 1000);
+    await driver.pause("b");
+    let refusedWithin: number | undefined;
+    for (let ms = 0; ms <= 6000; ms += 250) {
+      if (!(await accepts(driver, "a", 1001 + ms))) {
+        refusedWithin = ms;
+        break;
+      }
+      await driver.sleep(250);
+    }
+    await driver.resume("b");
+    let acceptsAgain = false;
+    for (let ms = 0; ms <= 4000 && !acceptsAgain; ms += 250) {
+      acceptsAgain = await accepts(driver, "a", 2000 + ms);
+      if (!acceptsAgain) await driver.sleep(250);
+    }
+    return {
+      acceptedFirst,
+      // Redis compares whole seconds, once a second: refused between 1 and 3.5 s after the stall.
+      refusedBetween1And3500ms: refusedWithin !== undefined && refusedWithin >= 1000 && refusedWithin <= 3500,
+      acceptsAgain,
+    };
+  },
+};
+
+async function accepts(driver: Driver, node: NodeName, seq: number): Promise<boolean> {
+  try {
+    await driver.command(node, ["SET", `k:${seq}`, String(seq)]);
+    return true;
+  } catch (error) {
+    if (/NOREPLICAS/.test(String(error))) return false;
+    throw error;
+  }
+}
+
+/** The model's side: three servers on virtual time, driven until each call settles. */
+export class ModelDriver implements Driver {
+  readonly sched: Scheduler;
+  readonly cluster: RedisCluster;
+  readonly #connections = new Map<NodeName, SimConnection>();
+
+  constructor(seed = 1) {
+    this.sched = new Scheduler(seed);
+    this.cluster = new RedisCluster(this.sched, new Network(this.sched));
+  }
+
+  /** Installs virtual time and starts the servers: `a` primary, `b` and `c` its replicas, default config. */
+  async start(): Promise<void> {
+    this.sched.install();
+    const config = new Map([
+      ["min-replicas-to-write", "0"],
+      ["min-replicas-max-lag", "10"],
+    ]);
+    for (const name of ["a", "b", "c"])
+      new RedisServer(this.cluster, { machine: name, backlogBytes: 1024 * 1024, configFile: config });
+    await this.replicaOf("b", "a");
+    await this.replicaOf("c", "a");
+  }
+
+  stop(): void {
+    this.sched.uninstall();
+  }
+
+  #server(node: NodeName): RedisServer {
+    return this.cluster.servers.get(node) as RedisServer;
+  }
+
+  #connection(node: NodeName): SimConnection {
+    let connection = this.#connections.get(node);
+    if (!connection) {
+      connection = new SimConnection(this.cluster, () => "client/test", `${node}:${REDIS_PORT}`, {
+        name: "conformance",
+        connectTimeoutMs: 60_000,
+        reconnectMs: 100,
+      });
+      this.#connections.set(node, connection);
+    }
+    return connection;
+  }
+
+  async #drive<T>(promise: Promise<T>): Promise<T> {
+    let settled = false;
+    const done = promise.finally(() => {
+      settled = true;
+    });
+    // Handled by the caller once the scheduler stops; not an unhandled rejection meanwhile.
+    done.catch(() => {});
+    await this.sched.runUntil(this.sched.now + 600_000, () => settled);
+    return done;
+  }
+
+  async command(node: NodeName, args: readonly string[]): Promise<Reply> {
+    const connection = this.#connection(node);
+    if (!connection.ready) await this.#drive(connection.connect());
+    return this.#drive(connection.call(args));
+  }
+
+  async info(node: NodeName) {
+    const text = String(await this.command(node, ["INFO"]));
+    const server = this.#server(node);
+    return {
+      ...parseReplicationInfo(text),
+      syncFull: server.syncFull,
+      syncPartialOk: server.syncPartialOk,
+      keys: server.data.size,
+    };
+  }
+
+  async replicaOf(node: NodeName, primary: NodeName): Promise<void> {
+    await this.command(node, ["REPLICAOF", primary, String(REDIS_PORT)]);
+  }
+
+  async pause(node: NodeName): Promise<void> {
+    this.sched.pause(this.#server(node).host);
+  }
+
+  async resume(node: NodeName): Promise<void> {
+    this.sched.resume(this.#server(node).host);
+  }
+
+  async sleep(ms: number): Promise<void> {
+    await this.sched.runUntil(this.sched.now + ms);
+  }
+}

@@ -1,0 +1,112 @@
+import type { Redis } from "ioredis";
+import { afterEach, describe, expect, it } from "vitest";
+import { parseReplicationInfo } from "../../src/agent/redis-info.ts";
+import { type RedisNode, startRedisNodes } from "../../src/dev/local-stack/redis-nodes.ts";
+import {
+  type Driver,
+  ModelDriver,
+  type NodeName,
+  type Observation,
+  SCENARIOS,
+} from "../../src/dev/sim/conformance.ts";
+
+/**
+ * Fidelity of the simulator's redis-server model (src/dev/sim/redis-model.ts): each scenario of
+ * src/dev/sim/conformance.ts runs against three real redis-server processes and against the model,
+ * and what a client observes must be the same. A difference is a bug in the model.
+ */
+
+class RealDriver implements Driver {
+  readonly nodes: Record<NodeName, RedisNode>;
+  readonly #clients = new Map<NodeName, Redis>();
+
+  constructor(nodes: readonly RedisNode[]) {
+    const [a, b, c] = nodes as [RedisNode, RedisNode, RedisNode];
+    this.nodes = { a, b, c };
+  }
+
+  #client(node: NodeName): Redis {
+    let client = this.#clients.get(node);
+    if (!client) {
+      client = this.nodes[node].client();
+      this.#clients.set(node, client);
+    }
+    return client;
+  }
+
+  async command(node: NodeName, args: readonly string[]) {
+    const [name, ...rest] = args as [string, ...string[]];
+    return (await this.#client(node).call(name, ...rest)) as string | number | string[];
+  }
+
+  async info(node: NodeName) {
+    const text = String(await this.#client(node).info());
+    const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(text)?.[1] ?? 0);
+    const keys = Number(await this.#client(node).dbsize());
+    return {
+      ...parseReplicationInfo(text),
+      syncFull: field("sync_full"),
+      syncPartialOk: field("sync_partial_ok"),
+      keys,
+    };
+  }
+
+  async replicaOf(node: NodeName, primary: NodeName) {
+    await this.#client(node).replicaof("127.0.0.1", this.nodes[primary].port);
+  }
+
+  async pause(node: NodeName) {
+    this.nodes[node].signal("SIGSTOP");
+  }
+
+  async resume(node: NodeName) {
+    this.nodes[node].signal("SIGCONT");
+  }
+
+  async sleep(ms: number) {
+    await new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  close() {
+    for (const client of this.#clients.values()) client.disconnect();
+  }
+}
+
+let nodes: RedisNode[] = [];
+let real: RealDriver | undefined;
+afterEach(async () => {
+  real?.close();
+  real = undefined;
+  for (const node of nodes) {
+    node.signal("SIGCONT");
+    await node.stop();
+  }
+  nodes = [];
+});
+
+async function onModel(scenario: (driver: Driver) => Promise<Observation>): Promise<Observation> {
+  const model = new ModelDriver();
+  await model.start();
+  try {
+    return await scenario(model);
+  } finally {
+    model.stop();
+  }
+}
+
+describe("the redis-server model conforms to redis-server", () => {
+  for (const [name, scenario] of Object.entries(SCENARIOS)) {
+    it(name, async () => {
+      // Prepare
+      nodes = await startRedisNodes(3);
+      real = new RealDriver(nodes);
+
+      // Act
+      const expected = await scenario(real);
+      const observed = await onModel(scenario);
+
+      // Assess
+      expect(observed).toEqual(expected);
+    }, 60_000);
+  }
+});
