@@ -13,6 +13,11 @@ import {
   type QuorumMode,
 } from "../src/core/config.ts";
 import { ConfigurationError, errorMessage } from "../src/core/errors.ts";
+import {
+  type PrimaryRecordInput,
+  type PrimaryRecords,
+  primaryRecordsSchema,
+} from "../src/core/primary-record.ts";
 import { defaultControllerMemoryMb } from "./controller-memory.ts";
 import type { TableCapacityProps } from "./table-capacity.ts";
 
@@ -179,6 +184,14 @@ export interface ShardguardControllerProps extends TableCapacityProps {
    * @default true
    */
   readonly dashboard?: boolean;
+  /**
+   * A Route 53 record per shard that follows its primary (docs/clients.md#dns): shard id →
+   * `{ hostedZoneId, name, ttl }` (ttl in seconds, default 5). The controller writes it after each
+   * confirmed failover, fenced by the epoch in a TXT record at `_shardguard.<name>`, and may change
+   * only those names in those zones.
+   * @default no record
+   */
+  readonly primaryRecords?: Readonly<Record<string, PrimaryRecordInput>>;
 }
 
 /** The props with every default applied, validated once. */
@@ -197,6 +210,7 @@ export interface ResolvedControllerProps {
   readonly controllerReservedConcurrency: number;
   readonly operatorReservedConcurrency: number;
   readonly alarmActions: readonly IAlarmAction[];
+  readonly primaryRecords: PrimaryRecords;
 }
 
 export const DEFAULT_CONTROLLER_ENTRY = path.join(PACKAGE_ROOT, "functions", "controller", "handler.ts");
@@ -299,6 +313,9 @@ export function resolveControllerProps(props: ShardguardControllerProps): Resolv
 
   const controllerCode = resolveControllerCode(props.controllerEntry, problems);
 
+  const records = primaryRecordsSchema.safeParse(props.primaryRecords ?? {});
+  if (!records.success) problems.push(`primaryRecords: ${describeIssues(records.error)}`);
+
   if (problems.length > 0 || !parsed.success) {
     throw new ConfigurationError(`ShardguardController: invalid props: ${problems.join("; ")}`);
   }
@@ -315,6 +332,7 @@ export function resolveControllerProps(props: ShardguardControllerProps): Resolv
     controllerReservedConcurrency,
     operatorReservedConcurrency,
     alarmActions: props.alarmActions ?? [],
+    primaryRecords: records.success ? records.data : {},
   };
 }
 

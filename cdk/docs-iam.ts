@@ -13,6 +13,8 @@ import { SHARD_INDEX } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements } from "./agent-policy.ts";
 import {
   CONTROLLER_QUEUE_ACTIONS,
+  CONTROLLER_RECORD_CHANGE_ACTIONS,
+  CONTROLLER_RECORD_READ_ACTIONS,
   CONTROLLER_TABLE_ACTIONS,
   OPERATOR_TABLE_ACTIONS,
 } from "./shardguard-controller.ts";
@@ -85,6 +87,17 @@ export function controllerIamRows(): IamRow[] {
       principal: "controller, operator",
       actions: ["dynamodb:Query"],
       resource: `the shard index \`<table>/index/${SHARD_INDEX.indexName}\``,
+    },
+    {
+      principal: "controller (with `primaryRecords`)",
+      actions: CONTROLLER_RECORD_READ_ACTIONS,
+      resource: "each hosted zone of `primaryRecords`",
+    },
+    {
+      principal: "controller (with `primaryRecords`)",
+      actions: CONTROLLER_RECORD_CHANGE_ACTIONS,
+      resource:
+        "each hosted zone of `primaryRecords`, only its shards' names and their `_shardguard.` epoch records (`route53:ChangeResourceRecordSetsNormalizedRecordNames`), types A, AAAA, CNAME, TXT (`route53:ChangeResourceRecordSetsRecordTypes`)",
     },
   ];
 }

@@ -12,6 +12,8 @@ export { ControllerDashboard, type ControllerDashboardProps } from "./controller
 export type { ShardguardControllerProps } from "./controller-props.ts";
 export {
   CONTROLLER_QUEUE_ACTIONS,
+  CONTROLLER_RECORD_CHANGE_ACTIONS,
+  CONTROLLER_RECORD_READ_ACTIONS,
   CONTROLLER_TABLE_ACTIONS,
   OPERATOR_TABLE_ACTIONS,
   ShardguardController,

@@ -24,6 +24,7 @@ import {
   METRICS_NAMESPACE,
   type MetricName,
 } from "../src/core/observability.ts";
+import { epochRecordName, type PrimaryRecords } from "../src/core/primary-record.ts";
 import { SHARD_INDEX, TTL_ATTRIBUTE, tableDefinition } from "../src/core/table.ts";
 import { type AgentIdentity, agentPolicyStatements, validateIdentity } from "./agent-policy.ts";
 import { ControllerAlarms, controllerMetric } from "./controller-alarms.ts";
@@ -73,6 +74,10 @@ export const CONTROLLER_TABLE_ACTIONS = [
 export const CONTROLLER_QUEUE_ACTIONS = ["sqs:GetQueueUrl", "sqs:SendMessage"] as const;
 /** What an operator's CLI reads for `status` and `history`. */
 export const OPERATOR_TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"] as const;
+/** The controller's read of a shard's DNS record and its epoch record (primaryRecords only). */
+export const CONTROLLER_RECORD_READ_ACTIONS = ["route53:ListResourceRecordSets"] as const;
+/** The controller's one change batch per epoch (primaryRecords only). */
+export const CONTROLLER_RECORD_CHANGE_ACTIONS = ["route53:ChangeResourceRecordSets"] as const;
 
 /**
  * Shardguard's control plane in one construct: the coordination table, the controller Lambda and
@@ -205,6 +210,7 @@ export class ShardguardController extends Construct {
         }),
     );
     this.grantControllerPermissions();
+    this.grantPrimaryRecords(resolved.primaryRecords);
 
     const alarms = new ControllerAlarms(this, {
       controllerFunction: this.controllerFunction,
@@ -411,6 +417,9 @@ export class ShardguardController extends Construct {
     for (const [field, value] of Object.entries(resolved.config)) {
       environment[ENV[field as keyof FailoverConfig]] = String(value);
     }
+    if (Object.keys(resolved.primaryRecords).length > 0) {
+      environment[ENV.primaryRecords] = JSON.stringify(resolved.primaryRecords);
+    }
     const common = {
       description: options.description,
       runtime: lambda.Runtime.NODEJS_24_X,
@@ -467,6 +476,46 @@ export class ShardguardController extends Construct {
         sourcesContent: false,
       },
     });
+  }
+
+  /**
+   * Route 53, per hosted zone of `primaryRecords`: read its record sets (the current epoch and
+   * address) and change them, only at the shards' names and their `_shardguard.` epoch records, and
+   * only records of the types the controller writes (AWS's normalized-name and type condition keys).
+   */
+  private grantPrimaryRecords(records: PrimaryRecords): void {
+    const zones = new Map<string, string[]>();
+    for (const record of Object.values(records)) {
+      zones.set(record.hostedZoneId, [
+        ...(zones.get(record.hostedZoneId) ?? []),
+        record.name,
+        epochRecordName(record.name),
+      ]);
+    }
+    for (const [zone, names] of zones) {
+      const zoneArn = Stack.of(this).formatArn({
+        service: "route53",
+        region: "",
+        account: "",
+        resource: "hostedzone",
+        resourceName: zone,
+      });
+      this.controllerRole.addToPrincipalPolicy(
+        new iam.PolicyStatement({ actions: [...CONTROLLER_RECORD_READ_ACTIONS], resources: [zoneArn] }),
+      );
+      this.controllerRole.addToPrincipalPolicy(
+        new iam.PolicyStatement({
+          actions: [...CONTROLLER_RECORD_CHANGE_ACTIONS],
+          resources: [zoneArn],
+          conditions: {
+            "ForAllValues:StringEquals": {
+              "route53:ChangeResourceRecordSetsNormalizedRecordNames": [...new Set(names)].sort(),
+              "route53:ChangeResourceRecordSetsRecordTypes": ["A", "AAAA", "CNAME", "TXT"],
+            },
+          },
+        }),
+      );
+    }
   }
 
   private grantControllerPermissions(): void {
