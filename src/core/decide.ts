@@ -33,7 +33,6 @@ export {
   HUNG_HOLDER_GRACE,
   JUST_HEARD_GRACE,
   LAST_COPY_GRACE,
-  OUTSIDE_SET_GRACE,
   REPLICA_AHEAD_GRACE,
 } from "./decide/gate.ts";
 export { pickCandidates, type RankOptions } from "./decide/pick-candidate.ts";

@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { FailoverConfigInput } from "../../src/core/config.ts";
 import {
-  AHEAD_GRACE,
   type Decision,
   decide,
   LAST_COPY_GRACE,
@@ -415,10 +414,20 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "none", code: "waiting_for_replica" },
     },
     {
-      name: "goes on with the member once the primary has been stale AHEAD_GRACE failure timeouts past the failure timeout",
+      name: "still waits for the replica outside the set once the primary has been stale long: promoting the member would drop what only that replica acknowledged (issue 30, finding 6)",
       snapshot: () =>
-        aShardWithStalePrimary((1 + AHEAD_GRACE) * 3000 + 1)
+        aShardWithStalePrimary(60 * 3000)
           .withNode({ node_id: "r1", last_txn_id: 999 })
+          .withNode({ node_id: "r2", last_txn_id: 500 })
+          .guardedBy(["r2"])
+          .build(),
+      expected: { kind: "none", code: "waiting_for_replica" },
+    },
+    {
+      name: "promotes the member once the replica outside the set stops answering (its data cannot be reached: the member holds the most of what may still answer)",
+      snapshot: () =>
+        aShardWithStalePrimary(60 * 3000)
+          .withNode({ node_id: "r1", last_txn_id: 999, ageMs: 60 * 3000, db_status: "down" })
           .withNode({ node_id: "r2", last_txn_id: 500 })
           .guardedBy(["r2"])
           .build(),

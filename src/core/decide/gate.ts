@@ -51,13 +51,7 @@ export const JUST_HEARD_GRACE = 3;
 export const REPLICA_AHEAD_GRACE = 3;
 
 /**
- * Failure timeouts past the failure timeout that a live replica outside the old primary's set,
- * further ahead than the member to be promoted, is waited for (gate `outside_set_ahead`).
- */
-export const OUTSIDE_SET_GRACE = 3;
-
-/**
- * The value the three graces above had as one constant; kept for callers that name it (the
+ * The value the graces above had as one constant; kept for callers that name it (the
  * decision's tests). A change to one grace is a change of the gate that uses it.
  */
 export const AHEAD_GRACE = REPLICA_AHEAD_GRACE;

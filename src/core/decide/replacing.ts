@@ -2,7 +2,6 @@ import type { Candidate, Heartbeat, Lineage } from "../model.ts";
 import {
   candidateHoldsRefusingPrimary,
   memberUnheardReason,
-  OUTSIDE_SET_GRACE,
   REPLICA_AHEAD_GRACE,
   unheardMembers,
 } from "./gate.ts";
@@ -113,15 +112,19 @@ export const replicaAheadRule: TargetRule = (v, best, lineage) => {
 /** The replica ahead cannot be promoted (nothing would fence the old primary); the member lacks its writes. */
 export const outsideSetAheadRule: TargetRule = (v, best, lineage) => {
   const outside = outsideAhead(v, best, lineage);
-  const primaryAgeMs = v.primary === undefined ? Number.POSITIVE_INFINITY : heartbeatAgeMs(v.primary, v.now);
-  if (outside.length === 0 || primaryAgeMs > (1 + OUTSIDE_SET_GRACE) * v.config.failureTimeoutMs)
-    return undefined;
-  return `${outside
-    .map((node) => `${node.node_id} (last_txn_id ${node.last_txn_id})`)
-    .sort()
-    .join(", ")}, outside ${v.primaryId}'s replica set, holds more: waiting up to ${
-    OUTSIDE_SET_GRACE * v.config.failureTimeoutMs
-  } ms past the failure timeout for ${v.primaryId} to return or its agent to confirm a crash`;
+  if (outside.length === 0) return undefined;
+  // No time limit (issue 30, finding 6): the member lacks what the replica ahead acknowledged, and
+  // the replica ahead cannot be promoted while nothing fences the old primary.
+  return (
+    `${outside
+      .map((node) => `${node.node_id} (last_txn_id ${node.last_txn_id})`)
+      .sort()
+      .join(
+        ", ",
+      )}, outside ${v.primaryId}'s replica set, holds more and may have acknowledged writes the member lacks:` +
+    ` waiting for ${v.primaryId} to return, for its agent to confirm a crash (then every replica is a candidate),` +
+    " or for that replica to stop answering"
+  );
 };
 
 /** Priority 0 is the operator's "never promote"; passing it over would drop what it acknowledged. */

@@ -6,6 +6,7 @@ import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } fr
 import { dataLineageOf, decide, isAlive } from "../../core/decide.ts";
 import { errorMessage } from "../../core/errors.ts";
 import type { Topology } from "../../core/model.ts";
+import { PROMOTION_FENCE_WINDOW_MS } from "../../core/write-guard.ts";
 import { LocalCluster } from "../local-cluster.ts";
 import type { ManagedProcess } from "../local-stack/processes.ts";
 import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
@@ -63,12 +64,12 @@ export const FENCE_WINDOW_MS = 3000;
 
 /**
  * Guarantee 3's bound with every fault healed (docs/safety.md: "replaced within the failure timeout
- * plus the graces"): the failure timeout, the waits of up to 3 failure timeouts (REPLICA_AHEAD_GRACE,
- * OUTSIDE_SET_GRACE), the promotion window, one controller tick, and 2 s for a client to re-read
+ * plus the graces"): the failure timeout, the waits of up to 3 failure timeouts
+ * (REPLICA_AHEAD_GRACE), the promotion window, one controller tick, and 2 s for a client to re-read
  * the topology and connect.
  */
 export function availabilityLimitMs(config: FailoverConfig): number {
-  return 4 * config.failureTimeoutMs + FENCE_WINDOW_MS + config.tickIntervalMs + 2000;
+  return 4 * config.failureTimeoutMs + PROMOTION_FENCE_WINDOW_MS + config.tickIntervalMs + 2000;
 }
 
 /** How long the shard may stay offline after heal-all before the nemesis recovers it as an operator. */
