@@ -1,6 +1,6 @@
 import type { AgentCycleState } from "../core/agent-cycle.ts";
 import type { DatabaseIdentity } from "../core/identity.ts";
-import type { CrashReport, HeartbeatInput, Role, Topology } from "../core/model.ts";
+import type { CrashReport, HeartbeatInput, Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import type {
   Clock,
@@ -12,6 +12,7 @@ import type {
 } from "../core/ports.ts";
 import type { WakeSender } from "../core/wake.ts";
 import type { Database } from "./database.ts";
+import { DatabaseRecord } from "./db-record.ts";
 import type { AgentOptions } from "./options.ts";
 import { PauseWatch } from "./pause-watch.ts";
 import { PrimaryProbe } from "./primary-probe.ts";
@@ -64,6 +65,8 @@ export class AgentContext {
   readonly schedule: ReportSchedule;
   /** Whether the coordination store answers (src/agent/store-health.ts). */
   readonly store: StoreHealth;
+  /** What the agent knows of its database's process (src/agent/db-record.ts). */
+  readonly dbRecord: DatabaseRecord;
 
   /** Bumped on every change of role; a heartbeat built before a change is not written after it. */
   roleGeneration = 0;
@@ -71,12 +74,6 @@ export class AgentContext {
   lastInfo: ReplicationInfo | undefined;
   /** `roleGeneration` when `lastInfo` was read: it still describes the role if nothing changed since. */
   lastInfoGeneration = -1;
-  /**
-   * The database's role as last read and since when (AWS-aligned ms of the first read that found
-   * it): the heartbeat's `role_since`, by which the controller tells a primary demoted for good
-   * (restarted from a config with `replicaof`, an operator's REPLICAOF) from one being promoted.
-   */
-  roleSeen: { readonly role: Role; readonly since: number } | undefined;
   /** The topology names this node primary while its database answers as a replica (logged once per stretch). */
   namedButReplica = false;
   dbUp = false;
@@ -107,18 +104,10 @@ export class AgentContext {
   guardMembers: readonly string[] = [];
   /** What the write guard last set on the database ("fence", "open", "guard:<n>", "replica"). */
   appliedGuard: string | undefined;
-  /** The database restarted without continuing its lineage while it was primary: fenced until it follows. */
-  dbRestarted = false;
-  /** The database's identity as last read: a new run_id that does not continue it is a restart. */
-  identity: DatabaseIdentity | undefined;
-  /** Monotonic ms when `identity` was last written to the state dir. */
-  identityPersistedAt = Number.NEGATIVE_INFINITY;
   /** Monotonic ms until which a freshly promoted node refuses writes (the old primary's guard window). */
   promotionFenceUntil = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */
   primaryContactAt: number | undefined;
-  /** Monotonic ms of the last identity-conflict error line (repeated every 30 s, not every cycle). */
-  lastConflictReport = Number.NEGATIVE_INFINITY;
   /** A replica's own connection to its primary. */
   readonly probe: PrimaryProbe;
   /**
@@ -150,22 +139,10 @@ export class AgentContext {
     this.storeTimeoutMs = init.options.storeTimeoutMs ?? Math.max(init.options.heartbeatIntervalMs, 1000);
     this.pauses = new PauseWatch(this.monotonicNow, init.options.heartbeatIntervalMs);
     this.schedule = new ReportSchedule(this.monotonicNow());
+    this.dbRecord = new DatabaseRecord(init.state.state);
     this.store = new StoreHealth(init.logger, init.options.failureTimeoutMs, (what) =>
       this.count("store_error", what),
     );
-    // What the previous agent process knew of the database: a database restarted while this agent
-    // was down too is still judged, and a restart it fenced stays fenced.
-    const stored = init.state.state.db_identity;
-    if (stored !== undefined) {
-      this.identity = {
-        runId: stored.run_id,
-        replId: stored.repl_id,
-        offset: stored.offset,
-        role: stored.role,
-        synced: stored.synced,
-      };
-    }
-    this.dbRestarted = init.state.state.db_restarted === true;
     this.probe = new PrimaryProbe(
       this,
       Math.max(100, Math.min(1000, Math.floor(init.options.failureTimeoutMs / PROBES_PER_FAILURE_TIMEOUT))),
@@ -188,6 +165,16 @@ export class AgentContext {
       dbRestarted: this.dbRestarted,
       crash: this.crash,
     };
+  }
+
+  /** The database's identity as last read (`dbRecord`). */
+  get identity(): DatabaseIdentity | undefined {
+    return this.dbRecord.identity;
+  }
+
+  /** The database restarted without its data while primary: fenced until it follows (`dbRecord`). */
+  get dbRestarted(): boolean {
+    return this.dbRecord.restarted;
   }
 
   get storeUp(): boolean {

@@ -24,12 +24,13 @@ export async function readInfo(
     ctx.dbUp = true;
     ctx.lastInfo = info;
     ctx.lastInfoGeneration = ctx.roleGeneration;
-    if (ctx.roleSeen?.role !== info.role) ctx.roleSeen = { role: info.role, since: answeredFrom };
+    if (ctx.dbRecord.roleSeen?.role !== info.role)
+      ctx.dbRecord.roleSeen = { role: info.role, since: answeredFrom };
     // A restarted primary is harmless once it follows a primary (a command or a step-down did it).
-    if (info.role === "replica") ctx.dbRestarted = false;
+    if (info.role === "replica") ctx.dbRecord.restarted = false;
     // While connected, the replica acknowledges every second: the primary counts it until then.
     if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
-    const previousRunId = ctx.identity?.runId;
+    const previousRunId = ctx.dbRecord.identity?.runId;
     checkIdentity(ctx, info);
     persistRestarted(ctx);
     if (ctx.dbRestarted) {
@@ -74,7 +75,7 @@ function recordRestart(ctx: AgentContext, previousRunId: string | undefined): vo
  */
 function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   if (info.runId === undefined) return;
-  const previous = ctx.identity;
+  const previous = ctx.dbRecord.identity;
   const current = {
     runId: info.runId,
     replId: info.replId,
@@ -82,12 +83,12 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     role: info.role,
     synced: syncedReplicaAddresses(info).length,
   };
-  ctx.identity = current;
+  ctx.dbRecord.identity = current;
   const verdict = judgeRestart(previous, current, {
     named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
     guardMembers: ctx.guardMembers,
   });
-  if (verdict.kind === "lost-data") ctx.dbRestarted = true;
+  if (verdict.kind === "lost-data") ctx.dbRecord.restarted = true;
   // The new identity and the verdict on it are written together, in one atomic update: an agent
   // killed between the two would leave its successor judging the empty process "the same" and
   // opening it (data-safety's seed-3102 test caught it under load).
@@ -132,7 +133,7 @@ function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
     stored.repl_id !== current.replId ||
     stored.role !== current.role;
   const flagChanged = (ctx.state.state.db_restarted === true) !== ctx.dbRestarted;
-  if (changed || flagChanged || now - ctx.identityPersistedAt >= IDENTITY_PERSIST_MS) {
+  if (changed || flagChanged || now - ctx.dbRecord.persistedAt >= IDENTITY_PERSIST_MS) {
     ctx.state.update({
       db_identity: {
         run_id: current.runId,
@@ -143,7 +144,7 @@ function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
       },
       db_restarted: ctx.dbRestarted ? true : undefined,
     });
-    ctx.identityPersistedAt = now;
+    ctx.dbRecord.persistedAt = now;
   }
 }
 
@@ -163,8 +164,8 @@ const CONFLICT_REMINDER_MS = 30_000;
  */
 export function reportIdentityConflict(ctx: AgentContext, owner: string): void {
   const now = ctx.monotonicNow();
-  if (now - ctx.lastConflictReport < CONFLICT_REMINDER_MS) return;
-  ctx.lastConflictReport = now;
+  if (now - ctx.dbRecord.conflictReportedAt < CONFLICT_REMINDER_MS) return;
+  ctx.dbRecord.conflictReportedAt = now;
   ctx.logger.error(
     "identity conflict: the topology names another node at this agent's address; the database is left as it is",
     {

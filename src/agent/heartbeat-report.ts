@@ -34,7 +34,9 @@ export function heartbeatFromInfo(
     epoch: ctx.highestEpoch,
     priority: ctx.options.priority,
     keepalive_ms: keepaliveOf(ctx, info.role),
-    role_since: Math.floor((ctx.roleSeen?.role === info.role ? ctx.roleSeen.since : answeredFromMs) * 1000),
+    role_since: Math.floor(
+      (ctx.dbRecord.roleSeen?.role === info.role ? ctx.dbRecord.roleSeen.since : answeredFromMs) * 1000,
+    ),
   };
   const prior = priorLineageOf(info);
   if (prior !== undefined) heartbeat.prior_lineage = prior;

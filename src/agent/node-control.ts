@@ -101,7 +101,7 @@ export async function becomePrimary(ctx: AgentContext, topology?: Topology): Pro
   const judged = await window;
   ctx.promotionFenceUntil =
     judged.kind === "skip" ? Number.NEGATIVE_INFINITY : lastContact + PROMOTION_FENCE_WINDOW_MS;
-  ctx.dbRestarted = false;
+  ctx.dbRecord.restarted = false;
   const waitMs = Math.max(0, ctx.promotionFenceUntil - ctx.monotonicNow());
   ctx.logger.info("promoted; writes open when the fence window ends", {
     ...ctx.epochContext,
@@ -155,7 +155,7 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
   }
   // A replica refuses writes anyway; the operator's settings must be back for its next promotion.
   await restoreOperatorSettings(ctx, `replica of ${target.node_id}`);
-  ctx.dbRestarted = false;
+  ctx.dbRecord.restarted = false;
   ctx.appliedGuard = "replica";
   return info;
 }

@@ -1,0 +1,44 @@
+import type { DatabaseIdentity } from "../core/identity.ts";
+import type { Role } from "../core/model.ts";
+import type { AgentState } from "./state-dir.ts";
+
+/**
+ * What the agent knows of its database's process: who it is (run id, lineage, offset: a new process
+ * that does not continue them restarted), whether it restarted without its data while primary
+ * (fenced until it follows the shard's primary), and since when it answers in its role. Kept in the
+ * state dir by src/agent/db-identity.ts, which owns it; others read it.
+ */
+export class DatabaseRecord {
+  /** The database's identity as last read: a new run_id that does not continue it is a restart. */
+  identity: DatabaseIdentity | undefined;
+  /** The database restarted without continuing its lineage while it was primary: fenced until it follows. */
+  restarted: boolean;
+  /** Monotonic ms when `identity` was last written to the state dir. */
+  persistedAt = Number.NEGATIVE_INFINITY;
+  /**
+   * The database's role as last read and since when (AWS-aligned ms of the first read that found
+   * it): the heartbeat's `role_since`, by which the controller tells a primary demoted for good
+   * (restarted from a config with `replicaof`, an operator's REPLICAOF) from one being promoted.
+   */
+  roleSeen: { readonly role: Role; readonly since: number } | undefined;
+  /** Monotonic ms of the last identity-conflict error line (repeated every 30 s, not every cycle). */
+  conflictReportedAt = Number.NEGATIVE_INFINITY;
+
+  /**
+   * From what the previous agent process knew of the database: a database restarted while this
+   * agent was down too is still judged, and a restart it fenced stays fenced.
+   */
+  constructor(stored: AgentState) {
+    const identity = stored.db_identity;
+    if (identity !== undefined) {
+      this.identity = {
+        runId: identity.run_id,
+        replId: identity.repl_id,
+        offset: identity.offset,
+        role: identity.role,
+        synced: identity.synced,
+      };
+    }
+    this.restarted = stored.db_restarted === true;
+  }
+}
