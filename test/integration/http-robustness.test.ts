@@ -1,9 +1,7 @@
-import { spawn } from "node:child_process";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { AgentFixture } from "../support/agent-harness.ts";
+import { liveMemoryMb, runJsonClient } from "../support/client-process.ts";
 import { heartbeatGaps, SENTINEL_LOAD_TIMINGS as TIMINGS } from "../support/sentinel-agent.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -20,36 +18,19 @@ import { waitFor } from "../support/wait.ts";
 const SECONDS = 10;
 const LIVE_GROWTH_LIMIT_MB = 32;
 
-/** Live memory (JavaScript heap and buffers) after a full collection. */
-function liveMemoryMb(): number {
-  setFlagsFromString("--expose-gc");
-  (runInNewContext("gc") as () => void)();
-  const { heapUsed, external } = process.memoryUsage();
-  return (heapUsed + external) / 2 ** 20;
-}
-
 let fixture: AgentFixture;
 
 afterEach(async () => {
   await fixture.close();
 });
 
-function runAbuseClient(host: string, port: number): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      ["test/support/http-abuse-client.ts", host, String(port), String(SECONDS), "127.0.0.2", "127.0.0.3"],
-      { stdio: ["ignore", "pipe", "inherit"] },
-    );
-    let output = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on("error", reject);
-    child.on("exit", (code) =>
-      code === 0 ? resolve(JSON.parse(output)) : reject(new Error(`abuse client exited with ${code}`)),
-    );
-  });
+function runAbuseClient(host: string, port: number) {
+  return runJsonClient<{
+    slowOpened: number;
+    slowMaxOpenAtOnce: number;
+    requests: number;
+    statuses: Record<string, number>;
+  }>("test/support/http-abuse-client.ts", [host, String(port), String(SECONDS), "127.0.0.2", "127.0.0.3"]);
 }
 
 describe("the HTTP endpoint under bad input and a slowloris crowd", () => {
@@ -86,12 +67,7 @@ describe("the HTTP endpoint under bad input and a slowloris crowd", () => {
         await new Promise((next) => setTimeout(next, 500));
       }
     })();
-    const counts = (await abuse) as {
-      slowOpened: number;
-      slowMaxOpenAtOnce: number;
-      requests: number;
-      statuses: Record<string, number>;
-    };
+    const counts = await abuse;
     checking = false;
     await checker;
     loop.disable();

@@ -1,10 +1,8 @@
-import { spawn } from "node:child_process";
 import { connect } from "node:net";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { AgentFixture } from "../support/agent-harness.ts";
+import { liveMemoryMb, runJsonClient } from "../support/client-process.ts";
 import {
   aPrimaryWithSentinelEndpoint,
   heartbeatGaps,
@@ -30,14 +28,6 @@ const SEED = Number(process.env.SHARDGUARD_FUZZ_SEED ?? Math.floor(Math.random()
 const RSS_GROWTH_LIMIT_MB = 256;
 const LIVE_GROWTH_LIMIT_MB = 32;
 
-/** Live memory (JavaScript heap and buffers) after a full collection. */
-function liveMemoryMb(): number {
-  setFlagsFromString("--expose-gc");
-  (runInNewContext("gc") as () => void)();
-  const { heapUsed, external } = process.memoryUsage();
-  return (heapUsed + external) / 2 ** 20;
-}
-
 let fixture: AgentFixture;
 
 afterEach(async () => {
@@ -45,21 +35,7 @@ afterEach(async () => {
 });
 
 function runFuzzClient(port: number): Promise<Record<string, number>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      ["test/support/sentinel-fuzz-client.ts", String(port), String(SECONDS), String(SEED)],
-      { stdio: ["ignore", "pipe", "inherit"] },
-    );
-    let output = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on("error", reject);
-    child.on("exit", (code) =>
-      code === 0 ? resolve(JSON.parse(output)) : reject(new Error(`fuzz client exited with ${code}`)),
-    );
-  });
+  return runJsonClient("test/support/sentinel-fuzz-client.ts", [String(port), String(SECONDS), String(SEED)]);
 }
 
 function role(port: number): Promise<string> {
