@@ -5,6 +5,7 @@ import { parseFailoverConfig } from "../../src/core/config.ts";
 import { isAgentHeard } from "../../src/core/decide/view.ts";
 import { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { type Ack, WriteWorkload } from "../../src/dev/workload/writer.ts";
+import { waitForFollowers } from "../support/chaos-cluster.ts";
 import { shardguard } from "../support/cli.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -117,15 +118,10 @@ describe("switchover under a steady WAIT 1 writer (default timings)", () => {
       const gapMs = longestGap(writer.acks(), startedAt, onTarget?.at ?? returnedAt);
       rounds.push({ to, ms: Math.round(returnedAt - startedAt), gapMs: Math.round(gapMs), quiet, atReturn });
       // The next round starts from a shard whose replicas all follow the new primary.
-      await active.waitFor(
-        `round ${round}: replicas following ${to}`,
-        async () =>
-          (await active.snapshot()).nodes.every(
-            (node) =>
-              node.node_id === to ||
-              (node.role === "replica" && node.primary_node_id === to && node.primary_link === "up"),
-          ),
-        20_000,
+      await waitForFollowers(
+        active,
+        to,
+        ids.filter((id) => id !== to),
       );
     }
     await writer.stop();
