@@ -390,11 +390,16 @@ export class RedisDatabase implements Database {
  * identity of the database process), parsed. Used on the agent's own database and by its probe.
  */
 export async function readReplicationInfo(client: Redis): Promise<ReplicationInfo> {
+  const sentAtMs = performance.now();
   const replies = (await client.pipeline().info("replication").info("server").exec()) ?? [];
+  const receivedAtMs = performance.now();
   const texts: string[] = [];
   for (const [error, text] of replies) {
     if (error) throw error;
     texts.push(String(text));
   }
-  return parseReplicationInfo(texts.join("\n"));
+  const info = parseReplicationInfo(texts.join("\n"));
+  return info.serverTimeUs === undefined
+    ? info
+    : { ...info, clock: { serverTimeMs: info.serverTimeUs / 1000, sentAtMs, receivedAtMs } };
 }

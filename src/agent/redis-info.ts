@@ -1,4 +1,5 @@
 import { MalformedRecord } from "../core/errors.ts";
+import type { ClockSample } from "../core/clock-step.ts";
 import type { Role } from "../core/model.ts";
 
 /** One replica as its primary sees it (an `INFO replication` `slaveN:` line). */
@@ -47,6 +48,13 @@ export interface ReplicationInfo {
    * while `min-replicas-to-write` is set. Fewer than `min-replicas-to-write`: writes answer `NOREPLICAS`.
    */
   readonly goodReplicas?: number | undefined;
+  /**
+   * The server's wall clock (`server_time_usec` of `INFO server`, Redis 7) and the agent's
+   * monotonic instants around the read (`readReplicationInfo`): `clockStepBack` judges two of them.
+   */
+  readonly clock?: ClockSample | undefined;
+  /** `server_time_usec` as parsed; `readReplicationInfo` turns it into `clock`. */
+  readonly serverTimeUs?: number | undefined;
 }
 
 /**
@@ -134,6 +142,7 @@ export function parseReplicationInfo(text: string): ReplicationInfo {
     replicas,
     runId: fields.get("run_id"),
     goodReplicas: integer(fields, "min_replicas_good_replicas"),
+    serverTimeUs: integer(fields, "server_time_usec"),
   };
 }
 

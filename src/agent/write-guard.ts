@@ -7,6 +7,7 @@ import {
   storeWitnessesOf,
   type WriteGuardPlan,
 } from "../core/write-guard.ts";
+import { clockStepFence } from "./clock-watch.ts";
 import type { AgentContext } from "./context.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import { probeCounts } from "./primary-probe.ts";
@@ -109,6 +110,7 @@ export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuar
     fenceTimeoutMs: ctx.options.fenceTimeoutMs,
     restarted: ctx.dbRestarted,
     promotionWindowOpen: ctx.monotonicNow() < ctx.promotionFenceUntil,
+    clockStepped: clockStepFence(ctx, info),
     storeWitnesses: ctx.storeWitnesses,
   });
 }

@@ -97,6 +97,11 @@ export interface WriteGuardInput {
   /** A promotion's fence window is still open (the old primary may not have noticed yet). */
   readonly promotionWindowOpen: boolean;
   /**
+   * Why the database's clock step keeps it fenced (`clockStepFence`, src/core/clock-step.ts):
+   * Redis's guard would count a detached replica good for the step's length more. @default none
+   */
+  readonly clockStepped?: string | undefined;
+  /**
    * Members of the replica set seen writing to the coordination store after this agent's own
    * writes began to fail (their probes' heartbeat counters, `storeWitnessesOf`). @default none
    */
@@ -165,6 +170,7 @@ export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
   if (input.promotionWindowOpen) {
     return { kind: "fence", reason: "promoted: waiting out the fence window of the old primary" };
   }
+  if (input.clockStepped !== undefined) return { kind: "fence", reason: input.clockStepped };
   if (input.fenced === true && input.topologyFresh === false) {
     return { kind: "fence", reason: "fenced until a topology read confirms this primary again" };
   }
