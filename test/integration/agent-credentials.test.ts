@@ -148,6 +148,25 @@ describe("one node's credentials against its own shard", { timeout: 180_000 }, (
     );
   });
 
+  it("cannot register another shard in the shard index, only its own: the synthesized agent policy denies the forgery", async () => {
+    // Prepare: a flood of made-up shard ids once cost every controller pass a read each.
+    const shard = uniqueName("s").slice(0, 24);
+    const { aws, journal } = agentAdapters(shard, "n3");
+
+    // Act: the store's own registration, for the agent's shard and for made-up ones.
+    await aws.store.shards.register(shard);
+    for (let index = 0; index < 3; index++) await aws.store.shards.register(`fake-${index}`);
+    const report = await checkCalls(readJournal(journal));
+
+    // Assess: the three forged registrations denied, the real one allowed.
+    expect(report.calls).toBe(4);
+    expect(report.denials.map((denial) => `${denial.action} ${denial.leadingKey}`).sort()).toEqual([
+      `dynamodb:PutItem ${keys.shardPk("fake-0")}`,
+      `dynamodb:PutItem ${keys.shardPk("fake-1")}`,
+      `dynamodb:PutItem ${keys.shardPk("fake-2")}`,
+    ]);
+  });
+
   it("can still do its own work: heartbeat, snapshot, the topology read a command is checked against", async () => {
     // Prepare
     const shard = uniqueName("s").slice(0, 24);
