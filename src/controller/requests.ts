@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { timeNeeded } from "../core/budget.ts";
 import { describeIssues } from "../core/config.ts";
 import { planRecover, planSwitchover } from "../core/decide.ts";
 import { planDrain, planUndrain } from "../core/drain.ts";
@@ -74,6 +75,9 @@ export async function requestSwitchover(
   }
 }
 
+/** Failure timeouts a switchover waits for its quiet replicas' reports, time permitting (at least REPORT_WAIT_TIMEOUTS). */
+export const SWITCHOVER_REPORT_WAIT_TIMEOUTS = 5;
+
 /** Attempts of a switchover whose epoch bump found the shard changed since the decision. */
 export const SWITCHOVER_ATTEMPTS = 3;
 
@@ -94,12 +98,22 @@ async function attemptSwitchover(
   options: RequestOptions,
 ): Promise<CycleResult | NotStarted> {
   const remainingMs = options.remainingMs ?? UNLIMITED;
-  // Quiet replicas report first: the target is ranked, and caught up, on offsets read now.
+  // Quiet replicas report first: the target is ranked, and caught up, on offsets read now. A quiet
+  // replica is alive by its own promise until its keepalive: it is waited for rather than refused
+  // as stale (on a loaded host a REPORT took over REPORT_WAIT_TIMEOUTS), while the invocation
+  // keeps the time that catch_up and promote need.
+  const timeouts = timeoutsOf(deps);
   const first = await deps.store.heartbeats.snapshot(shard);
   const snapshot = await withReports(deps, shard, first, {
     exclude: first.topology?.primary_node_id,
     timeoutMs: deps.config.lockLeaseMs,
-    waitMs: REPORT_WAIT_TIMEOUTS * deps.config.failureTimeoutMs,
+    waitMs: Math.max(
+      REPORT_WAIT_TIMEOUTS * deps.config.failureTimeoutMs,
+      Math.min(
+        SWITCHOVER_REPORT_WAIT_TIMEOUTS * deps.config.failureTimeoutMs,
+        remainingMs() - timeNeeded([timeouts.catch_up, timeouts.promote]),
+      ),
+    ),
   });
   const plan = planSwitchover(snapshot, deps.config, deps.clock.now(), { to: request.to });
   if (plan.kind === "refused")

@@ -120,7 +120,7 @@ describe("operator drain and undrain", () => {
 
     // Assess
     expect(response).toMatchObject({ ok: true, outcome: "drained" });
-    expect(shard.topology).toEqual({ ...before, drained: ["r2"], updated_at: shard.now() });
+    expect(shard.topology).toEqual({ ...before, drained: ["r2"], updated_at: expect.any(Number) });
   });
 
   it("undrains: the list goes when its last node leaves it", async () => {
