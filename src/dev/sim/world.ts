@@ -16,6 +16,7 @@ import type { Logger } from "../../core/observability.ts";
 import { keys } from "../../core/table.ts";
 import { type CheckResult, check, type FinalRead } from "../nemesis/checker.ts";
 import { History } from "../nemesis/history.ts";
+import { availabilityLimitMs, FENCE_WINDOW_MS } from "../nemesis/runner.ts";
 import { type CallerFaults, DynamoTable, SimDynamoClient } from "./dynamo-model.ts";
 import { machineOf, Network } from "./network.ts";
 import { SimConnection, SimDatabase } from "./redis-client.ts";
@@ -580,7 +581,7 @@ export class SimWorld {
       });
       this.startController();
       for (const node of NODES) void this.startAgent(node);
-      this.#startWorkload(options.writesPerSecond ?? 25, faultsUntil + settle / 2);
+      this.#startWorkload(options.writesPerSecond ?? 25, faultsUntil + settle);
       if (options.faults !== false) this.#startNemesis(faultsUntil);
       await this.sched.runUntil(this.sched.now + faultsUntil);
       // Heal everything, bring every process back, let the shard settle.
@@ -602,7 +603,13 @@ export class SimWorld {
       this.log(
         `final ${JSON.stringify(final.nodes.map((n) => ({ node: n.node, role: n.role, following: n.following, linkUp: n.linkUp, keys: n.seqs?.length })))} topology ${final.topologyPrimary}/${final.topologyStatus}`,
       );
-      const result = check(this.history.ops, final, { fenceWindowMs: 3000, causeWindowMs: 15_000 });
+      // The nemesis's own options (src/dev/nemesis/runner.ts): the same rules judge both.
+      const result = check(this.history.ops, final, {
+        fenceWindowMs: FENCE_WINDOW_MS,
+        causeWindowMs: 15_000,
+        maxWriteGapMs: 10_000,
+        availabilityLimitMs: availabilityLimitMs(this.config),
+      });
       // The checker lets a missing topology pass (the nemesis always has one); here every run starts
       // from nothing, so a shard never initialised or left offline after the settle is a failure.
       const violations = [...result.violations];
