@@ -225,6 +225,7 @@ async function writeHeartbeat(
     ctx.logger.debug("heartbeat skipped: the role changed while it was built");
     return false;
   }
+  const resumedAt = ctx.store.resumedAtFor(now);
   try {
     await withStoreTimeout(ctx.deps.heartbeats.put(heartbeat), ctx.storeTimeoutMs, "heartbeat write");
   } catch (error) {
@@ -235,7 +236,7 @@ async function writeHeartbeat(
   }
   ctx.store.answered();
   ctx.schedule.written(heartbeat, ctx.monotonicNow());
-  ctx.store.heartbeatWritten(now);
+  ctx.store.heartbeatWritten(resumedAt);
   endFailsafe(ctx);
   // The heartbeat is written first, so the controller's read finds it. In Lambda these wake-ups
   // start the runs that watch a shard in doubt (functions/controller/handler.ts).

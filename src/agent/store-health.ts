@@ -47,9 +47,9 @@ export class StoreHealth {
     return this.resumedAt;
   }
 
-  /** A heartbeat written at `nowMs` went through: the outage, if any, is over. */
-  heartbeatWritten(nowMs: number): void {
-    this.resumedAt = this.resumedAtFor(nowMs);
+  /** A heartbeat carrying `resumedAt` (`resumedAtFor` its time) went through: the outage, if any, is over. */
+  heartbeatWritten(resumedAt: number | undefined): void {
+    this.resumedAt = resumedAt;
     this.failingSince = undefined;
   }
 }
