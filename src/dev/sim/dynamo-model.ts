@@ -395,31 +395,33 @@ export class DynamoTable {
   }
 }
 
+/** How one calling process reaches AWS: its scheduler host, the network, the faults per machine. */
+export interface AwsTransport {
+  readonly sched: Scheduler;
+  readonly net: Network;
+  /** The calling process (a scheduler host). */
+  readonly caller: () => string;
+  readonly faults: (machine: string) => CallerFaults | undefined;
+}
+
 /** The DocumentClient of one calling process, its requests crossing the simulated network. */
 export class SimDynamoClient {
   readonly #table: DynamoTable;
-  readonly #sched: Scheduler;
-  readonly #net: Network;
-  readonly #caller: () => string;
-  readonly #faults: (machine: string) => CallerFaults | undefined;
+  readonly #transport: AwsTransport;
   /** Called with each answer's Date header and the caller's monotonic send/receive instants (AwsClock.observe). */
   readonly #observe: ((date: string, sentAt: number, receivedAt: number) => void) | undefined;
   readonly #monotonic: () => number;
 
-  constructor(options: {
-    table: DynamoTable;
-    sched: Scheduler;
-    net: Network;
-    caller: () => string;
-    faults: (machine: string) => CallerFaults | undefined;
-    observe?: (date: string, sentAt: number, receivedAt: number) => void;
-    monotonic: () => number;
-  }) {
+  constructor(
+    transport: AwsTransport,
+    options: {
+      table: DynamoTable;
+      observe?: (date: string, sentAt: number, receivedAt: number) => void;
+      monotonic: () => number;
+    },
+  ) {
+    this.#transport = transport;
     this.#table = options.table;
-    this.#sched = options.sched;
-    this.#net = options.net;
-    this.#caller = options.caller;
-    this.#faults = options.faults;
     this.#observe = options.observe;
     this.#monotonic = options.monotonic;
   }
@@ -428,16 +430,14 @@ export class SimDynamoClient {
     command: { constructor: { name: string }; input: unknown },
     options?: { abortSignal?: AbortSignal },
   ): Promise<never> {
+    const { sched, caller } = this.#transport;
     return callAws(
-      this.#sched,
-      this.#net,
-      this.#caller(),
-      this.#faults,
+      this.#transport,
       options?.abortSignal,
       (reply) => {
         const name = command.constructor.name;
-        const faults = this.#faults(machineOf(this.#caller()));
-        if (faults?.throttle !== undefined && this.#sched.random.chance(faults.throttle))
+        const faults = this.#transport.faults(machineOf(caller()));
+        if (faults?.throttle !== undefined && sched.random.chance(faults.throttle))
           return reply({
             error: sdkError("ThrottlingException", "Rate of requests exceeds the allowed throughput", 400),
           });
@@ -448,11 +448,11 @@ export class SimDynamoClient {
         } catch (error) {
           result = { error };
         }
-        const lost = write && faults?.ambiguous !== undefined && this.#sched.random.chance(faults.ambiguous);
+        const lost = write && faults?.ambiguous !== undefined && sched.random.chance(faults.ambiguous);
         reply(result, lost);
       },
       (sentAt) => {
-        this.#observe?.(new Date(this.#sched.now).toUTCString(), sentAt, this.#monotonic());
+        this.#observe?.(new Date(sched.now).toUTCString(), sentAt, this.#monotonic());
       },
       this.#monotonic,
     ) as Promise<never>;
@@ -466,16 +466,15 @@ export class SimDynamoClient {
  * answer ends in the SDK's TimeoutError after SDK_TIMEOUT_MS; an abort in AbortError.
  */
 export function callAws(
-  sched: Scheduler,
-  net: Network,
-  caller: string,
-  faults: (machine: string) => CallerFaults | undefined,
+  transport: AwsTransport,
   signal: AbortSignal | undefined,
   serve: (reply: (result: { value?: unknown; error?: unknown }, lost?: boolean) => void) => void,
   answered?: (sentAt: number) => void,
   monotonic?: () => number,
   timeoutMs = SDK_TIMEOUT_MS,
 ): Promise<unknown> {
+  const { sched, net, faults } = transport;
+  const caller = transport.caller();
   const channel: Channel = Network.channel();
   const back: Channel = Network.channel();
   const sentAt = monotonic?.() ?? 0;

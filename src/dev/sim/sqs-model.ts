@@ -1,5 +1,4 @@
-import { type CallerFaults, callAws } from "./dynamo-model.ts";
-import type { Network } from "./network.ts";
+import { type AwsTransport, callAws } from "./dynamo-model.ts";
 import type { Scheduler } from "./scheduler.ts";
 
 /**
@@ -227,23 +226,11 @@ export class SqsService {
 /** The SQSClient of one calling process. */
 export class SimSqsClient {
   readonly #service: SqsService;
-  readonly #sched: Scheduler;
-  readonly #net: Network;
-  readonly #caller: () => string;
-  readonly #faults: (machine: string) => CallerFaults | undefined;
+  readonly #transport: AwsTransport;
 
-  constructor(options: {
-    service: SqsService;
-    sched: Scheduler;
-    net: Network;
-    caller: () => string;
-    faults: (machine: string) => CallerFaults | undefined;
-  }) {
-    this.#service = options.service;
-    this.#sched = options.sched;
-    this.#net = options.net;
-    this.#caller = options.caller;
-    this.#faults = options.faults;
+  constructor(transport: AwsTransport, service: SqsService) {
+    this.#transport = transport;
+    this.#service = service;
   }
 
   send(
@@ -256,10 +243,7 @@ export class SimSqsClient {
       options?.requestTimeout ??
       (name === "ReceiveMessageCommand" ? Number(input.WaitTimeSeconds ?? 0) * 1000 + 5000 : undefined);
     return callAws(
-      this.#sched,
-      this.#net,
-      this.#caller(),
-      this.#faults,
+      this.#transport,
       options?.abortSignal,
       (reply) => this.#service.serve(name, input, reply),
       undefined,

@@ -152,22 +152,13 @@ export class SimWorld {
     const clock = new AwsClock({
       source: { wallNow: () => this.cluster.wallNow(machine), monotonicNow: monotonic },
     });
-    const documents = new SimDynamoClient({
+    const transport = { sched: this.sched, net: this.net, caller: host, faults: this.#faultsOf };
+    const documents = new SimDynamoClient(transport, {
       table: this.table,
-      sched: this.sched,
-      net: this.net,
-      caller: host,
-      faults: this.#faultsOf,
       observe: (date, sentAt, receivedAt) => clock.observe(date, sentAt, receivedAt),
       monotonic,
     }) as unknown as DynamoDBDocumentClient;
-    const sqs = new SimSqsClient({
-      service: this.sqs,
-      sched: this.sched,
-      net: this.net,
-      caller: host,
-      faults: this.#faultsOf,
-    }) as unknown as SQSClient;
+    const sqs = new SimSqsClient(transport, this.sqs) as unknown as SQSClient;
     const store = createDynamoCoordinationStore({ documents, tableName: TABLE, clock, logger: silentLogger });
     const bus = new SqsCommandBus({ sqs, queuePrefix: PREFIX, managedSse: false, logger: silentLogger });
     const wake = new SqsWakeQueue({
