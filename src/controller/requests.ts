@@ -2,7 +2,7 @@ import { z } from "zod";
 import { timeNeeded } from "../core/budget.ts";
 import { describeIssues } from "../core/config.ts";
 import { planRecover, planSwitchover } from "../core/decide.ts";
-import { planDrain, planUndrain } from "../core/drain.ts";
+import { drainedOf, planDrain, planUndrain } from "../core/drain.ts";
 import { idSchema, type Topology } from "../core/model.ts";
 import { guarded } from "./cycle.ts";
 import {
@@ -306,7 +306,18 @@ export async function drainNode(
           reason: `${plan.reason}: ${moved.reason}; ${node} not drained`,
         };
       }
-      const drained = await drainNode(deps, shard, node, options);
+      // Not planned again: the switchover's cleanup deleted the old primary's heartbeat, which its
+      // agent writes again only as a replica; planDrain already kept a node to fail over to after it.
+      const topology = await deps.store.topology.read(shard);
+      const drained = await changeDrained(
+        deps,
+        shard,
+        topology?.epoch,
+        [...drainedOf(topology), node].sort(),
+        `${node} drained: never promoted until shardguard undrain (it keeps replicating)`,
+        "drained",
+        options,
+      );
       return {
         ...drained,
         primary: moved.primary,

@@ -1,10 +1,11 @@
-import { describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/adapters/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/requests.ts";
 import { decide } from "../../src/core/decide.ts";
-import { LINEAGE } from "../support/builders.ts";
+import { LINEAGE, NOW } from "../support/builders.ts";
 import { MemoryShard } from "../support/memory-shard.ts";
+import { settled } from "../support/settled.ts";
 
 // Invalid requests are answered before any store is touched: deps without stores prove it.
 const noStores = { log: silentLogger } as unknown as ControllerDeps;
@@ -163,5 +164,31 @@ describe("operator drain and undrain", () => {
   ])("answers $request.action with a misplaced node field: $reason", async ({ request, reason }) => {
     const response = await handleOperatorRequest(noStores, request);
     expect(response).toMatchObject({ ok: false, reason });
+  });
+});
+
+describe("operator drain of the primary", () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ now: NOW });
+  });
+
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("switches over away from it, then records it drained although the cleanup deleted its heartbeat", async () => {
+    // Prepare
+    const shard = new MemoryShard();
+
+    // Act
+    const response = await settled(
+      handleOperatorRequest(shard.deps(), { action: "drain", shard: "s1", node: "p1" }),
+    );
+
+    // Assess
+    expect(response).toMatchObject({ ok: true, outcome: "drained", primary: "r1" });
+    expect(shard.snapshot().nodes.map((node) => node.node_id)).not.toContain("p1");
+    expect(shard.topology).toMatchObject({ status: "online", primary_node_id: "r1", drained: ["p1"] });
+    expect(shard.history).toMatchObject([{ kind: "switchover", old_primary_node_id: "p1" }]);
   });
 });
