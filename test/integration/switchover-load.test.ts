@@ -1,10 +1,11 @@
 import { Redis } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
+import { longestGap } from "../../bench/lib/rolling.ts";
 import { parseAddress } from "../../src/core/address.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { isAgentHeard } from "../../src/core/decide/view.ts";
 import { LocalCluster } from "../../src/dev/local-cluster.ts";
-import { type Ack, WriteWorkload } from "../../src/dev/workload/writer.ts";
+import { WriteWorkload } from "../../src/dev/workload/writer.ts";
 import { waitForFollowers } from "../support/chaos-cluster.ts";
 import { shardguard } from "../support/cli.ts";
 import { waitFor } from "../support/wait.ts";
@@ -34,19 +35,6 @@ async function writeNow(address: string): Promise<string> {
   } finally {
     client.disconnect();
   }
-}
-
-/** The longest time between two acknowledged writes from `from` to `to` (monotonic ms), bounds included. */
-function longestGap(acks: readonly Ack[], from: number, to: number): number {
-  let previous = from;
-  let longest = 0;
-  for (const ack of acks) {
-    if (ack.at <= from) continue;
-    if (ack.at > to) break;
-    longest = Math.max(longest, ack.at - previous);
-    previous = ack.at;
-  }
-  return Math.max(longest, to - previous);
 }
 
 const median = (values: readonly number[]) =>
