@@ -1,5 +1,5 @@
 import type { FailoverConfig } from "./config.ts";
-import { isAlive } from "./decide/view.ts";
+import { isAlive, isReportCurrent } from "./decide/view.ts";
 import type { Topology } from "./model.ts";
 import type { ShardSnapshot } from "./ports.ts";
 
@@ -79,7 +79,10 @@ export function planDrain(
       heartbeat.node_id !== primary &&
       !drained.includes(heartbeat.node_id) &&
       heartbeat.priority > 0 &&
-      isAlive(heartbeat, config, now),
+      heartbeat.db_status === "up" &&
+      // A quiet replica (written at its keepalive) counts while its report stands: a failover
+      // would ask it to report, as a switchover does.
+      (isAlive(heartbeat, config, now) || isReportCurrent(heartbeat, config, now)),
   );
   // A primary being drained hands over to one of `left`, which then leaves one fewer.
   const needed = node === primary ? 2 : 1;

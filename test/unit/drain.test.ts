@@ -77,6 +77,18 @@ describe("planDrain", () => {
       expected: { kind: "refused" },
     },
     {
+      name: "counts a quiet replica whose report stands (written 10 s ago, keepalive 20 s)",
+      shard: () => aShard().withNode({ node_id: "r2", ageMs: 10_000, keepalive_ms: 20_000 }),
+      node: "r1",
+      expected: { kind: "drain", drained: ["r1"] },
+    },
+    {
+      name: "refuses when the only other replica reports its database down",
+      shard: () => aShard().withNode({ node_id: "r2", db_status: "down" }),
+      node: "r1",
+      expected: { kind: "refused" },
+    },
+    {
       name: "refuses draining the primary of a two-node shard (nobody left after the switchover)",
       shard: () => aShard().without("r2"),
       node: "p1",
