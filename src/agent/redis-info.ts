@@ -1,5 +1,5 @@
-import { MalformedRecord } from "../core/errors.ts";
 import type { ClockSample } from "../core/clock-step.ts";
+import { MalformedRecord } from "../core/errors.ts";
 import type { Role } from "../core/model.ts";
 
 /** One replica as its primary sees it (an `INFO replication` `slaveN:` line). */
