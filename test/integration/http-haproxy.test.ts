@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
@@ -5,6 +6,7 @@ import { Haproxy, type ServerState } from "../../src/dev/local-stack/haproxy.ts"
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { WriteWorkload } from "../../src/dev/workload/writer.ts";
 import { startChaosCluster, WAIT_MS, waitForNewPrimary } from "../support/chaos-cluster.ts";
+import { checkExposition } from "../support/prometheus-text.ts";
 
 /**
  * The agents' HTTP role checks (docs/http.md) with real processes, and a real HAProxy in front
@@ -99,6 +101,17 @@ describe("the agent's HTTP endpoint", () => {
     );
     expect(metrics.body).toMatch(/shardguard_agent_heartbeat_age_seconds\{[^}]*\} \d/);
     expect(metrics.body).toContain("shardguard_agent_process_cpu_seconds_total");
+    // Parses as a scraper would, and every metric docs/http.md names is exposed with its type.
+    const parsed = checkExposition(metrics.body);
+    expect(parsed.problems).toEqual([]);
+    const documented = [
+      ...readFileSync(new URL("../../docs/http.md", import.meta.url), "utf8").matchAll(
+        /^\| `(shardguard_agent_[a-z_]+)(?:\{[^}]*\})?` \| (counter|gauge) \|/gm,
+      ),
+    ].map(([, name, type]) => ({ name, type }));
+    expect(documented.length).toBeGreaterThan(5);
+    for (const { name, type } of documented)
+      expect({ name, type: parsed.families.get(name ?? "") }).toEqual({ name, type });
   });
 
   it("routes writes through HAProxy to the one primary across a kill -9 failover, losing none", {
