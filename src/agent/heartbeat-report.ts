@@ -46,7 +46,10 @@ export function heartbeatFromInfo(
     heartbeat.primary_link = info.primary.link;
     if (probed !== undefined) {
       heartbeat.primary_probe = probed;
-      heartbeat.primary_probe_offset = ctx.probe.primaryOffset;
+      // Only with `fenced`, where it is used (gate member_unheard) and stays put (the primary takes
+      // no write): the offset of a serving primary moves with every write, and would make every
+      // report differ from the last, so a quiet replica would write every cycle.
+      if (probed === "fenced") heartbeat.primary_probe_offset = ctx.probe.primaryOffset;
     }
     if (info.primary.lastIoSecondsAgo !== undefined) heartbeat.lag_s = info.primary.lastIoSecondsAgo;
   }
