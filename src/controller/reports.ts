@@ -1,4 +1,4 @@
-import { awaitingReports } from "../core/decide.ts";
+import { awaitingReports, reportsPending, switchoverReporters } from "../core/decide.ts";
 import { errorMessage } from "../core/errors.ts";
 import { type Command, MAX_COMMAND_TIMEOUT_MS } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
@@ -54,31 +54,41 @@ export async function requestReports(
 
 /**
  * Asks the shard's quiet agents (all but `exclude`) to report, then re-reads until none is left
- * quiet or `waitMs` passed: the snapshot to plan on.
+ * quiet or `waitMs` passed: the snapshot to plan on. With `everyone` (a switchover), every agent
+ * whose report still stands is asked, heard or not, and waited for until each was heard within
+ * half the failure timeout (`reportsPending`): one heard just before the request would otherwise
+ * turn stale during the wait, the lock and the replan.
  */
 export async function withReports(
   deps: ControllerDeps,
   shard: string,
   snapshot: ShardSnapshot,
-  options: { readonly exclude?: string; readonly timeoutMs: number; readonly waitMs: number },
+  options: {
+    readonly exclude?: string;
+    readonly timeoutMs: number;
+    readonly waitMs: number;
+    readonly everyone?: boolean;
+  },
 ): Promise<ShardSnapshot> {
-  const quiet = awaitingReports(snapshot, deps.config, deps.clock.now(), options.exclude);
-  if (quiet.length === 0) return snapshot;
+  const pending = (current: ShardSnapshot): number =>
+    options.everyone === true
+      ? reportsPending(current, asked, deps.config, deps.clock.now()).length
+      : awaitingReports(current, deps.config, deps.clock.now(), options.exclude).length;
+  const asked = (
+    options.everyone === true
+      ? switchoverReporters(snapshot, deps.config, deps.clock.now(), options.exclude)
+      : awaitingReports(snapshot, deps.config, deps.clock.now(), options.exclude)
+  ).map((node) => node.node_id);
+  if (asked.length === 0) return snapshot;
   const epoch = snapshot.topology?.epoch ?? 0;
-  await requestReports(
-    deps,
-    shard,
-    epoch,
-    quiet.map((node) => node.node_id),
-    options.timeoutMs,
-  );
+  await requestReports(deps, shard, epoch, asked, options.timeoutMs);
   const deadline = deps.clock.now() + options.waitMs;
   const pollMs = Math.max(50, Math.min(250, deps.config.heartbeatIntervalMs / 4));
   let current = snapshot;
   while (deps.clock.now() < deadline) {
     await sleepOf(deps)(pollMs);
     current = await deps.store.heartbeats.snapshot(shard);
-    if (awaitingReports(current, deps.config, deps.clock.now(), options.exclude).length === 0) return current;
+    if (pending(current) === 0) return current;
   }
   return current;
 }

@@ -106,6 +106,7 @@ async function attemptSwitchover(
   const first = await deps.store.heartbeats.snapshot(shard);
   const snapshot = await withReports(deps, shard, first, {
     exclude: first.topology?.primary_node_id,
+    everyone: true,
     timeoutMs: deps.config.lockLeaseMs,
     waitMs: Math.max(
       REPORT_WAIT_TIMEOUTS * deps.config.failureTimeoutMs,

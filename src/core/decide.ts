@@ -52,6 +52,8 @@ export {
   isRecent,
   isReportCurrent,
   MAX_CLOCK_SKEW_MS,
+  reportsPending,
+  switchoverReporters,
 } from "./decide/view.ts";
 
 /**

@@ -6,6 +6,8 @@ import {
   decide,
   isReportCurrent,
   planSwitchover,
+  reportsPending,
+  switchoverReporters,
 } from "../../src/core/decide.ts";
 import type { Heartbeat, HeartbeatInput } from "../../src/core/model.ts";
 import { aConfig, aHealthyShard, aHeartbeat, aShardWithStalePrimary, NOW } from "../support/builders.ts";
@@ -140,6 +142,27 @@ describe("decide: quiet replicas", () => {
     // Assess
     expect(plan).toMatchObject({ kind: "refused" });
     expect(awaitingReports(snapshot, aConfig(), NOW, "p1").map((node) => node.node_id)).toEqual(["r1"]);
+  });
+
+  it.each([
+    // A replica heard 900 ms ago (a write on a change) is no quiet node, yet a switchover that
+    // waits for another one turns it stale unless it too is asked (CI: "heartbeat stale (3052 ms old)").
+    { name: "heard just now", ageMs: 900, asked: true, pending: false },
+    { name: "heard at half the failure timeout", ageMs: 1500, asked: true, pending: false },
+    { name: "heard past half the failure timeout", ageMs: 1501, asked: true, pending: true },
+    { name: "quiet within its keepalive", ageMs: 10_000, asked: true, pending: true },
+    { name: "silent past its keepalive", ageMs: KEEPALIVE + 3001, asked: false, pending: true },
+  ])("a switchover asks a replica $name to report: asked $asked, pending $pending", ({ ageMs, asked, pending }) => {
+    // Prepare
+    const snapshot = aHealthyShard().withNode(quiet("r1", ageMs)).build();
+    const config = aConfig();
+    // Act
+    const reporters = switchoverReporters(snapshot, config, NOW, "p1").map((node) => node.node_id);
+    const waiting = reportsPending(snapshot, ["r1"], config, NOW).map((node) => node.node_id);
+    // Assess
+    expect(reporters.includes("r1")).toBe(asked);
+    expect(reporters).not.toContain("p1");
+    expect(waiting).toEqual(pending ? ["r1"] : []);
   });
 
   it("never changes the primary while some node is quiet within its keepalive (property)", () => {

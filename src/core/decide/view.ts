@@ -1,11 +1,13 @@
 import type { FailoverConfig } from "../config.ts";
 import {
   agentAgeMs,
+  agentWrittenAt,
   heartbeatAgeMs,
   isAgentHeard,
   isFresh,
   isRecent,
   isReportCurrent,
+  isWithin,
   MAX_CLOCK_SKEW_MS,
 } from "../freshness.ts";
 import type { Heartbeat, Lineage, Topology } from "../model.ts";
@@ -76,6 +78,36 @@ export function awaitingReports(
   return snapshot.nodes.filter(
     (node) =>
       node.node_id !== exclude && isReportCurrent(node, config, now) && !isAgentHeard(node, config, now),
+  );
+}
+
+/**
+ * Nodes (except \`exclude\`) a switchover asks to report: every one whose report still stands,
+ * heard or not. A replica heard just now (a write on a change) writes again only on its next
+ * change or at its keepalive, so it would turn stale while the switchover waits for the others,
+ * locks and plans again; asked, it writes every cycle through the switchover.
+ */
+export function switchoverReporters(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+  exclude?: string,
+): Heartbeat[] {
+  return snapshot.nodes.filter((node) => node.node_id !== exclude && isReportCurrent(node, config, now));
+}
+
+/**
+ * Of the nodes \`asked\` to report, those whose agent was not heard within half the failure
+ * timeout: a report older than that could turn stale between the wait and the replan under the lock.
+ */
+export function reportsPending(
+  snapshot: ShardSnapshot,
+  asked: readonly string[],
+  config: FailoverConfig,
+  now: number,
+): Heartbeat[] {
+  return snapshot.nodes.filter(
+    (node) => asked.includes(node.node_id) && !isWithin(agentWrittenAt(node), config.failureTimeoutMs / 2, now),
   );
 }
 
