@@ -152,18 +152,21 @@ describe("decide: quiet replicas", () => {
     { name: "heard past half the failure timeout", ageMs: 1501, asked: true, pending: true },
     { name: "quiet within its keepalive", ageMs: 10_000, asked: true, pending: true },
     { name: "silent past its keepalive", ageMs: KEEPALIVE + 3001, asked: false, pending: true },
-  ])("a switchover asks a replica $name to report: asked $asked, pending $pending", ({ ageMs, asked, pending }) => {
-    // Prepare
-    const snapshot = aHealthyShard().withNode(quiet("r1", ageMs)).build();
-    const config = aConfig();
-    // Act
-    const reporters = switchoverReporters(snapshot, config, NOW, "p1").map((node) => node.node_id);
-    const waiting = reportsPending(snapshot, ["r1"], config, NOW).map((node) => node.node_id);
-    // Assess
-    expect(reporters.includes("r1")).toBe(asked);
-    expect(reporters).not.toContain("p1");
-    expect(waiting).toEqual(pending ? ["r1"] : []);
-  });
+  ])(
+    "a switchover asks a replica $name to report: asked $asked, pending $pending",
+    ({ ageMs, asked, pending }) => {
+      // Prepare
+      const snapshot = aHealthyShard().withNode(quiet("r1", ageMs)).build();
+      const config = aConfig();
+      // Act
+      const reporters = switchoverReporters(snapshot, config, NOW, "p1").map((node) => node.node_id);
+      const waiting = reportsPending(snapshot, ["r1"], config, NOW).map((node) => node.node_id);
+      // Assess
+      expect(reporters.includes("r1")).toBe(asked);
+      expect(reporters).not.toContain("p1");
+      expect(waiting).toEqual(pending ? ["r1"] : []);
+    },
+  );
 
   it("never changes the primary while some node is quiet within its keepalive (property)", () => {
     const nodeArb = fc.record({

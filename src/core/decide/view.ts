@@ -107,7 +107,8 @@ export function reportsPending(
   now: number,
 ): Heartbeat[] {
   return snapshot.nodes.filter(
-    (node) => asked.includes(node.node_id) && !isWithin(agentWrittenAt(node), config.failureTimeoutMs / 2, now),
+    (node) =>
+      asked.includes(node.node_id) && !isWithin(agentWrittenAt(node), config.failureTimeoutMs / 2, now),
   );
 }
 
