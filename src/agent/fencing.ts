@@ -40,6 +40,12 @@ export interface LocalView {
   readonly highestEpoch: number;
   /** Epoch of the PROMOTE command that made this node primary, if one did. */
   readonly promotedEpoch: number | undefined;
+  /**
+   * Set when the replica is parked (`REPLICAOF 127.0.0.1 1`, src/agent/primary-probe.ts): `from`
+   * is the primary it was parked from, undefined when this agent does not know it (the database
+   * was parked before this agent process started).
+   */
+  readonly parked?: { readonly from: string | undefined };
 }
 
 export type TopologyVerdict =
@@ -64,9 +70,15 @@ export type TopologyVerdict =
  * (redis issue 9049: a returning old primary must never serve as a second primary) when the
  * topology is newer than anything it applied, or as new but not won by a PROMOTE at that epoch
  * (two primaries of a new shard: the one the topology adopted stays). A replica follows a
- * newer topology's primary once. A topology older than the node's own epoch is ignored: the
- * controller bumps the epoch before it sends a command, so the node is ahead only while the
- * controller's write is on its way.
+ * newer topology's primary once; at its own epoch it follows the primary of an online topology
+ * too, when its database replicates from another address (restarted with a config file's
+ * `replicaof` of a node that is a replica now, an operator's REPLICAOF): a replica chained behind
+ * another is outside every replica set and never repointed by the controller. Not while a
+ * failover of that epoch may still change its target (`failing_over`), nor when the replica was
+ * parked from a primary this agent does not know (the probe that would unpark it knows nothing of
+ * the lineage it holds). A topology older than the node's own epoch is ignored: the controller
+ * bumps the epoch before it sends a command, so the node is ahead only while the controller's
+ * write is on its way.
  */
 export function assessTopology(topology: Topology | undefined, view: LocalView): TopologyVerdict {
   if (topology === undefined) {
@@ -131,21 +143,32 @@ export function assessTopology(topology: Topology | undefined, view: LocalView):
         `not this node (epoch ${view.highestEpoch}): becoming its replica`,
     };
   }
-  if (
-    topology.epoch > view.highestEpoch &&
-    view.replicatingFrom !== primary.address &&
-    topology.status !== "paused"
-  ) {
+  const keep = {
+    kind: "keep",
+    primaryConfirmed: false,
+    reason: `replica of ${view.replicatingFrom ?? "nobody"}`,
+  } as const;
+  if (view.replicatingFrom === primary.address || topology.status === "paused") return keep;
+  const repoint = (why: string): TopologyVerdict => ({
+    kind: "repoint",
+    target: primary,
+    epoch: topology.epoch,
+    reason:
+      `topology at epoch ${topology.epoch} names ${primary.node_id} (${primary.address}) primary; ` +
+      `this replica follows ${view.replicatingFrom ?? "nobody"} ${why}`,
+  });
+  if (topology.epoch > view.highestEpoch) return repoint(`at epoch ${view.highestEpoch}`);
+  // The same epoch: only a committed topology names a primary that no failover of this epoch
+  // may still change (a snapshot read before PROMOTE names the old primary).
+  if (topology.status !== "online") return keep;
+  if (view.parked !== undefined && view.parked.from === undefined) {
     return {
-      kind: "repoint",
-      target: primary,
-      epoch: topology.epoch,
-      reason:
-        `topology at epoch ${topology.epoch} names ${primary.node_id} (${primary.address}) primary; ` +
-        `this replica follows ${view.replicatingFrom ?? "nobody"} at epoch ${view.highestEpoch}`,
+      kind: "keep",
+      primaryConfirmed: false,
+      reason: `parked from a primary this agent does not know; waiting for a newer epoch than ${topology.epoch}`,
     };
   }
-  return { kind: "keep", primaryConfirmed: false, reason: `replica of ${view.replicatingFrom ?? "nobody"}` };
+  return repoint(`at the same epoch ${view.highestEpoch}`);
 }
 
 /** The two settings every fence changes (the operator's values are saved before). */

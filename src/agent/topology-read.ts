@@ -92,6 +92,7 @@ export function verdictFor(
     replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
+    parked: isParked(info) ? { from: ctx.probe.address } : undefined,
   });
   // A parked replica waits for its own primary to come back holding its data, or for a new
   // decision: a newer, committed topology that names the same address again is followed (a

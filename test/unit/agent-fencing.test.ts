@@ -143,11 +143,63 @@ describe("fencing by the topology", () => {
   it("repoints a replica to the primary of a newer epoch once", () => {
     // Act
     const behind = assessTopology(aTopology(), replicaView());
-    const caughtUp = assessTopology(aTopology(), replicaView({ highestEpoch: 3 }));
+    const caughtUp = assessTopology(
+      aTopology(),
+      replicaView({ highestEpoch: 3, replicatingFrom: "10.0.0.2:6379" }),
+    );
 
     // Assess
     expect(behind).toMatchObject({ kind: "repoint", target: { node_id: "n2" }, epoch: 3 });
     expect(caughtUp.kind).toBe("keep");
+  });
+
+  // Sim seed 3622: n3's database restarted from its config file's `replicaof n1` at epoch 1, when
+  // n1 was a replica of n2; n3 stayed chained behind n1 to the end (the old rule repointed only at
+  // a newer epoch).
+  it.each<{ case: string; topology: Topology; view: Partial<LocalView>; expected: string }>([
+    {
+      case: "a replica that follows a replica, the topology online at its epoch: repointed",
+      topology: aTopology(),
+      view: { highestEpoch: 3, replicatingFrom: "10.0.0.1:6379" },
+      expected: "repoint",
+    },
+    {
+      case: "a replica that follows nobody at its epoch: repointed",
+      topology: aTopology(),
+      view: { highestEpoch: 3, replicatingFrom: undefined },
+      expected: "repoint",
+    },
+    {
+      case: "parked from another node than the primary: repointed",
+      topology: aTopology(),
+      view: { highestEpoch: 3, replicatingFrom: "127.0.0.1:1", parked: { from: "10.0.0.1:6379" } },
+      expected: "repoint",
+    },
+    {
+      case: "parked before this agent started (from whom unknown): kept until a newer epoch",
+      topology: aTopology(),
+      view: { highestEpoch: 3, replicatingFrom: "127.0.0.1:1", parked: { from: undefined } },
+      expected: "keep",
+    },
+    {
+      case: "a failover of its epoch not past PROMOTE (it may still change the primary): kept",
+      topology: aFailoverTo("n5", "catch_up"),
+      view: { highestEpoch: 4, replicatingFrom: "10.0.0.5:6379" },
+      expected: "keep",
+    },
+    {
+      case: "the shard paused at its epoch: kept",
+      topology: aTopology({ status: "paused" }),
+      view: { highestEpoch: 3, replicatingFrom: "10.0.0.1:6379" },
+      expected: "keep",
+    },
+  ])("at the replica's own epoch: $case", ({ topology, view, expected }) => {
+    // Act
+    const verdict = assessTopology(topology, replicaView(view));
+
+    // Assess
+    expect(verdict.kind).toBe(expected);
+    if (expected === "repoint") expect(verdict).toMatchObject({ target: { node_id: "n2" }, epoch: 3 });
   });
 
   it("leaves a replica that already follows the topology's primary alone", () => {
