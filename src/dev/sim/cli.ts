@@ -1,13 +1,15 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { type SimResult, simulate } from "./world.ts";
+import { ALL_FAULT_KINDS, type FaultKind, type SimResult, simulate } from "./world.ts";
 
 /**
  * `npm run sim -- --seeds N [--minutes M] [--seed S]`: runs seeds S, S+1, ... S+N-1 (S defaults
  * to 1), each M simulated minutes of faults plus a settle period, one progress line per seed;
  * writes bench/results/sim-<S>-<N>.json; for a failing seed prints the command that replays it and
- * the tail of its event trace, and writes the whole trace beside the results.
+ * the tail of its event trace, and writes the whole trace beside the results. `--faults a,b,b`
+ * draws only those kinds (a repeated kind weighs more; `all` adds the kinds the default leaves out),
+ * `--overlap` lets faults overlap.
  */
 
 function parse() {
@@ -19,7 +21,15 @@ function parse() {
       "writes-per-second": { type: "string", default: "25" },
       out: { type: "string", default: "bench/results" },
       trace: { type: "boolean", default: false },
+      faults: { type: "string" },
+      overlap: { type: "boolean", default: false },
     },
+  });
+  const faultKinds = values.faults?.split(",").flatMap((kind): FaultKind[] => {
+    if (kind === "all") return [...ALL_FAULT_KINDS];
+    if (!(ALL_FAULT_KINDS as readonly string[]).includes(kind))
+      throw new Error(`--faults: unknown kind ${kind} (one of all, ${ALL_FAULT_KINDS.join(", ")})`);
+    return [kind as FaultKind];
   });
   const number = (name: string, value: string | undefined) => {
     const parsed = Number(value);
@@ -34,6 +44,10 @@ function parse() {
     writesPerSecond: number("writes-per-second", values["writes-per-second"]),
     out: values.out as string,
     trace: values.trace === true,
+    faultKinds,
+    overlap: values.overlap === true,
+    /** What to add to a replay command. */
+    faultArgs: `${values.faults === undefined ? "" : ` --faults ${values.faults}`}${values.overlap === true ? " --overlap" : ""}`,
   };
 }
 
@@ -68,6 +82,8 @@ async function main(): Promise<void> {
       seed,
       minutes: options.minutes,
       writesPerSecond: options.writesPerSecond,
+      faultKinds: options.faultKinds,
+      overlap: options.overlap,
     });
     const line = summary(result);
     results.push(line);
@@ -91,7 +107,7 @@ async function main(): Promise<void> {
         failed++;
         for (const violation of [...result.violations, ...result.modelErrors]) console.log(`  ${violation}`);
         console.log(
-          `  replay: npm run sim -- --seed ${seed} --seeds 1 --minutes ${options.minutes} --writes-per-second ${options.writesPerSecond}`,
+          `  replay: npm run sim -- --seed ${seed} --seeds 1 --minutes ${options.minutes} --writes-per-second ${options.writesPerSecond}${options.faultArgs}`,
         );
         console.log(`  trace: ${tracePath} (last 40 lines below)`);
         for (const traceLine of result.trace.slice(-40)) console.log(`    ${traceLine}`);
@@ -101,7 +117,7 @@ async function main(): Promise<void> {
   const wallMs = Number((process.hrtime.bigint() - started) / 1_000_000n);
   const simulatedMs = results.reduce((sum, r) => sum + r.simulatedMs, 0);
   const report = {
-    command: `npm run sim -- --seeds ${options.seeds} --seed ${options.first} --minutes ${options.minutes}`,
+    command: `npm run sim -- --seeds ${options.seeds} --seed ${options.first} --minutes ${options.minutes}${options.faultArgs}`,
     seeds: options.seeds,
     minutes: options.minutes,
     writesPerSecond: options.writesPerSecond,

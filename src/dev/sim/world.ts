@@ -48,6 +48,16 @@ export interface SimOptions {
   readonly writesPerSecond?: number;
   /** Simulated seconds after the last heal before the final read. @default 60 */
   readonly settleSeconds?: number;
+  /**
+   * Fault kinds to draw from (`FAULT_KINDS` and `EXTRA_FAULT_KINDS`, any repeated to weigh it).
+   * @default FAULT_KINDS
+   */
+  readonly faultKinds?: readonly FaultKind[];
+  /**
+   * Faults overlap: the next fault is drawn `gap` after the previous one began, not after it
+   * healed, so two or three are active at once (an isolated primary and a slow replica). @default false
+   */
+  readonly overlap?: boolean;
 }
 
 export interface SimResult {
@@ -75,6 +85,8 @@ interface Fault {
   readonly target: string;
   readonly nodes: readonly string[];
   readonly heal: () => void;
+  /** How long it lasts, when the kind decides (else the nemesis's draw). */
+  readonly durationMs?: number;
 }
 
 const FAULT_KINDS = [
@@ -92,6 +104,22 @@ const FAULT_KINDS = [
   "pause-controller",
   "sqs-unreliable",
 ] as const;
+
+/**
+ * Kinds drawn only when asked for (`--faults`): the default schedule stays as it was, so seeds keep
+ * replaying. `controller-overlap`: the controller pauses past its lock's lease (40-90 s) while a new
+ * invocation takes over, then wakes and runs on beside it for 2-20 s before it stops after its
+ * current cycle (a Lambda frozen mid-run, thawed, then ending); a quarter of them hit the controller the moment a failover begins (the
+ * observer sees the topology leave `online`). `restart-redis-fast`: redis-server dies and its
+ * supervisor restarts it 0.1-1.5 s later, empty or from its RDB: back before the failure timeout,
+ * while the topology still names it.
+ */
+export const EXTRA_FAULT_KINDS = ["controller-overlap", "restart-redis-fast"] as const;
+
+export type FaultKind = (typeof FAULT_KINDS)[number] | (typeof EXTRA_FAULT_KINDS)[number];
+
+/** Every fault kind, for `--faults all`. */
+export const ALL_FAULT_KINDS: readonly FaultKind[] = [...FAULT_KINDS, ...EXTRA_FAULT_KINDS];
 
 export class SimWorld {
   readonly sched: Scheduler;
@@ -231,10 +259,16 @@ export class SimWorld {
     return this.#agents.get(node)?.host;
   }
 
+  /** Stops one controller's loop after its current cycle (an invocation ending). */
+  readonly #controllerStops = new Map<string, AbortController>();
+
   startController(): void {
     this.#controllerIncarnation++;
     const host = `ctl/controller#${this.#controllerIncarnation}`;
     this.#controllerHost = host;
+    const stop = new AbortController();
+    this.#controllerStops.set(host, stop);
+    const signal = AbortSignal.any([this.#abort.signal, stop.signal]);
     const aws = this.#aws(() => host, "ctl");
     const log = this.#logger(host, "info");
     this.sched.onHost(host, () => {
@@ -247,7 +281,7 @@ export class SimWorld {
         log,
         metrics: discardMetrics,
       });
-      void loop.run({ signal: this.#abort.signal, wake: aws.wake }).catch((error) => {
+      void loop.run({ signal, wake: aws.wake }).catch((error) => {
         this.log(`${host} loop ended: ${errorMessage(error)}`);
       });
     });
@@ -329,7 +363,7 @@ export class SimWorld {
   #startWorkload(writesPerSecond: number, until: number): void {
     const host = "client/app";
     let seq = 0;
-    let lastEpoch: { epoch: number; primary?: string } | undefined;
+    let lastEpoch: { epoch: number; primary?: string; status?: string } | undefined;
     this.sched.onHost(host, () => {
       const writeTick = () => {
         if (this.sched.elapsed >= until) return;
@@ -381,6 +415,7 @@ export class SimWorld {
             },
           });
           this.log(`topology epoch ${topology.epoch} primary ${topology.primary} status ${topology.status}`);
+          if (topology.status !== lastEpoch?.status) this.#midFailoverPause(topology.status);
           lastEpoch = topology;
         }
       };
@@ -395,14 +430,19 @@ export class SimWorld {
     return this.#topology()?.primary ?? "n1";
   }
 
-  #inject(kind: (typeof FAULT_KINDS)[number], durationMs: number): Fault | undefined {
+  #inject(kind: FaultKind, durationMs: number): Fault | undefined {
     const random = this.sched.random;
     const target = random.chance(0.6) ? "primary" : "random";
     const node = target === "primary" ? this.#primaryNode() : random.pick(NODES);
     const server = this.cluster.servers.get(node) as RedisServer;
     const others = NODES.filter((n) => n !== node);
     const id = ++this.#faultIds;
-    const fault = (nodes: readonly string[], heal: () => void, params?: Record<string, unknown>): Fault => {
+    const fault = (
+      nodes: readonly string[],
+      heal: () => void,
+      params?: Record<string, unknown>,
+      ownDurationMs?: number,
+    ): Fault => {
       this.history.append({
         process: "nemesis",
         type: "info",
@@ -410,16 +450,20 @@ export class SimWorld {
         value: { id, kind, target, nodes, params },
       });
       this.log(
-        `nemesis inject #${id} ${kind} ${target} ${nodes.join(",")} ${params ? JSON.stringify(params) : ""} for ${durationMs} ms`,
+        `nemesis inject #${id} ${kind} ${target} ${nodes.join(",")} ${params ? JSON.stringify(params) : ""} for ${ownDurationMs ?? durationMs} ms`,
       );
-      return { id, kind, target, nodes, heal };
+      return { id, kind, target, nodes, heal, durationMs: ownDurationMs };
     };
     switch (kind) {
       case "kill-redis": {
         const mode = random.pick<RestartMode>(["empty", "rdb", "rdb", "replicaof"]);
         if (random.chance(0.5)) server.save();
         server.crash();
-        return fault([node], () => server.restart(mode, "n1:6379"), { mode });
+        // The config files are the deployment's: n2 and n3 start as replicas of n1 (the first
+        // primary), n1's has no `replicaof`, so it restarts from its RDB as a master (a restart of n1
+        // replicating from itself never happens).
+        const restartAs = mode === "replicaof" && node === "n1" ? "rdb" : mode;
+        return fault([node], () => server.restart(restartAs, "n1:6379"), { mode: restartAs });
       }
       case "hang-redis":
         this.sched.pause(server.host);
@@ -507,6 +551,30 @@ export class SimWorld {
           },
           { ...this.sqs.faults },
         );
+      case "restart-redis-fast": {
+        const mode = random.pick<RestartMode>(["empty", "rdb"]);
+        server.crash();
+        return fault([node], () => server.restart(mode), { mode }, random.int(100, 1500));
+      }
+      case "controller-overlap": {
+        const old = this.controllerHost;
+        if (this.sched.isPaused(old) || this.sched.isDead(old)) return undefined;
+        this.sched.pause(old);
+        this.startController();
+        const lingerMs = random.int(2000, 20_000);
+        return fault(
+          [],
+          () => {
+            this.sched.resume(old);
+            this.sched.schedule(lingerMs, () => {
+              this.#controllerStops.get(old)?.abort();
+              this.log(`nemesis ${old} stops after its current cycle`);
+            });
+          },
+          { old, lingerMs },
+          random.int(40_000, 90_000),
+        );
+      }
     }
   }
 
@@ -521,28 +589,51 @@ export class SimWorld {
     this.log(`nemesis heal #${fault.id} ${fault.kind}`);
   }
 
-  #startNemesis(until: number): void {
+  #startNemesis(until: number, kinds: readonly FaultKind[], overlap: boolean): void {
     this.sched.onHost("nemesis", () => {
       const next = () => {
         if (this.sched.elapsed >= until) return;
         const random = this.sched.random;
-        const kind = random.pick(FAULT_KINDS);
-        const duration = random.int(2000, 30_000);
-        const fault = this.#inject(kind, duration);
+        const kind = random.pick(kinds);
+        const drawn = random.int(2000, 30_000);
+        const fault = this.#inject(kind, drawn);
+        const duration = fault?.durationMs ?? drawn;
         const gap = random.int(5000, 25_000);
-        if (fault) {
-          this.active.add(fault);
-          this.sched.schedule(duration, () => {
-            if (!this.active.has(fault)) return;
-            this.active.delete(fault);
-            this.#heal(fault);
-          });
-        }
-        this.sched.schedule(duration + gap, next);
+        if (fault) this.#activate(fault, duration);
+        this.sched.schedule(overlap ? gap : duration + gap, next);
       };
       this.sched.schedule(15_000, next);
     });
   }
+
+  #activate(fault: Fault, duration: number): void {
+    this.active.add(fault);
+    this.sched.schedule(
+      duration,
+      () => {
+        if (!this.active.has(fault)) return;
+        this.active.delete(fault);
+        this.#heal(fault);
+      },
+      "nemesis",
+    );
+  }
+
+  /**
+   * With `controller-overlap` drawn: a failover's first step (the topology leaves `online`) pauses
+   * the controller there, a quarter of the time, while the faults last.
+   */
+  #midFailoverPause(status: string | undefined): void {
+    if (!this.#overlapOnFailover || status === "online" || this.sched.elapsed >= this.#faultsUntil) return;
+    this.sched.onHost("nemesis", () => {
+      if (!this.sched.random.chance(0.25)) return;
+      const fault = this.#inject("controller-overlap", 0);
+      if (fault) this.#activate(fault, fault.durationMs ?? 60_000);
+    });
+  }
+
+  #overlapOnFailover = false;
+  #faultsUntil = 0;
 
   readonly active = new Set<Fault>();
 
@@ -573,7 +664,10 @@ export class SimWorld {
       this.startController();
       for (const node of NODES) void this.startAgent(node);
       this.#startWorkload(options.writesPerSecond ?? 25, faultsUntil + settle);
-      if (options.faults !== false) this.#startNemesis(faultsUntil);
+      const kinds = options.faultKinds ?? FAULT_KINDS;
+      this.#overlapOnFailover = options.faults !== false && kinds.includes("controller-overlap");
+      this.#faultsUntil = faultsUntil;
+      if (options.faults !== false) this.#startNemesis(faultsUntil, kinds, options.overlap === true);
       await this.sched.runUntil(this.sched.now + faultsUntil);
       // Heal everything, bring every process back, let the shard settle.
       for (const fault of [...this.active]) {
