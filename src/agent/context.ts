@@ -104,6 +104,18 @@ export class AgentContext {
   guardMembers: readonly string[] = [];
   /** What the write guard last set on the database ("fence", "open", "guard:<n>", "replica"). */
   appliedGuard: string | undefined;
+  /**
+   * The topology epoch at which the guard was last set: a newer one sets it again, since another
+   * node may have set this database's fence meanwhile (a successor's, src/core/depose.ts).
+   */
+  appliedGuardEpoch: number | undefined;
+  /**
+   * Old primaries this node, promoted at \`epoch\`, could not fence yet (src/agent/depose.ts): tried
+   * again every cycle while the topology names this node primary at that epoch.
+   */
+  deposePending: { readonly epoch: number; addresses: string[] } | undefined;
+  /** A retry of \`deposePending\` is running (one at a time). */
+  deposeInFlight = false;
   /** Monotonic ms until which a freshly promoted node refuses writes (the old primary's guard window). */
   promotionFenceUntil = Number.NEGATIVE_INFINITY;
   /** Monotonic ms of this replica's last contact with its primary (link up, recent I/O). */

@@ -10,6 +10,7 @@ import { GUARD_MAX_LAG_S } from "../core/write-guard.ts";
 import { Backoff, sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { guardNewProcess, readInfo, reportIdentityConflict } from "./db-identity.ts";
+import { retryDeposed } from "./depose.ts";
 import { buildHeartbeat } from "./heartbeat-report.ts";
 import { isParked, type ProbeResult } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
@@ -104,6 +105,8 @@ async function cycle(
   const firstInfo = read?.info;
   let info = firstInfo;
   const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
+  // A promoted node keeps fencing the old primaries it could not reach yet (not awaited).
+  if (firstInfo?.role === "primary") void retryDeposed(ctx);
   if (!planned) {
     // A quiet cycle: the database checked, the primary probed, the guard kept; the store is left
     // alone unless what this agent would report changed.

@@ -5,6 +5,7 @@ import type { Topology } from "../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
+import { fenceDeposed } from "./depose.ts";
 import { type PrimaryRef, topologyPrimary } from "./fencing.ts";
 import { isParked } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
@@ -94,6 +95,7 @@ export async function becomePrimary(ctx: AgentContext, topology?: Topology): Pro
   await fence(ctx, "promotion: writes wait for the old primary's guard to drop this node");
   const before = await ctx.db.replicationInfo();
   const window = judgeWindow(ctx, before);
+  void fenceDeposed(ctx, topology, before);
   await ctx.db.promote();
   ctx.roleGeneration++;
   const info = await verify(ctx, (candidate) => candidate.role === "primary", "REPLICAOF NO ONE");

@@ -220,12 +220,18 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
     return plan;
   }
   let minReplicas = plan.kind === "guard" ? plan.minReplicas : 0;
-  if (ctx.appliedGuard !== appliedKey(plan, minReplicas) || ctx.state.state.fence !== undefined) {
+  const epoch = ctx.lastTopology?.epoch;
+  if (
+    ctx.appliedGuard !== appliedKey(plan, minReplicas) ||
+    ctx.appliedGuardEpoch !== epoch ||
+    ctx.state.state.fence !== undefined
+  ) {
     await unfence(ctx, plan, minReplicas);
     if (plan.kind === "guard") {
       ctx.logger.info("write guard set", { ...ctx.epochContext, minReplicas, reason: plan.reason });
     }
     ctx.appliedGuard = appliedKey(plan, minReplicas);
+    ctx.appliedGuardEpoch = epoch;
   }
   const topology = ctx.lastTopology;
   if (plan.join.length > 0) {

@@ -1,0 +1,48 @@
+import type { Topology } from "./model.ts";
+
+/**
+ * A node being promoted fences the old primary's database itself (guarantee 2). Redis's guard on
+ * the old primary (`min-replicas-to-write`) counts every replica that acknowledges, member of its
+ * replica set or not, and only its agent keeps that count in step with the set. With that agent
+ * dead, a replica that re-attaches to the old primary (one that was hung and resumes on its old
+ * link, before its own agent repoints it) lets it take writes again: `WAIT 1` acknowledges them
+ * and they are lost when that replica follows the new primary (nemesis seed 3401: 4 two-writable
+ * samples, 6 replica-acknowledged writes lost). The promoted node replicated from the old primary
+ * and can reach it: it sets the fence there before opening its own writes. Best effort within a
+ * bound: a dead or unreachable old primary takes nothing from the promotion, whose own fence
+ * window (PROMOTION_FENCE_WINDOW_MS) still holds as before.
+ */
+
+/** How long the promoted node tries to reach each database it fences, ms. */
+export const DEPOSE_TIMEOUT_MS = 1_000;
+
+export interface DeposeInput {
+  /** The promoted node's own address (never fenced). */
+  readonly selfAddress: string;
+  readonly selfId: string;
+  /** The topology the PROMOTE was screened against. */
+  readonly topology: Topology | undefined;
+  /** host:port the node replicated from just before the promotion (INFO), if a replica. */
+  readonly followed: string | undefined;
+  /** Addresses that stand for no database (a parked replica's). */
+  readonly ignore: readonly string[];
+}
+
+/**
+ * The databases to fence before this node opens as primary: the primary the topology names while
+ * the failover runs (the old one, whatever this node followed) and the node it replicated from,
+ * each once; never itself or a parked replica's address.
+ */
+export function deposedAddresses(input: DeposeInput): string[] {
+  const { topology } = input;
+  const named =
+    topology?.primary_node_id !== undefined && topology.primary_node_id !== input.selfId
+      ? topology.primary_address
+      : undefined;
+  const addresses: string[] = [];
+  for (const address of [named, input.followed]) {
+    if (address === undefined || address === input.selfAddress || input.ignore.includes(address)) continue;
+    if (!addresses.includes(address)) addresses.push(address);
+  }
+  return addresses;
+}
