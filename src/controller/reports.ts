@@ -55,9 +55,10 @@ export async function requestReports(
 /**
  * Asks the shard's quiet agents (all but `exclude`) to report, then re-reads until none is left
  * quiet or `waitMs` passed: the snapshot to plan on. With `everyone` (a switchover), every agent
- * whose report still stands is asked, heard or not, and waited for until each was heard within
- * half the failure timeout (`reportsPending`): one heard just before the request would otherwise
- * turn stale during the wait, the lock and the replan.
+ * whose report still stands but was not heard within half the failure timeout is asked
+ * (`reportsPending`), on each re-read too, and waited for until none is left: one heard just
+ * before the request is not quiet, yet would turn stale while the others are waited for, the lock
+ * taken and the plan made again.
  */
 export async function withReports(
   deps: ControllerDeps,
@@ -70,25 +71,38 @@ export async function withReports(
     readonly everyone?: boolean;
   },
 ): Promise<ShardSnapshot> {
-  const pending = (current: ShardSnapshot): number =>
-    options.everyone === true
-      ? reportsPending(current, asked, deps.config, deps.clock.now()).length
-      : awaitingReports(current, deps.config, deps.clock.now(), options.exclude).length;
-  const asked = (
-    options.everyone === true
-      ? switchoverReporters(snapshot, deps.config, deps.clock.now(), options.exclude)
-      : awaitingReports(snapshot, deps.config, deps.clock.now(), options.exclude)
-  ).map((node) => node.node_id);
-  if (asked.length === 0) return snapshot;
   const epoch = snapshot.topology?.epoch ?? 0;
-  await requestReports(deps, shard, epoch, asked, options.timeoutMs);
+  const asked = new Set<string>();
+  const pending = (current: ShardSnapshot): string[] => {
+    const now = deps.clock.now();
+    const nodes =
+      options.everyone === true
+        ? reportsPending(
+            current,
+            switchoverReporters(current, deps.config, now, options.exclude).map((node) => node.node_id),
+            deps.config,
+            now,
+          )
+        : awaitingReports(current, deps.config, now, options.exclude);
+    return nodes.map((node) => node.node_id);
+  };
+  const askNew = async (ids: readonly string[]): Promise<void> => {
+    const fresh = ids.filter((id) => !asked.has(id));
+    for (const id of fresh) asked.add(id);
+    if (fresh.length > 0) await requestReports(deps, shard, epoch, fresh, options.timeoutMs);
+  };
+  const first = pending(snapshot);
+  if (first.length === 0) return snapshot;
+  await askNew(first);
   const deadline = deps.clock.now() + options.waitMs;
   const pollMs = Math.max(50, Math.min(250, deps.config.heartbeatIntervalMs / 4));
   let current = snapshot;
   while (deps.clock.now() < deadline) {
     await sleepOf(deps)(pollMs);
     current = await deps.store.heartbeats.snapshot(shard);
-    if (pending(current) === 0) return current;
+    const left = pending(current);
+    if (left.length === 0) return current;
+    if (options.everyone === true) await askNew(left);
   }
   return current;
 }
