@@ -54,8 +54,9 @@ export async function requestReports(
 
 /**
  * Asks the shard's quiet agents (all but `exclude`) to report, then re-reads until none is left
- * quiet or `waitMs` passed: the snapshot to plan on. With `everyone` (a switchover), every agent
- * whose report still stands but was not heard within half the failure timeout is asked
+ * quiet or `waitMs` passed: the snapshot to plan on. With `everyone` (a switchover), every quiet
+ * agent (one with a keepalive) whose report still stands but was not heard within half the failure
+ * timeout is asked
  * (`reportsPending`), on each re-read too, and waited for until none is left: one heard just
  * before the request is not quiet, yet would turn stale while the others are waited for, the lock
  * taken and the plan made again.

@@ -168,6 +168,15 @@ describe("decide: quiet replicas", () => {
     },
   );
 
+  it("a switchover leaves a replica that writes every cycle (no keepalive) unasked, however old its report", () => {
+    // Prepare
+    const snapshot = aHealthyShard().withNode({ node_id: "r1", ageMs: 2000 }).build();
+    // Act
+    const waiting = reportsPending(snapshot, ["r1"], aConfig(), NOW);
+    // Assess
+    expect(waiting).toEqual([]);
+  });
+
   it("never changes the primary while some node is quiet within its keepalive (property)", () => {
     const nodeArb = fc.record({
       ageMs: fc.integer({ min: 0, max: 40_000 }),

@@ -97,8 +97,10 @@ export function switchoverReporters(
 }
 
 /**
- * Of the nodes \`asked\` to report, those whose agent was not heard within half the failure
- * timeout: a report older than that could turn stale between the wait and the replan under the lock.
+ * Of the nodes \`asked\` to report, the quiet ones (a \`keepalive_ms\`: they write only on a change
+ * and at their keepalive) whose agent was not heard within half the failure timeout: a report older
+ * than that could turn stale between the wait and the replan under the lock. A node that writes
+ * every cycle needs no asking.
  */
 export function reportsPending(
   snapshot: ShardSnapshot,
@@ -108,7 +110,9 @@ export function reportsPending(
 ): Heartbeat[] {
   return snapshot.nodes.filter(
     (node) =>
-      asked.includes(node.node_id) && !isWithin(agentWrittenAt(node), config.failureTimeoutMs / 2, now),
+      asked.includes(node.node_id) &&
+      node.keepalive_ms !== undefined &&
+      !isWithin(agentWrittenAt(node), config.failureTimeoutMs / 2, now),
   );
 }
 
