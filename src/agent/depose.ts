@@ -1,7 +1,8 @@
-import { DEPOSE_TIMEOUT_MS, deposedAddresses } from "../core/depose.ts";
-import { errorMessage } from "../core/errors.ts";
+import { DEPOSE_CATCH_UP_MS, DEPOSE_TIMEOUT_MS, deposedAddresses } from "../core/depose.ts";
+import { errorMessage, ShardguardError } from "../core/errors.ts";
 import type { Topology } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS, GUARD_MAX_LAG_S } from "../core/write-guard.ts";
+import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { topologyPrimary } from "./fencing.ts";
 import { PARKED_ADDRESS } from "./primary-probe.ts";
@@ -76,18 +77,20 @@ async function attempt(ctx: AgentContext, addresses: readonly string[], first: b
   return addresses.filter((_, index) => !results[index]);
 }
 
-async function fenceOne(ctx: AgentContext, address: string, first: boolean): Promise<boolean> {
+/**
+ * Dials `address`, sets the write fence there and returns the database's INFO read after it, all
+ * within DEPOSE_TIMEOUT_MS: a hung database accepts the TCP connection and never answers the
+ * client's ready check, which no socket timeout covers.
+ */
+async function fenceAt(ctx: AgentContext, address: string): Promise<ReplicationInfo> {
   const link = ctx.db.dial(address, {
     name: `shardguard-depose.${ctx.nodeId}`,
     connectTimeoutMs: DEPOSE_TIMEOUT_MS,
     commandTimeoutMs: DEPOSE_TIMEOUT_MS,
   });
-  const node = ctx.knownNodes.get(address);
   let timer: NodeJS.Timeout | undefined;
   try {
-    // Bounded as a whole: a hung database accepts the TCP connection and never answers the
-    // client's ready check, which no socket timeout covers.
-    await Promise.race([
+    return await Promise.race([
       (async () => {
         await link.connect();
         // The guard is off while the lag is 0: the fence needs both.
@@ -95,6 +98,7 @@ async function fenceOne(ctx: AgentContext, address: string, first: boolean): Pro
         if (!(Number.isInteger(lag) && lag > 0))
           await link.configSet("min-replicas-max-lag", String(GUARD_MAX_LAG_S));
         await link.configSet("min-replicas-to-write", String(FENCED_MIN_REPLICAS));
+        return await link.replicationInfo();
       })(),
       new Promise<never>((_, reject) => {
         timer = setTimeout(
@@ -103,6 +107,16 @@ async function fenceOne(ctx: AgentContext, address: string, first: boolean): Pro
         );
       }),
     ]);
+  } finally {
+    clearTimeout(timer);
+    link.disconnect();
+  }
+}
+
+async function fenceOne(ctx: AgentContext, address: string, first: boolean): Promise<boolean> {
+  const node = ctx.knownNodes.get(address);
+  try {
+    await fenceAt(ctx, address);
     ctx.logger.warn(
       "old primary fenced by its successor: it refuses writes until its agent follows the new primary",
       {
@@ -128,8 +142,66 @@ async function fenceOne(ctx: AgentContext, address: string, first: boolean): Pro
       );
     }
     return false;
-  } finally {
-    clearTimeout(timer);
-    link.disconnect();
   }
 }
+
+/** A deposing promotion that could not fence the old primary or catch up with it: not promoted; the PROMOTE stays queued. */
+export class DeposeFailed extends ShardguardError {
+  override name = "DeposeFailed";
+  override readonly retryable = true;
+}
+
+/**
+ * A deposing promotion (the topology's `failover.depose`, src/core/depose.ts): before this node
+ * detaches, the old primary it replicates from is fenced, and this node catches up with the offset
+ * the fenced primary reports (a primary that refuses writes sends nothing past it). Throws
+ * DeposeFailed, with nothing changed on this node, when it does not replicate from that address,
+ * the old primary does not answer within DEPOSE_TIMEOUT_MS, or this node does not reach its offset
+ * within DEPOSE_CATCH_UP_MS.
+ */
+export async function deposeFirst(
+  ctx: AgentContext,
+  depose: { readonly node_id: string; readonly address: string },
+  before: ReplicationInfo,
+): Promise<void> {
+  const followed =
+    before.role === "replica" && before.primary !== undefined
+      ? `${before.primary.host}:${before.primary.port}`
+      : undefined;
+  const why = `deposing promotion over ${depose.node_id} (${depose.address})`;
+  if (followed !== depose.address || before.primary?.link !== "up") {
+    throw new DeposeFailed(
+      `${why}: this node replicates from ${followed ?? "nobody"} (link ${before.primary?.link ?? "none"}), not from it with the link up`,
+    );
+  }
+  let old: ReplicationInfo;
+  try {
+    old = await fenceAt(ctx, depose.address);
+  } catch (error) {
+    throw new DeposeFailed(`${why}: could not fence it: ${errorMessage(error)}`);
+  }
+  const deadline = ctx.monotonicNow() + DEPOSE_CATCH_UP_MS;
+  let own = before.offset;
+  for (;;) {
+    const info = await ctx.db.replicationInfo();
+    own = info.offset;
+    if (info.replId === old.replId && own >= old.offset) break;
+    if (ctx.monotonicNow() >= deadline) {
+      throw new DeposeFailed(
+        `${why}: fenced it, but this node reached offset ${own} of ${old.offset} (lineage ${info.replId}, its ${old.replId}) within ${DEPOSE_CATCH_UP_MS} ms`,
+      );
+    }
+    await sleep(DEPOSE_POLL_MS);
+  }
+  ctx.logger.warn(
+    "old primary deposed: fenced by this node, which holds its final offset, before promoting",
+    {
+      ...ctx.epochContext,
+      oldPrimary: depose.node_id,
+      oldPrimaryAddress: depose.address,
+      offset: old.offset,
+    },
+  );
+}
+
+const DEPOSE_POLL_MS = 50;

@@ -5,7 +5,7 @@ import type { Topology } from "../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
-import { fenceDeposed } from "./depose.ts";
+import { deposeFirst, fenceDeposed } from "./depose.ts";
 import { type PrimaryRef, topologyPrimary } from "./fencing.ts";
 import { isParked } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
@@ -92,6 +92,11 @@ async function judgeWindow(ctx: AgentContext, before: ReplicationInfo): Promise<
  * out, so a switchover that returns "completed" returns with the new primary taking writes.
  */
 export async function becomePrimary(ctx: AgentContext, topology?: Topology): Promise<ReplicationInfo> {
+  // A deposing promotion fences the old primary and catches up with it first, or changes nothing.
+  const failover = topology?.failover;
+  if (failover?.depose !== undefined && failover.new_primary_node_id === ctx.nodeId) {
+    await deposeFirst(ctx, failover.depose, await ctx.db.replicationInfo());
+  }
   await fence(ctx, "promotion: writes wait for the old primary's guard to drop this node");
   const before = await ctx.db.replicationInfo();
   const window = judgeWindow(ctx, before);

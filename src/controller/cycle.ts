@@ -175,6 +175,9 @@ async function underLock(
             candidates: [...again.candidates],
             phase_started: { locked: lockedAt },
             lineage: again.lineage,
+            ...(again.kind === "bring_online" && again.depose !== undefined
+              ? { depose: { node_id: again.depose.node_id, address: again.depose.node_address } }
+              : {}),
           },
           snapshot,
         );

@@ -1,4 +1,5 @@
-import type { Topology } from "./model.ts";
+import { type FreshnessTimings, isFresh } from "./freshness.ts";
+import type { Heartbeat, Topology } from "./model.ts";
 
 /**
  * A node being promoted fences the old primary's database itself (guarantee 2). Redis's guard on
@@ -46,3 +47,31 @@ export function deposedAddresses(input: DeposeInput): string[] {
   }
   return addresses;
 }
+
+/**
+ * A deposing promotion: the one candidate left is outside the old primary's replica set, and the
+ * old primary's agent is not heard, so promoting it would detach no replica the old primary's
+ * guard waits for (gate \`unfenced_old_primary\`). It may still go ahead when the candidate can fence
+ * the old primary itself: its last report, fresh, says its database replicates from that primary
+ * with the link up and its probe reached it (\`ok\`, or \`fenced\`: refusing writes already). Its
+ * agent then sets the fence there, catches up with the old primary's final offset and only then
+ * detaches; if any step fails it does not promote (src/agent/depose.ts \`deposeFirst\`).
+ */
+export function canDepose(
+  candidate: Heartbeat,
+  old: Heartbeat,
+  timings: FreshnessTimings,
+  now: number,
+): boolean {
+  return (
+    candidate.node_id !== old.node_id &&
+    candidate.db_status === "up" &&
+    isFresh(candidate, timings, now) &&
+    candidate.primary_node_id === old.node_id &&
+    candidate.primary_link === "up" &&
+    (candidate.primary_probe === "ok" || candidate.primary_probe === "fenced")
+  );
+}
+
+/** How long a deposing promotion waits for the candidate to reach the fenced old primary's offset, ms. */
+export const DEPOSE_CATCH_UP_MS = 2_000;

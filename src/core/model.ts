@@ -177,6 +177,12 @@ export const failoverStateSchema = z.object({
   /** ms at which each phase began. */
   phase_started: z.record(z.string(), z.number().int()).default({}),
   lineage: lineageSchema.optional(),
+  /**
+   * A deposing promotion (src/core/depose.ts): the old primary, outside whose replica set the new
+   * one is, whose agent is not heard. The new primary's agent fences this database first and
+   * catches up with its final offset before it detaches, or does not promote at all.
+   */
+  depose: z.object({ node_id: idSchema, address: addressSchema }).optional(),
 });
 export type FailoverState = z.output<typeof failoverStateSchema>;
 

@@ -74,6 +74,8 @@ export type Decision =
       readonly candidates: readonly Candidate[];
       readonly lineage: Lineage;
       readonly reason: string;
+      /** The old primary the target fences first (a deposing promotion, src/core/depose.ts). */
+      readonly depose?: NodeRef;
     }
   | {
       /**

@@ -1,3 +1,4 @@
+import { canDepose } from "../depose.ts";
 import { ShardguardError } from "../errors.ts";
 import type { Candidate, Heartbeat, Lineage, Topology } from "../model.ts";
 import type { Decision } from "./decision.ts";
@@ -160,18 +161,20 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
   {
     name: "unfenced_old_primary",
     code: "offline_no_candidate",
-    // Promoting a node fences an old primary that may still serve only through its write guard.
+    // Promoting a node fences an old primary that may still serve only through its write guard;
+    // unless the target reaches the old primary and fences it itself first (a deposing promotion).
     invariant: [2],
     primaryStale: false,
     test: (v) => {
       if (v.target === undefined) return undefined;
       const { best } = v.target;
       const old = unfencedOldPrimary(v, best, v.target.lineage);
-      if (old === undefined) return undefined;
+      if (old === undefined || deposer(v, best, old) !== undefined) return undefined;
       return (
         `shard offline; ${best.node_id} is eligible but not in ${old.node_id}'s replica set, and ${old.node_id}'s agent ` +
         `is not heard (${describeHeartbeatAge(old, v.now, "ago")}) nor reported a crash: its database may still take ` +
-        "writes unfenced; waiting for its agent, a confirmed crash, a member of its set, or shardguard recover"
+        `writes unfenced, and ${best.node_id} does not reach it to fence it itself; waiting for its agent, a confirmed crash, ` +
+        "a member of its set, that reach, or shardguard recover"
       );
     },
   },
@@ -262,12 +265,29 @@ export function decideOffline(view: ShardView, topology: Topology): Decision {
   // Gate no_eligible_node lets no shard without a target through.
   if (v.target === undefined) throw new ShardguardError("offline shard without a target passed every gate");
   const { best, lineage } = v.target;
+  const old = unfencedOldPrimary(v, best, lineage);
+  const reason = `shard offline and ${best.node_id} returned eligible (priority ${best.priority}, last_txn_id ${best.last_txn_id}); promoting it`;
   return {
     kind: "bring_online",
     epoch: topology.epoch,
     target: refOf(best),
     candidates: v.candidates,
     lineage,
-    reason: `shard offline and ${best.node_id} returned eligible (priority ${best.priority}, last_txn_id ${best.last_txn_id}); promoting it`,
+    // Gate unfenced_old_primary let it through only when the target can fence the old primary first.
+    ...(old === undefined
+      ? { reason }
+      : {
+          depose: { node_id: old.node_id, node_address: old.node_address },
+          reason:
+            `${reason}, deposing ${old.node_id} first: ${best.node_id} is outside its replica set and its agent is not heard ` +
+            `(${describeHeartbeatAge(old, v.now, "ago")}), but ${best.node_id} replicates from it and reached it ` +
+            `(probe ${deposer(v, best, old)?.primary_probe}): it fences ${old.node_id}, catches up with its final offset, then detaches`,
+        }),
   };
+}
+
+/** The target's heartbeat when it can depose \`old\` (src/core/depose.ts \`canDepose\`). */
+function deposer(v: OfflineView, best: Candidate, old: Heartbeat): Heartbeat | undefined {
+  const node = v.snapshot.nodes.find((candidate) => candidate.node_id === best.node_id);
+  return node !== undefined && canDepose(node, old, v.config, v.now) ? node : undefined;
 }
