@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { simulate } from "../../src/dev/sim/world.ts";
+import { EXTRA_FAULT_KINDS, simulate } from "../../src/dev/sim/world.ts";
 
 /**
  * The simulator's promise: a seed and a commit replay one run exactly. Two runs of one seed, with
@@ -21,6 +21,28 @@ describe("the simulator", () => {
     expect(second.writes).toBe(first.writes);
     expect(second.timersFired).toBe(first.timersFired);
     expect(JSON.stringify(second.check.stats)).toBe(JSON.stringify(first.check.stats));
+  }, 60_000);
+
+  it("replays the kinds drawn only when asked for, overlapping, to the same trace", async () => {
+    // Prepare: every kind the default schedule leaves out (an unmanaged replica, a lagging replica
+    // link, per-operation store faults, late SQS copies, a controller frozen mid-failover).
+    const options = {
+      seed: 31337,
+      minutes: 1.5,
+      settleSeconds: 20,
+      faultKinds: [...EXTRA_FAULT_KINDS],
+      overlap: true,
+    };
+
+    // Act
+    const first = await simulate(options);
+    const second = await simulate(options);
+
+    // Assess
+    expect(first.faults).toBeGreaterThan(2);
+    expect(first.modelErrors).toEqual([]);
+    expect(second.trace.join("\n")).toBe(first.trace.join("\n"));
+    expect(second.timersFired).toBe(first.timersFired);
   }, 60_000);
 
   it("gives another seed another run", async () => {

@@ -40,6 +40,15 @@ export interface CallerFaults {
   ambiguous?: number;
   /** Extra ms per answer. */
   slowMs?: number;
+  /**
+   * Per-operation faults: the probability that a read (Get, Query) or a write (Put, Update,
+   * TransactWriteItems) of this machine fails, while the other kind goes through (one partition hot
+   * or unreachable, an endpoint failing one API, a policy denying one action).
+   */
+  failReads?: number;
+  failWrites?: number;
+  /** How a failed operation fails: a 500 answer, or no answer (the SDK's timeout). @default "error" */
+  failAs?: "error" | "timeout";
 }
 
 class ConditionFailed extends Error {
@@ -402,6 +411,8 @@ export interface AwsTransport {
   /** The calling process (a scheduler host). */
   readonly caller: () => string;
   readonly faults: (machine: string) => CallerFaults | undefined;
+  /** Called after a write of `caller` was applied to the table (the nemesis's hook). */
+  readonly applied?: (caller: string, command: string) => void;
 }
 
 /** The DocumentClient of one calling process, its requests crossing the simulated network. */
@@ -442,6 +453,13 @@ export class SimDynamoClient {
             error: sdkError("ThrottlingException", "Rate of requests exceeds the allowed throughput", 400),
           });
         const write = name !== "GetCommand" && name !== "QueryCommand";
+        const failing = write ? faults?.failWrites : faults?.failReads;
+        if (failing !== undefined && sched.random.chance(failing)) {
+          if (faults?.failAs === "timeout") return;
+          return reply({
+            error: sdkError("InternalServerError", "Internal server error", 500),
+          });
+        }
         let result: { value?: unknown; error?: unknown };
         try {
           result = { value: this.#table.execute(name, command.input as Record<string, unknown>) };
@@ -450,6 +468,7 @@ export class SimDynamoClient {
         }
         const lost = write && faults?.ambiguous !== undefined && sched.random.chance(faults.ambiguous);
         reply(result, lost);
+        if (write && result.error === undefined) this.#transport.applied?.(caller(), name);
       },
       (sentAt) => {
         this.#observe?.(new Date(sched.now).toUTCString(), sentAt, this.#monotonic());

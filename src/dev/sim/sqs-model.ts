@@ -31,6 +31,14 @@ export interface SqsFaults {
   duplicate?: number;
   /** Extra ms before a sent message becomes visible, drawn up to this. */
   delayMs?: number;
+  /**
+   * Probability that a sent message is delivered once more much later (at-least-once: a copy
+   * stored on a server that was down, a redelivery after a lost delete), `lateMs` after it was
+   * sent: after newer messages, after the epoch that sent it has passed.
+   */
+  late?: number;
+  /** [min, max] ms after sending that the late copy becomes visible. */
+  lateMs?: readonly [number, number];
 }
 
 export class SqsService {
@@ -68,6 +76,19 @@ export class SqsService {
     queue.messages.push({ id, body, visibleAt: this.#sched.now + delay, receiveCount: 0, handle: "" });
     if (delay > 0) this.#sched.schedule(delay, () => this.#wake(queue), "aws/service");
     else this.#wake(queue);
+    if (this.faults.late !== undefined && this.#sched.random.chance(this.faults.late)) {
+      const [min, max] = this.faults.lateMs ?? [5000, 60_000];
+      const lateMs = this.#sched.random.int(min, max);
+      const copy = {
+        id: `${id}-late`,
+        body,
+        visibleAt: this.#sched.now + lateMs,
+        receiveCount: 0,
+        handle: "",
+      };
+      queue.messages.push(copy);
+      this.#sched.schedule(lateMs, () => this.#wake(queue), "aws/service");
+    }
     return id;
   }
 

@@ -35,6 +35,8 @@ import { SimSqsClient, SqsService } from "./sqs-model.ts";
 
 export const SHARD = "s1";
 const NODES = ["n1", "n2", "n3"] as const;
+/** The machine of `unmanaged-replica`'s replica (no agent, no node id). */
+const UNMANAGED = "n4";
 const TABLE = "shardguard";
 const PREFIX = "sim";
 
@@ -113,8 +115,30 @@ const FAULT_KINDS = [
  * observer sees the topology leave `online`). `restart-redis-fast`: redis-server dies and its
  * supervisor restarts it 0.1-1.5 s later, empty or from its RDB: back before the failure timeout,
  * while the topology still names it.
+ *
+ * `unmanaged-replica`: a replica no agent runs on (an analytics or backup replica, `n4`) attaches
+ * to a node for the fault's length, then goes away; it stays where it was attached through
+ * failovers (nobody repoints it). `replica-lag`: the link from the primary to one replica slows by
+ * 0.2-5 s, or is cut one way (the replica's acknowledgements still arrive, so Redis counts it good
+ * while its offset falls behind). `store-ops`: one machine's DynamoDB reads or writes fail (500 or
+ * no answer, all or half of them) while the other kind goes through. `store-outage-agents`: every
+ * node loses DynamoDB and SQS, the controller does not (an endpoint of the nodes' subnet).
+ * `sqs-late`: a third of the messages sent are delivered once more 5-60 s later, after newer ones
+ * (at-least-once). `controller-stall-failover`: arms for 30-120 s; the controller's next write
+ * that changes the topology's epoch or status (a failover's plan, its confirmation) freezes it
+ * before it hears the answer, for 2-30 s or past its lease (40-90 s), while a new invocation
+ * starts; it wakes with its plan pending and runs on for 2-20 s.
  */
-export const EXTRA_FAULT_KINDS = ["controller-overlap", "restart-redis-fast"] as const;
+export const EXTRA_FAULT_KINDS = [
+  "controller-overlap",
+  "restart-redis-fast",
+  "unmanaged-replica",
+  "replica-lag",
+  "store-ops",
+  "store-outage-agents",
+  "sqs-late",
+  "controller-stall-failover",
+] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number] | (typeof EXTRA_FAULT_KINDS)[number];
 
@@ -131,6 +155,10 @@ export class SimWorld {
   readonly trace: string[] = [];
   readonly config: FailoverConfig;
   readonly #callerFaults = new Map<string, CallerFaults>();
+  /** Per-operation store faults (`store-ops`), by machine, over `store-flaky`'s. */
+  readonly #opFaults = new Map<string, CallerFaults>();
+  /** An armed `controller-stall-failover`: the topology's epoch/status when armed. */
+  #stall: { from: string } | undefined;
   readonly #agents = new Map<
     string,
     { host: string; handle: AgentHandle | undefined; incarnation: number }
@@ -172,7 +200,28 @@ export class SimWorld {
     };
   }
 
-  #faultsOf = (machine: string): CallerFaults | undefined => this.#callerFaults.get(machine);
+  #faultsOf = (machine: string): CallerFaults | undefined => {
+    const flaky = this.#callerFaults.get(machine);
+    const ops = this.#opFaults.get(machine);
+    return ops === undefined ? flaky : { ...flaky, ...ops };
+  };
+
+  /** After every applied store write: an armed stall freezes the controller that changed the plan. */
+  #applied = (caller: string): void => {
+    if (this.#stall === undefined) return;
+    const topology = this.#topology();
+    const now = `${topology?.epoch}/${topology?.status}`;
+    if (now === this.#stall.from) return;
+    if (caller !== this.controllerHost) {
+      this.#stall.from = now;
+      return;
+    }
+    this.#stall = undefined;
+    this.sched.onHost("nemesis", () => {
+      const fault = this.#inject("controller-stall", 0);
+      if (fault) this.#activate(fault, fault.durationMs ?? 60_000);
+    });
+  };
 
   /** AWS clients, clock and monotonic time of one process. */
   #aws(host: () => string, machine: string) {
@@ -180,7 +229,13 @@ export class SimWorld {
     const clock = new AwsClock({
       source: { wallNow: () => this.cluster.wallNow(machine), monotonicNow: monotonic },
     });
-    const transport = { sched: this.sched, net: this.net, caller: host, faults: this.#faultsOf };
+    const transport = {
+      sched: this.sched,
+      net: this.net,
+      caller: host,
+      faults: this.#faultsOf,
+      applied: this.#applied,
+    };
     const documents = new SimDynamoClient(transport, {
       table: this.table,
       observe: (date, sentAt, receivedAt) => clock.observe(date, sentAt, receivedAt),
@@ -430,7 +485,21 @@ export class SimWorld {
     return this.#topology()?.primary ?? "n1";
   }
 
-  #inject(kind: FaultKind, durationMs: number): Fault | undefined {
+  /** A controller frozen (the old invocation) while a new one starts; wakes, runs on, then stops. */
+  #freezeController(old: string): void {
+    this.sched.pause(old);
+    this.startController();
+  }
+
+  #thawController(old: string, lingerMs: number): void {
+    this.sched.resume(old);
+    this.sched.schedule(lingerMs, () => {
+      this.#controllerStops.get(old)?.abort();
+      this.log(`nemesis ${old} stops after its current cycle`);
+    });
+  }
+
+  #inject(kind: FaultKind | "controller-stall", durationMs: number): Fault | undefined {
     const random = this.sched.random;
     const target = random.chance(0.6) ? "primary" : "random";
     const node = target === "primary" ? this.#primaryNode() : random.pick(NODES);
@@ -542,15 +611,101 @@ export class SimWorld {
         this.sched.pause(host);
         return fault([], () => this.sched.resume(host));
       }
-      case "sqs-unreliable":
-        this.sqs.faults = { duplicate: 0.3, delayMs: random.int(0, 2000) };
+      case "sqs-unreliable": {
+        const faults = { duplicate: 0.3, delayMs: random.int(0, 2000) };
+        this.sqs.faults = { ...this.sqs.faults, ...faults };
         return fault(
           [],
           () => {
-            this.sqs.faults = {};
+            const { duplicate: _d, delayMs: _m, ...rest } = this.sqs.faults;
+            this.sqs.faults = rest;
           },
-          { ...this.sqs.faults },
+          faults,
         );
+      }
+      case "sqs-late": {
+        const faults = { late: 0.3, lateMs: [5000, 60_000] as const };
+        this.sqs.faults = { ...this.sqs.faults, ...faults };
+        return fault(
+          [],
+          () => {
+            const { late: _l, lateMs: _m, ...rest } = this.sqs.faults;
+            this.sqs.faults = rest;
+          },
+          { late: faults.late },
+        );
+      }
+      case "unmanaged-replica": {
+        // A replica no agent runs on (analytics, backups): the agents know no node at its address.
+        const existing = this.cluster.servers.get(UNMANAGED);
+        if (existing?.up) return undefined;
+        const replica =
+          existing ??
+          new RedisServer(this.cluster, {
+            machine: UNMANAGED,
+            backlogBytes: 1024 * 1024,
+            configFile: new Map(),
+          });
+        if (existing) existing.restart("empty");
+        replica.command(0, ["REPLICAOF", node, String(REDIS_PORT)], () => {});
+        return fault([node], () => replica.crash(), { replica: UNMANAGED });
+      }
+      case "replica-lag": {
+        const primary = this.#primaryNode();
+        const replica = random.pick(NODES.filter((n) => n !== primary));
+        const cut = random.chance(0.3);
+        const extraMs = random.int(200, 5000);
+        if (cut) this.net.cut(primary, replica);
+        else this.net.slow(primary, replica, extraMs);
+        return fault(
+          [primary, replica],
+          () => (cut ? this.net.heal(primary, replica) : this.net.slow(primary, replica, 0)),
+          cut ? { cut } : { extraMs },
+        );
+      }
+      case "store-ops": {
+        const machine = random.chance(0.25) ? "ctl" : node;
+        const reads = random.chance(0.5);
+        const failAs = random.pick(["error", "timeout"] as const);
+        const rate = random.pick([1, 1, 0.5]);
+        const faults: CallerFaults = reads ? { failReads: rate, failAs } : { failWrites: rate, failAs };
+        this.#opFaults.set(machine, faults);
+        return fault(machine === "ctl" ? [] : [machine], () => this.#opFaults.delete(machine), {
+          machine,
+          ...faults,
+        });
+      }
+      case "store-outage-agents":
+        for (const machine of NODES) {
+          this.net.cut(machine, "aws");
+          this.net.cut("aws", machine);
+        }
+        return fault([...NODES], () => {
+          for (const machine of NODES) {
+            this.net.heal(machine, "aws");
+            this.net.heal("aws", machine);
+          }
+        });
+      case "controller-stall-failover": {
+        const topology = this.#topology();
+        this.#stall = { from: `${topology?.epoch}/${topology?.status}` };
+        return fault(
+          [],
+          () => {
+            this.#stall = undefined;
+          },
+          undefined,
+          random.int(30_000, 120_000),
+        );
+      }
+      case "controller-stall": {
+        const old = this.controllerHost;
+        if (this.sched.isPaused(old) || this.sched.isDead(old)) return undefined;
+        this.#freezeController(old);
+        const lingerMs = random.int(2000, 20_000);
+        const pauseMs = random.chance(0.5) ? random.int(2000, 30_000) : random.int(40_000, 90_000);
+        return fault([], () => this.#thawController(old, lingerMs), { old, lingerMs }, pauseMs);
+      }
       case "restart-redis-fast": {
         const mode = random.pick<RestartMode>(["empty", "rdb"]);
         server.crash();
@@ -559,18 +714,11 @@ export class SimWorld {
       case "controller-overlap": {
         const old = this.controllerHost;
         if (this.sched.isPaused(old) || this.sched.isDead(old)) return undefined;
-        this.sched.pause(old);
-        this.startController();
+        this.#freezeController(old);
         const lingerMs = random.int(2000, 20_000);
         return fault(
           [],
-          () => {
-            this.sched.resume(old);
-            this.sched.schedule(lingerMs, () => {
-              this.#controllerStops.get(old)?.abort();
-              this.log(`nemesis ${old} stops after its current cycle`);
-            });
-          },
+          () => this.#thawController(old, lingerMs),
           { old, lingerMs },
           random.int(40_000, 90_000),
         );
