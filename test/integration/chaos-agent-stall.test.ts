@@ -206,16 +206,20 @@ describe("chaos: stalled agents", () => {
     active.signalAgent("node-1", "SIGCONT");
     const resumedAt = active.aws.clock.now();
     // Its agent fenced the writes (no heartbeat for longer than the fence timeout), then wrote a
-    // heartbeat after reading the offline topology.
+    // heartbeat after reading the offline topology. The first heartbeat that says its database
+    // answers is the one a client could take for "serving": a cycle whose INFO was cut by the stall
+    // itself ("Command timed out" on resume) reports the database down first, and claims nothing
+    // (10 runs beside a CPU hog: one wrote such a report 151 ms after the resume, before its fence).
     let firstWrittenAt = 0;
     let fencedAt: number[] = [];
     const probes: WriteProbe[] = [];
     evidence = () => stallEvidence(active, { resumedAt, firstWrittenAt, fencedAt, probes });
     await active.waitFor(
-      "node-1's agent to write a heartbeat after its stall",
+      "node-1's agent to write a heartbeat after its stall with its database answering",
       async () => {
-        firstWrittenAt = (active.heartbeatOf(await active.snapshot(), "node-1")?.agent_updated ?? 0) / 1000;
-        return firstWrittenAt > resumedAt;
+        const heartbeat = active.heartbeatOf(await active.snapshot(), "node-1");
+        firstWrittenAt = (heartbeat?.agent_updated ?? 0) / 1000;
+        return firstWrittenAt > resumedAt && heartbeat?.db_status === "up";
       },
       WAIT_MS,
     );
