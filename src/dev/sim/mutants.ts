@@ -28,11 +28,26 @@ export interface Mutant {
 
 const WRITE_GUARD = "src/core/write-guard.ts";
 
+/** Faults that take the primary away (its database dead or hung, its machine cut off, its agent dead). */
+const PRIMARY_DIES = "kill-redis,hang-redis,partition-node,kill-agent";
+/** Those and the faults that leave a primary alive but cut off from part of the shard or the store. */
+const PRIMARY_FAULTS =
+  "partition-node,partition-oneway,store-outage-node,pause-agent,kill-agent,kill-redis,hang-redis";
+
+/**
+ * A hunt's schedule: the kinds named (a repeated kind weighs more), faults overlapping, so the
+ * fault that exercises a rule meets a failover.
+ */
+function hunt(...kinds: readonly string[]): readonly string[] {
+  return ["--faults", kinds.join(","), "--overlap"];
+}
+
 export const MUTANTS: readonly Mutant[] = [
   {
     name: "no-promotion-window",
     hole: "a promoted node takes writes at once, while the old primary's guard may still count it (finding 5 of issue 30: the promotion fence window)",
     expect: "two writable primaries outside the fence window",
+    sim: hunt(PRIMARY_FAULTS, "replica-lag,unmanaged-replica"),
     patches: [
       {
         file: WRITE_GUARD,
@@ -45,6 +60,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "unconfirmed-primary-open",
     hole: "a primary the topology no longer confirms keeps taking writes (the fence on an unconfirmed primary; a returning old primary)",
     expect: "two writable primaries; a node left following the wrong primary",
+    sim: hunt(PRIMARY_FAULTS, "replica-lag,unmanaged-replica"),
     patches: [
       {
         file: WRITE_GUARD,
@@ -69,11 +85,10 @@ export const MUTANTS: readonly Mutant[] = [
     name: "guard-ignores-outsiders",
     hole: "the write guard does not count replicas outside the replica set, so an unnamed replica stands in for a member (the replica outside the replica set)",
     expect: "two writable primaries; a replica-acknowledged write lost",
-    sim: [
-      "--faults",
-      "unmanaged-replica,unmanaged-replica,partition-redis-link,store-outage-node,replica-lag,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt(
+      "unmanaged-replica,unmanaged-replica,partition-redis-link,store-outage-node,replica-lag",
+      PRIMARY_DIES,
+    ),
     patches: [
       {
         file: WRITE_GUARD,
@@ -99,11 +114,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "fence-lifted-on-write",
     hole: "a fenced primary lifts its fence on a heartbeat write alone, without a fresh topology read that confirms it (a fence lifted on a write alone)",
     expect: "two writable primaries",
-    sim: [
-      "--faults",
-      "store-ops,store-ops,store-outage-node,partition-redis-link,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt("store-ops,store-ops,store-outage-node,partition-redis-link", PRIMARY_DIES),
     patches: [
       {
         file: WRITE_GUARD,
@@ -116,7 +127,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "rank-lowest-offset",
     hole: "failover candidates ranked by the lowest offset first (the wrong offset order): a lagging replica is promoted over one that holds more (guarantee 1)",
     expect: "a replica-acknowledged write lost",
-    sim: ["--faults", "replica-lag,replica-lag,kill-redis,hang-redis,partition-node,kill-agent", "--overlap"],
+    sim: hunt("replica-lag,replica-lag", PRIMARY_DIES),
     patches: [
       {
         file: "src/core/decide/pick-candidate.ts",
@@ -131,11 +142,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "promote-outside-replica-set",
     hole: "the replica-set guard is skipped when picking a candidate: a node the old primary's write guard does not count may be promoted (the replica outside the replica set)",
     expect: "two writable primaries; a replica-acknowledged write lost",
-    sim: [
-      "--faults",
-      "replica-lag,replica-lag,partition-redis-link,unmanaged-replica,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt("replica-lag,replica-lag,partition-redis-link,unmanaged-replica", PRIMARY_DIES),
     patches: [
       {
         file: "src/core/decide/pick-candidate.ts",
@@ -148,11 +155,10 @@ export const MUTANTS: readonly Mutant[] = [
     name: "accept-stale-command",
     hole: "an agent obeys a command whose epoch is below the topology's or its own highest (a controller paused past its lease sending its old plan; guarantees 4 and 6)",
     expect: "a node following the wrong primary; two writable primaries",
-    sim: [
-      "--faults",
-      "controller-stall-failover,controller-stall-failover,sqs-late,sqs-late,sqs-unreliable,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt(
+      "controller-stall-failover,controller-stall-failover,sqs-late,sqs-late,sqs-unreliable",
+      PRIMARY_DIES,
+    ),
     patches: [
       {
         file: "src/agent/command-screen.ts",
@@ -195,11 +201,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "role-lock-across-store-call",
     hole: "an agent reads the topology for a command while holding the role lock, so a hung store delays parking a replica (nemesis seed 3116: the role lock held across a store call)",
     expect: "a replica-acknowledged write lost",
-    sim: [
-      "--faults",
-      "store-ops,store-ops,store-flaky,restart-redis-fast,restart-redis-fast,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt("store-ops,store-ops,store-flaky,restart-redis-fast,restart-redis-fast", PRIMARY_DIES),
     patches: [
       {
         file: "src/agent/command-consumer.ts",
@@ -214,11 +216,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "write-without-lock-check",
     hole: "a controller's writes no longer carry the lock check (the store's WriteFence dropped): a controller paused past its lease writes its old plan over another's (promoting without the lock)",
     expect: "two writable primaries; a node following the wrong primary",
-    sim: [
-      "--faults",
-      "controller-stall-failover,controller-stall-failover,sqs-late,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt("controller-stall-failover,controller-stall-failover,sqs-late", PRIMARY_DIES),
     patches: [
       {
         file: "src/adapters/dynamo-coordination-store.ts",
@@ -231,11 +229,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: "ignore-store-returning",
     hole: "the controller fails over while agents are just back from a store outage, on heartbeats that are stale only because the store was down (agents back from a store outage)",
     expect: "a needless failover; two writable primaries or a lost write",
-    sim: [
-      "--faults",
-      "store-outage-agents,store-outage-agents,store-outage-node,store-ops,kill-redis,hang-redis,partition-node,kill-agent",
-      "--overlap",
-    ],
+    sim: hunt("store-outage-agents,store-outage-agents,store-outage-node,store-ops", PRIMARY_DIES),
     patches: [
       {
         file: "src/core/decide/online.ts",
