@@ -6,7 +6,7 @@ import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { topologyPrimary } from "./fencing.ts";
 import { PARKED_ADDRESS } from "./primary-probe.ts";
-import type { ReplicationInfo } from "./redis-info.ts";
+import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
 
 /**
  * Before a promotion opens writes, the promoted node sets the write fence on the old primary's
@@ -50,12 +50,20 @@ export async function fenceDeposed(
 }
 
 /**
- * Tries the pending old primaries again (a primary's cycle calls it without waiting); drops them
- * once the topology no longer names this node primary at the epoch it was promoted at.
+ * Tries the pending old primaries again (a primary's cycle calls it, with its INFO, without
+ * waiting); drops one that replicates from this node now (its database follows the new primary:
+ * a replica takes no writes), and all of them once the topology no longer names this node primary
+ * at the epoch it was promoted at.
  */
-export async function retryDeposed(ctx: AgentContext): Promise<void> {
+export async function retryDeposed(ctx: AgentContext, info: ReplicationInfo): Promise<void> {
   const pending = ctx.deposePending;
   if (pending === undefined || ctx.deposeInFlight) return;
+  const following = new Set(syncedReplicaAddresses(info));
+  pending.addresses = pending.addresses.filter((address) => !following.has(address));
+  if (pending.addresses.length === 0) {
+    ctx.deposePending = undefined;
+    return;
+  }
   const topology = ctx.lastTopology;
   if (topology?.epoch !== pending.epoch || topologyPrimary(topology)?.node_id !== ctx.nodeId) {
     if (topology !== undefined && topology.epoch !== pending.epoch) ctx.deposePending = undefined;

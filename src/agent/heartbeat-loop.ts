@@ -106,7 +106,7 @@ async function cycle(
   let info = firstInfo;
   const probe = firstInfo ? probePrimary(ctx, firstInfo) : Promise.resolve(undefined);
   // A promoted node keeps fencing the old primaries it could not reach yet (not awaited).
-  if (firstInfo?.role === "primary") void retryDeposed(ctx);
+  if (firstInfo?.role === "primary") void retryDeposed(ctx, firstInfo);
   if (!planned) {
     // A quiet cycle: the database checked, the primary probed, the guard kept; the store is left
     // alone unless what this agent would report changed.

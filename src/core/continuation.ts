@@ -187,10 +187,16 @@ function reconsider(
     if (decision.target.node_id === state.new_primary_node_id) {
       return { kind: "continue", from: "promote", reason: `the plan still holds: ${decision.reason}` };
     }
+    // The new decision says whether its target deposes the old primary first (src/core/depose.ts).
+    const { depose: _previous, ...rest } = state;
+    const depose = decision.kind === "bring_online" ? decision.depose : undefined;
     return {
       kind: "replan",
       failover: {
-        ...state,
+        ...rest,
+        ...(depose === undefined
+          ? {}
+          : { depose: { node_id: depose.node_id, address: depose.node_address } }),
         new_primary_node_id: decision.target.node_id,
         new_primary_address: decision.target.node_address,
         candidates: [...decision.candidates],
@@ -215,7 +221,8 @@ function reconsider(
 /**
  * The promoted node died or never confirmed. PROMOTE may still reach it later, so the
  * replacement is a new plan under a further epoch: the failed target, if it ever applies the
- * old PROMOTE, finds the topology at a newer epoch naming another node and drops it.
+ * old PROMOTE, finds the topology at a newer epoch naming another node and drops it. A deposing
+ * plan stays deposing: the new target too must fence the old primary first, or not promote.
  */
 function retarget(view: ShardView, state: FailoverState, problem: string): Continuation {
   const v = retargetView(view, state, problem);
