@@ -117,6 +117,25 @@ function hungHolders(v: OfflineView, best: Candidate, lineage: Lineage): Heartbe
   );
 }
 
+/**
+ * Before the grace, live nodes other than the target that continue the lineage under another
+ * replication id (its \`prior_lineage\`: a Redis 7 primary restarted from its RDB takes a new id and
+ * keeps the old one as \`replid2\`, and its replicas adopt it) further than the target holds: they
+ * are ranked by what they hold only as the last resort, so until then the target would drop
+ * what they acknowledged.
+ */
+function priorHoldersAhead(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat[] {
+  if (v.lastResort) return [];
+  return v.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== best.node_id &&
+      isAlive(node, v.config, v.now) &&
+      node.repl_id !== lineage.repl_id &&
+      node.prior_lineage?.repl_id === lineage.repl_id &&
+      node.prior_lineage.last_txn_id > best.last_txn_id,
+  );
+}
+
 /** The node's database is up on the lineage's own replication run (not a restart from its RDB). */
 function ownRun(v: OfflineView, nodeId: string, lineage: Lineage): boolean {
   const node = v.snapshot.nodes.find((n) => n.node_id === nodeId);
@@ -157,6 +176,33 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
       v.target === undefined
         ? `shard offline; no eligible node to bring it back (${describeCandidates(v.candidates)})${lastResortWaiting(v)}`
         : undefined,
+  },
+  {
+    name: "prior_holder_ahead",
+    code: "offline_no_candidate",
+    // The lineage continued under another replication id (an RDB restart) by a node holding more:
+    // bringing the shard back on a node behind it drops what it acknowledged (sim seed 7007).
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best, lineage } = v.target;
+      const ahead = priorHoldersAhead(v, best, lineage);
+      if (ahead.length === 0) return undefined;
+      const grace = Math.ceil((LAST_COPY_GRACE * v.config.failureTimeoutMs - v.offlineMs) / 1000);
+      return (
+        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${ahead
+          .map(
+            (node) =>
+              `${node.node_id} (up to ${node.prior_lineage?.last_txn_id} of the lineage, now on ${node.repl_id})`,
+          )
+          .sort()
+          .join(
+            ", ",
+          )} continues the lineage under another replication id (a restart from an RDB) and holds more: ` +
+        `it is ranked by what it holds as the last resort, within ${grace} s`
+      );
+    },
   },
   {
     name: "unfenced_old_primary",
