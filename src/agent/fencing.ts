@@ -46,6 +46,12 @@ export interface LocalView {
    * was parked before this agent process started).
    */
   readonly parked?: { readonly from: string | undefined };
+  /**
+   * The address the replica replicates from is a node of the shard (a heartbeat names it). At its
+   * own epoch a replica is repointed only away from such a node: an address no node reports (a
+   * proxy, a hostname for the primary) is the operator's and is left alone.
+   */
+  readonly followsShardNode?: boolean;
 }
 
 export type TopologyVerdict =
@@ -161,6 +167,13 @@ export function assessTopology(topology: Topology | undefined, view: LocalView):
   // The same epoch: only a committed topology names a primary that no failover of this epoch
   // may still change (a snapshot read before PROMOTE names the old primary).
   if (topology.status !== "online") return keep;
+  if (view.parked === undefined && view.replicatingFrom !== undefined && view.followsShardNode !== true) {
+    return {
+      kind: "keep",
+      primaryConfirmed: false,
+      reason: `replica of ${view.replicatingFrom}, an address no node of the shard reports: left as set until a newer epoch`,
+    };
+  }
   if (view.parked !== undefined && view.parked.from === undefined) {
     return {
       kind: "keep",

@@ -86,10 +86,12 @@ export function verdictFor(
     // Never follow itself: another node id owns this address (a lost state dir, a copied config).
     return { kind: "keep", primaryConfirmed: false, reason: "identity conflict", conflict: named.node_id };
   }
+  const replicatingFrom = info.primary ? `${info.primary.host}:${info.primary.port}` : undefined;
   const verdict = assessTopology(snapshot.topology, {
     nodeId: ctx.nodeId,
     role: info.role,
-    replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+    replicatingFrom,
+    followsShardNode: snapshot.nodes.some((node) => node.node_address === replicatingFrom),
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
     parked: isParked(info) ? { from: ctx.probe.address } : undefined,

@@ -160,8 +160,14 @@ describe("fencing by the topology", () => {
     {
       case: "a replica that follows a replica, the topology online at its epoch: repointed",
       topology: aTopology(),
-      view: { highestEpoch: 3, replicatingFrom: "10.0.0.1:6379" },
+      view: { highestEpoch: 3, replicatingFrom: "10.0.0.1:6379", followsShardNode: true },
       expected: "repoint",
+    },
+    {
+      case: "a replica that follows an address no node reports (a proxy, a hostname): kept",
+      topology: aTopology(),
+      view: { highestEpoch: 3, replicatingFrom: "10.0.0.9:7000", followsShardNode: false },
+      expected: "keep",
     },
     {
       case: "a replica that follows nobody at its epoch: repointed",
