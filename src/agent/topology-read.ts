@@ -54,7 +54,12 @@ export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | u
       snapshot.nodes.map((node) => ({ ...node, written_us: node.agent_updated ?? node.last_updated })),
       ctx.deps.clock.now(),
       reportWindowMs(ctx.options.replicaKeepaliveMs, ctx.options),
-      (claim) => ctx.guardMembers.includes(claim.node_id) || claim.node_id === ctx.nodeId,
+      // Stale ones too for the old primary of an offline shard: a replica that still follows it
+      // names it (a deposing promotion needs that, src/core/depose.ts).
+      (claim) =>
+        ctx.guardMembers.includes(claim.node_id) ||
+        claim.node_id === ctx.nodeId ||
+        claim.node_id === snapshot.topology?.lineage?.node_id,
     );
     ctx.knownNodes.clear();
     for (const [address, id] of known) ctx.knownNodes.set(address, id);

@@ -27,6 +27,7 @@ import {
  */
 
 const PREFIX = "deposing";
+const CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000 };
 const COUNT = 200;
 
 let cluster: LocalCluster | undefined;
@@ -48,7 +49,9 @@ describe("a deposing promotion", () => {
     timeout: 180_000,
   }, async () => {
     // Prepare: node-1 primary, node-2 and node-3 members; node-4 attached with no agent yet.
-    cluster = await startChaosCluster({ config: CHAOS_CONFIG, readyTimeoutMs: 90_000 });
+    // The production failure timeout: the heartbeats stay fresh on loaded cores while the test
+    // prepares (with 1 s, a CI run saw the shard marked offline right after its start).
+    cluster = await startChaosCluster({ config: CONFIG, readyTimeoutMs: 90_000 });
     const active = cluster;
     const primary = active.node("node-1");
     const node4 = new RedisNode(await freePort(), "node-4");
@@ -79,7 +82,7 @@ describe("a deposing promotion", () => {
         topology = await active.topology();
         return topology?.status === "online" && topology.primary_node_id === "node-4";
       },
-      WAIT_MS,
+      2 * WAIT_MS,
     );
 
     // Assess: node-4 deposed node-1 first (fenced there, caught up), holds every acknowledged

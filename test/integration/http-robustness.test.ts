@@ -79,7 +79,20 @@ describe("the HTTP endpoint under bad input and a slowloris crowd", () => {
     // Live memory once the crowd is gone and the agent has cycled on: what a leak would keep. (Taken
     // the moment the crowd's process exited, sockets the server had not closed yet still held their
     // buffers: +48 MB once in a fresh-clone CI run, +18-21 MB in two runs before.)
-    const liveGrowthMb = liveMemoryMb() - baselineLive;
+    // A leak keeps what it took; buffers of sockets still closing are given back within seconds:
+    // the growth is read until it is within the limit, or for 15 s (+52 MB once at the first
+    // reading in a full fresh-clone run on a loaded machine).
+    let liveGrowthMb = liveMemoryMb() - baselineLive;
+    const firstGrowthMb = liveGrowthMb;
+    await waitFor(
+      () => {
+        liveGrowthMb = liveMemoryMb() - baselineLive;
+        return liveGrowthMb < LIVE_GROWTH_LIMIT_MB;
+      },
+      "live memory back within the limit",
+      15_000,
+      500,
+    ).catch(() => undefined);
 
     // Assess
     const { maxGapMs, boundMs } = heartbeatGaps(agent, before);
@@ -89,7 +102,7 @@ describe("the HTTP endpoint under bad input and a slowloris crowd", () => {
       `http crowd: ${JSON.stringify(counts)}; checker ${checks.filter((status) => status === 200).length}/${checks.length} ` +
         `answered 200; heartbeat gaps max ${Math.round(maxGapMs)} ms (bound ${boundMs}); event loop p99 ` +
         `${Math.round(p99)} ms, max ${Math.round(max)} ms; live memory after a collection ` +
-        `${liveGrowthMb >= 0 ? "+" : ""}${liveGrowthMb.toFixed(1)} MB`,
+        `${liveGrowthMb >= 0 ? "+" : ""}${liveGrowthMb.toFixed(1)} MB (first reading ${firstGrowthMb.toFixed(1)} MB)`,
     );
     // Bad input, each with its own clear status, none unanswered.
     expect(counts.statuses["404"]).toBeGreaterThan(0);
