@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
+import { isFresh } from "../../src/core/freshness.ts";
 import type { Command, HistoryRecord, Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
@@ -153,6 +154,18 @@ describe("chaos: a controller frozen longer than its lease", () => {
       // acknowledged: no other node is promoted (gate member_unheard, guarantee 1). Its agent then
       // comes back and the second controller finishes a failover.
       if (stalled && point.holdsWhileStalled) {
+        // Until its last report ages past the failure timeout the stalled target is an ordinary
+        // fresh replica, ranked on the offset it last reported; a node that reported a higher one
+        // since the kill may then rightly win (a fresh-clone CI run: node-3 promoted 1.9 s into the
+        // stall). The hold under test starts once the target is unheard.
+        await waitFor(
+          async () => {
+            const heartbeat = active.heartbeatOf(await active.snapshot(), target);
+            return heartbeat === undefined || !isFresh(heartbeat, CONFIG, active.aws.clock.now());
+          },
+          `${target}'s report older than the failure timeout`,
+          WAIT_MS,
+        );
         await holdsFor(
           async () => {
             await runShardCycle(fresh.deps, active.shard);
