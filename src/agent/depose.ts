@@ -6,7 +6,7 @@ import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
 import { topologyPrimary } from "./fencing.ts";
 import { PARKED_ADDRESS } from "./primary-probe.ts";
-import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
+import { type ReplicationInfo, replicatingFrom, syncedReplicaAddresses } from "./redis-info.ts";
 
 /**
  * Before a promotion opens writes, the promoted node sets the write fence on the old primary's
@@ -32,10 +32,7 @@ export async function fenceDeposed(
     selfId: ctx.nodeId,
     selfAddress: ctx.address,
     topology,
-    followed:
-      before.role === "replica" && before.primary !== undefined
-        ? `${before.primary.host}:${before.primary.port}`
-        : undefined,
+    followed: before.role === "replica" ? replicatingFrom(before) : undefined,
     ignore: [PARKED_ADDRESS],
   });
   if (addresses.length === 0) return;
@@ -172,10 +169,7 @@ export async function deposeFirst(
   depose: { readonly node_id: string; readonly address: string },
   before: ReplicationInfo,
 ): Promise<void> {
-  const followed =
-    before.role === "replica" && before.primary !== undefined
-      ? `${before.primary.host}:${before.primary.port}`
-      : undefined;
+  const followed = before.role === "replica" ? replicatingFrom(before) : undefined;
   const why = `deposing promotion over ${depose.node_id} (${depose.address})`;
   if (followed !== depose.address || before.primary?.link !== "up") {
     throw new DeposeFailed(

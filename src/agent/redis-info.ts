@@ -157,6 +157,11 @@ function priorLineage(fields: Map<string, string>): ReplicationInfo["prior"] {
   return { replId, offset: second - 1 };
 }
 
+/** host:port a replica replicates from (as set with REPLICAOF); undefined for a primary. */
+export function replicatingFrom(info: ReplicationInfo): string | undefined {
+  return info.primary === undefined ? undefined : `${info.primary.host}:${info.primary.port}`;
+}
+
 /**
  * Replicas whose full sync has completed (the only ones that may enter the replica set), and that
  * acknowledged within `maxLagSeconds` when it is given.

@@ -6,7 +6,7 @@ import type { AgentContext } from "./context.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked } from "./primary-probe.ts";
-import type { ReplicationInfo } from "./redis-info.ts";
+import { type ReplicationInfo, replicatingFrom } from "./redis-info.ts";
 import { withStoreTimeout } from "./scheduling.ts";
 
 /**
@@ -30,7 +30,7 @@ export function reportNamedReplica(ctx: AgentContext, snapshot: ShardSnapshot, i
       "the topology names this node primary but its database is a replica: no node takes writes",
       {
         ...ctx.epochContext,
-        replicatingFrom: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+        replicatingFrom: replicatingFrom(info),
         link: info.primary?.link,
         action: "the controller fails over once this lasts the failure timeout",
       },
@@ -91,12 +91,12 @@ export function verdictFor(
     // Never follow itself: another node id owns this address (a lost state dir, a copied config).
     return { kind: "keep", primaryConfirmed: false, reason: "identity conflict", conflict: named.node_id };
   }
-  const replicatingFrom = info.primary ? `${info.primary.host}:${info.primary.port}` : undefined;
+  const followed = replicatingFrom(info);
   const verdict = assessTopology(snapshot.topology, {
     nodeId: ctx.nodeId,
     role: info.role,
-    replicatingFrom,
-    followsShardNode: snapshot.nodes.some((node) => node.node_address === replicatingFrom),
+    replicatingFrom: followed,
+    followsShardNode: snapshot.nodes.some((node) => node.node_address === followed),
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
     parked: isParked(info) ? { from: ctx.probe.address } : undefined,
@@ -157,7 +157,7 @@ export function replicaToWatch(ctx: AgentContext, snapshot: ShardSnapshot, info:
     {
       topology: snapshot.topology,
       named,
-      following: info.primary ? `${info.primary.host}:${info.primary.port}` : undefined,
+      following: replicatingFrom(info),
       heartbeat:
         named === undefined ? undefined : snapshot.nodes.find((node) => node.node_id === named.node_id),
     },

@@ -61,6 +61,11 @@ export function offlineView(view: ShardView, topology: Topology): OfflineView {
   };
 }
 
+/** Seconds until the last-resort grace (LAST_COPY_GRACE failure timeouts offline) is over. */
+function lastResortInS(v: OfflineView): number {
+  return Math.ceil((LAST_COPY_GRACE * v.config.failureTimeoutMs - v.offlineMs) / 1000);
+}
+
 /** Before the grace: the node that holds the lineage as its earlier one, promoted if nobody with more returns. */
 function lastResortWaiting(v: OfflineView): string {
   const waiting =
@@ -70,7 +75,7 @@ function lastResortWaiting(v: OfflineView): string {
         )
       : undefined;
   if (waiting === undefined) return "";
-  const grace = Math.ceil((LAST_COPY_GRACE * v.config.failureTimeoutMs - v.offlineMs) / 1000);
+  const grace = lastResortInS(v);
   return `; ${waiting.node_id} holds the lineage up to ${waiting.last_txn_id} as its earlier one (restarted from its RDB): the last resort, promoted if no node with more returns within ${grace} s`;
 }
 
@@ -189,7 +194,7 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
       const { best, lineage } = v.target;
       const ahead = priorHoldersAhead(v, best, lineage);
       if (ahead.length === 0) return undefined;
-      const grace = Math.ceil((LAST_COPY_GRACE * v.config.failureTimeoutMs - v.offlineMs) / 1000);
+      const grace = lastResortInS(v);
       return (
         `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${ahead
           .map(
