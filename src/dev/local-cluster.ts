@@ -434,8 +434,11 @@ export class LocalCluster {
     }
     const topology = await this.topology().catch(() => undefined);
     const detail = lastError instanceof Error ? `; last error: ${lastError.message}` : "";
+    const nodes = await this.snapshot()
+      .then((snapshot) => `; heartbeats: ${describeHeartbeats(snapshot.nodes, Date.now())}`)
+      .catch(() => "");
     throw new Error(
-      `timed out after ${timeoutMs} ms waiting for ${what}; topology: ${JSON.stringify(topology)}${detail}; logs in ${this.logDir}`,
+      `timed out after ${timeoutMs} ms waiting for ${what}; topology: ${JSON.stringify(topology)}${nodes}${detail}; logs in ${this.logDir}`,
     );
   }
 
@@ -457,4 +460,16 @@ export class LocalCluster {
     // Last: its namespaces vanish once no process is left inside, and a leftover it reports throws.
     await this.netlab?.close();
   }
+}
+
+/** One line per stored heartbeat, for a timeout's message: what each agent last reported, and when. */
+function describeHeartbeats(nodes: readonly Heartbeat[], nowMs: number): string {
+  return nodes
+    .map((node) => {
+      const ageS = ((nowMs - (node.agent_updated ?? node.last_updated) / 1000) / 1000).toFixed(1);
+      const follows =
+        node.role === "replica" ? ` of ${node.primary_node_id ?? "?"} link ${node.primary_link ?? "?"}` : "";
+      return `${node.node_id} ${node.role}${follows} db ${node.db_status} epoch ${node.epoch ?? "?"} offset ${node.last_txn_id} written ${ageS} s ago`;
+    })
+    .join("; ");
 }
