@@ -35,7 +35,10 @@ export async function readInfo(
     persistRestarted(ctx);
     if (ctx.dbRestarted) {
       // The process this node served as primary is gone; what answers is fenced and reported down.
-      if (ctx.crash?.state !== "restarted") recordRestart(ctx, previousRunId);
+      // Every read is another observation of that, so the report is confirmed and stays current
+      // (src/core/crash.ts): an agent restarted after its database died sees the new process
+      // once per cycle, and never sees the old one go (the crash watch only reports deaths it saw).
+      recordRestart(ctx, previousRunId);
     } else if (ctx.crash !== undefined) {
       ctx.logger.info("database answers again", {
         ...ctx.epochContext,
