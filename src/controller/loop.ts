@@ -95,7 +95,8 @@ export const DEFAULT_CONCURRENCY = 32;
  */
 export class ControllerLoop {
   readonly #deps: ControllerDeps;
-  readonly #lastState = new Map<string, string>();
+  /** Per shard: the last state logged (decision/code/outcome), since when, and when last logged. */
+  readonly #lastState = new Map<string, { state: string; since: number; loggedAt: number }>();
   readonly #offline = new Set<string>();
   readonly #inFlight = new Map<string, Promise<void>>();
   /** Shards woken while a cycle of theirs ran: one more cycle once it ends. */
@@ -410,14 +411,28 @@ export class ControllerLoop {
       primary: result.primary,
       reason: result.reason,
     };
-    if (this.#lastState.get(result.shard) === state) {
+    const last = this.#lastState.get(result.shard);
+    const now = Date.now();
+    if (last?.state === state && (isQuiet(result) || now - last.loggedAt < STILL_LOG_MS)) {
       this.#deps.log.debug("shard unchanged", attributes);
       return;
     }
-    this.#lastState.set(result.shard, state);
-    this.#deps.log.info(result.reason, attributes);
+    // A shard that stays stale, held or offline is said again every STILL_LOG_MS: its reason
+    // names what it waits for, which changes within one code (an operator reads the latest).
+    const since = last?.state === state ? last.since : now;
+    this.#lastState.set(result.shard, { state, since, loggedAt: now });
+    this.#deps.log.info(
+      result.reason,
+      since === now ? attributes : { ...attributes, unchanged_for_ms: now - since },
+    );
   }
 }
+
+/**
+ * How often a shard whose state is unchanged but not quiet (a stale primary held by a gate, an
+ * offline shard, a lock held elsewhere) is logged again at info, with how long it has been so.
+ */
+export const STILL_LOG_MS = 30_000;
 
 /**
  * Nothing for the controller to watch: the primary fresh (`healthy`), or the shard paused or cooling

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { ControllerLoop } from "../../src/controller/loop.ts";
+import { ControllerLoop, STILL_LOG_MS } from "../../src/controller/loop.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { CoordinationUnavailable } from "../../src/core/errors.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
@@ -118,5 +118,52 @@ describe("a run that ends when quiet (Lambda)", () => {
     expect(summary.passes).toBe(8);
     expect(reads.filter((shard) => shard === "s1")).toHaveLength(1);
     expect(reads.filter((shard) => shard === "s2")).toHaveLength(8);
+  });
+});
+
+describe("what the loop logs of a shard that stays held", () => {
+  it("logs a quiet shard once, and a held one again every STILL_LOG_MS with how long it has been so", async () => {
+    // Prepare: s1 healthy (quiet); s2's primary stale with its replicas seeing it up (quorum not met).
+    const infos: Array<{ shard: unknown; code: unknown; unchanged_for_ms: unknown }> = [];
+    const snapshots: Record<string, ShardSnapshot> = {
+      s1: aHealthyShard().build(),
+      s2: aShardWithStalePrimary(10_000)
+        .withNode({ node_id: "r1", primary_link: "up" })
+        .withNode({ node_id: "r2", primary_link: "up" })
+        .build(),
+    };
+    const deps = {
+      store: {
+        shards: { list: async () => ({ shards: ["s1", "s2"], nextPageToken: undefined }) },
+        heartbeats: { snapshot: async (shard: string) => snapshots[shard] },
+      },
+      clock: { now: () => NOW },
+      config: aConfig({ tickIntervalMs: 100 }),
+      log: {
+        debug() {},
+        info: (_: string, attributes: Record<string, unknown> = {}) =>
+          infos.push({
+            shard: attributes.shard,
+            code: attributes.code,
+            unchanged_for_ms: attributes.unchanged_for_ms,
+          }),
+        warn() {},
+        error() {},
+      },
+      metrics: new MemoryMetrics(),
+      events: new MemoryEventPublisher(),
+    } as unknown as ControllerDeps;
+    const end = Date.now() + 2 * STILL_LOG_MS + 5_000;
+
+    // Act
+    const running = new ControllerLoop(deps).run({ remainingMs: () => end - Date.now(), stopBeforeMs: 200 });
+    await vi.advanceTimersByTimeAsync(2 * STILL_LOG_MS + 5_000);
+    await running;
+
+    // Assess
+    expect(infos.filter((line) => line.shard === "s1")).toHaveLength(1);
+    const held = infos.filter((line) => line.shard === "s2");
+    expect(held.map((line) => line.code)).toEqual(["quorum_not_met", "quorum_not_met", "quorum_not_met"]);
+    expect(held.map((line) => line.unchanged_for_ms)).toEqual([undefined, STILL_LOG_MS, 2 * STILL_LOG_MS]);
   });
 });
