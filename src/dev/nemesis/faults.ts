@@ -27,6 +27,7 @@ export const FAULT_KINDS = [
   "redis-clock-step",
   "operator",
   "partition-nodes",
+  "membership",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -64,7 +65,8 @@ export interface ScheduledFault {
    * `untilEnd`; restart-as-replica: `restart` (rdb | empty), `of` (which other node, in [0, 1));
    * priorities: `priority`; store-throttle: `error` (throttle | 500), `fraction`; operator:
    * `action` (switchover | pause | recover), `to` (switchover: named | best); partition-nodes:
-   * `shape` (one-way | two-way | split | isolate), `with` (which other node, in [0, 1)).
+   * `shape` (one-way | two-way | split | isolate), `with` (which other node, in [0, 1));
+   * membership: `change` (anonymous).
    */
   readonly params: Readonly<Record<string, string | number | boolean>>;
   /** How long the fault lasts before its heal (kill-redis: the downtime before the restart). */
@@ -280,6 +282,11 @@ function draw(
         durationMs: ms(3000, 30_000),
       };
     }
+    case "membership":
+      // A replica with no agent attached to the primary for a while (a database started before its
+      // agent, a scale-out whose agent lacks its IAM grant): Redis counts it, no node id names it
+      // (issue 30, finding 3). Scale-out and node replacement are resize.test.ts's, not drawn here.
+      return { target: "primary", params: { change: "anonymous" }, durationMs: ms(10_000, 60_000) };
     case "operator": {
       // The on-call engineer during an incident: a switchover (to a named node or the best one),
       // a pause for some seconds, or a recover (refused unless the shard is offline).

@@ -8,8 +8,8 @@ import { errorMessage } from "../../core/errors.ts";
 import type { Topology } from "../../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../../core/write-guard.ts";
 import { LocalCluster } from "../local-cluster.ts";
-import type { ManagedProcess } from "../local-stack/processes.ts";
-import { FENCED_START_ARGS, type RedisNode } from "../local-stack/redis-nodes.ts";
+import { freePort, type ManagedProcess } from "../local-stack/processes.ts";
+import { FENCED_START_ARGS, RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 import { NetLab, type PartitionSpec } from "../netlab/netlab.ts";
 import { type CheckResult, check } from "./checker.ts";
@@ -240,6 +240,8 @@ function resourcesOf(kind: FaultKind, target: string): string[] {
       return [`clock:${target}`];
     case "operator":
       return ["operator"];
+    case "membership":
+      return ["membership"];
     case "partition-nodes":
       // The lab's heal lifts every cut: one partition at a time.
       return ["netlab"];
@@ -733,6 +735,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             const cuts = await active.partition(spec);
             line(`  partition-nodes: ${cuts.map((cut) => `${cut.from}->${cut.to}`).join(" ")}`);
             heals.push(() => active.heal());
+            break;
+          }
+          case "membership": {
+            // A redis-server with no agent, following the primary from the host side: Redis counts
+            // it, no heartbeat names it. It stays on that node after a failover (nobody repoints
+            // it), as an unmanaged replica would; the heal stops it.
+            const primaryNode = redisById.get(id) as RedisNode;
+            const anonymous = new RedisNode(await freePort(), `anonymous-${fault.id}`);
+            await anonymous.start({ timeoutMs: 15_000, replicaOf: primaryNode.address });
+            line(`  membership: anonymous replica ${anonymous.address} of ${id} (${primaryNode.address})`);
+            heals.push(() => anonymous.destroy());
             break;
           }
           case "operator": {
