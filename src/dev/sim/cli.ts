@@ -51,7 +51,17 @@ function parse() {
   };
 }
 
-function summary(result: SimResult) {
+/**
+ * The process's memory after a seed: the heap after a full collection when `gc` is exposed
+ * (`npm run sim` runs node with --expose-gc), else as it stands, and the resident set.
+ */
+function memory(): { heapMb: number; rssMb: number } {
+  (globalThis as { gc?: () => void }).gc?.();
+  const { heapUsed, rss } = process.memoryUsage();
+  return { heapMb: Math.round(heapUsed / 1e5) / 10, rssMb: Math.round(rss / 1e6) };
+}
+
+function summary(result: SimResult, mem: { heapMb: number; rssMb: number }) {
   const { check } = result;
   return {
     seed: result.seed,
@@ -68,6 +78,7 @@ function summary(result: SimResult) {
     lost: check.lost.length,
     twoWritable: check.twoWritable.length,
     stats: check.stats,
+    ...mem,
   };
 }
 
@@ -85,7 +96,8 @@ async function main(): Promise<void> {
       faultKinds: options.faultKinds,
       overlap: options.overlap,
     });
-    const line = summary(result);
+    const mem = memory();
+    const line = summary(result, mem);
     results.push(line);
     const verdict =
       result.modelErrors.length > 0
@@ -96,7 +108,7 @@ async function main(): Promise<void> {
             ? "INVALID"
             : "unknown";
     console.log(
-      `seed ${seed}: ${verdict}, ${(result.simulatedMs / 60_000).toFixed(1)} simulated min in ${(result.wallMs / 1000).toFixed(1)} s (${line.speedup}x; CPU ${(result.cpuMs / 1000).toFixed(1)} s, ${Math.round(result.simulatedMs / Math.max(1, result.cpuMs))}x; rss ${Math.round(process.memoryUsage().rss / 1e6)} MB), ` +
+      `seed ${seed}: ${verdict}, ${(result.simulatedMs / 60_000).toFixed(1)} simulated min in ${(result.wallMs / 1000).toFixed(1)} s (${line.speedup}x; CPU ${(result.cpuMs / 1000).toFixed(1)} s, ${Math.round(result.simulatedMs / Math.max(1, result.cpuMs))}x; heap ${mem.heapMb} MB, rss ${mem.rssMb} MB), ` +
         `${result.faults} faults, ${line.stats.epochChanges} epoch changes, ${line.stats.ackedByReplica} replica-acked writes, ${line.lost} lost`,
     );
     const bad = result.valid !== true || result.modelErrors.length > 0;

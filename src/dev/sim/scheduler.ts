@@ -69,9 +69,18 @@ class VirtualTimeout {
   }
 }
 
+/**
+ * The running host, one storage for every scheduler of the process. Node's AsyncLocalStorage (on
+ * AsyncContextFrame, Node 24) keeps a storage's key in the async context after `run`/`exit` (it
+ * restores the prior value, undefined, rather than removing the key), and every `run` copies the
+ * whole context: a storage per scheduler left one more key per seed in the batch's own context, so
+ * every timer of a batch's Nth seed copied N keys (issue 32: per-seed time grew with N).
+ */
+const hosts = new AsyncLocalStorage<string>();
+
 export class Scheduler {
   readonly random: Random;
-  readonly #hosts = new AsyncLocalStorage<string>();
+  readonly #hosts = hosts;
   /** Timers not yet due: a binary min-heap on (at, tie). Cancelled ones are dropped when popped. */
   readonly #heap: Timer[] = [];
   readonly #byId = new Map<number, Timer>();
@@ -233,6 +242,11 @@ export class Scheduler {
       heap[index] = last;
     }
     return top;
+  }
+
+  /** Lets every promise that is ready run, and no timer (the end of a run). */
+  async settle(): Promise<void> {
+    if (this.#saved) await this.#drain(this.#saved);
   }
 
   /** Lets every promise that is ready run: one real macrotask hop drains the microtask queue. */

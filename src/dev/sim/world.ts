@@ -167,6 +167,10 @@ export class SimWorld {
   #controllerIncarnation = 0;
   readonly #stateRoot: string;
   readonly #abort = new AbortController();
+  /** Every agent process the run started, the killed ones too: `#endProcesses` stops them all. */
+  readonly #started: AgentHandle[] = [];
+  /** The run has returned its result: nothing more goes into the trace. */
+  #ended = false;
   #faultIds = 0;
   #writes = 0;
 
@@ -183,6 +187,7 @@ export class SimWorld {
   }
 
   log(line: string): void {
+    if (this.#ended) return;
     this.trace.push(`${(this.sched.elapsed / 1000).toFixed(3).padStart(9)} ${line}`);
   }
 
@@ -273,7 +278,7 @@ export class SimWorld {
     };
     await this.sched.onHost(host, async () => {
       try {
-        entry.handle = await startAgent(
+        const handle = await startAgent(
           {
             shard: SHARD,
             nodeId: node,
@@ -296,6 +301,8 @@ export class SimWorld {
           },
           { database: new SimDatabase(this.cluster, () => host, `127.0.0.1:${REDIS_PORT}`, 1000) },
         );
+        entry.handle = handle;
+        this.#started.push(handle);
       } catch (error) {
         this.log(`${host} failed to start: ${errorMessage(error)}; retrying in 2 s`);
         this.sched.schedule(2000, () => void this.startAgent(node), undefined);
@@ -850,7 +857,6 @@ export class SimWorld {
         violations.push(
           `(d) after ${settle / 1000} s healed the topology is ${final.topologyStatus ?? "absent"} with primary ${final.topologyPrimary ?? "none"}`,
         );
-      this.#abort.abort();
       return {
         seed: options.seed,
         simulatedMs: this.sched.elapsed,
@@ -866,9 +872,28 @@ export class SimWorld {
         trace: this.trace,
       };
     } finally {
+      await this.#endProcesses();
       this.sched.uninstall();
       rmSync(this.#stateRoot, { recursive: true, force: true });
     }
+  }
+
+  /**
+   * Ends every process of the run (controllers, agents, killed agents too) once its result is
+   * taken, while the virtual timers are still installed, so nothing they schedule on the way out
+   * ever runs. A simulated kill, like the end of the run, only drops a host's timers: its code
+   * stays suspended where it was. An agent's heartbeat loop sleeps on `AbortSignal.any([...])`
+   * with an abort listener, and Node keeps such a signal in a process-wide set until the listener
+   * is removed (by the timer or an abort). Through the listener's closure that signal held the
+   * agent, and the agent this world (its history, trace, models and timers): every seed's world
+   * stayed in memory for the rest of a batch (issue 32). Aborting removes the listeners.
+   */
+  async #endProcesses(): Promise<void> {
+    this.#ended = true;
+    this.#abort.abort();
+    for (const handle of this.#started) handle.stop().catch(() => {});
+    this.#started.length = 0;
+    await this.sched.settle();
   }
 
   /** A replica linked at its master's offset holds exactly its master's data, or the model is wrong. */
