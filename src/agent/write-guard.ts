@@ -93,6 +93,37 @@ export function endFailsafe(ctx: AgentContext): void {
   ctx.failsafeSince = undefined;
 }
 
+/** The acknowledging replicas no node id names, as last logged per agent (a change is logged once). */
+const loggedOutsiders = new WeakMap<AgentContext, string>();
+
+/**
+ * Says once per change which acknowledging replicas this primary cannot name (no heartbeat, or one
+ * older than the report window of a node that is not a member): Redis counts them, the guard
+ * demands them, but no failover can rank or promote them, so a write only they acknowledged
+ * (\`WAIT 1\`) is lost at a failover (docs/safety.md, guarantee 1's assumption).
+ */
+function reportOutsiders(ctx: AgentContext, info: ReplicationInfo): void {
+  const acknowledging = new Set(syncedReplicaAddresses(info, GUARD_MAX_LAG_S));
+  const unnamed = syncedReplicaAddresses(info)
+    .filter((address) => acknowledging.has(address) && ctx.knownNodes.get(address) === undefined)
+    .sort();
+  const key = unnamed.join(",");
+  if ((loggedOutsiders.get(ctx) ?? "") === key) return;
+  loggedOutsiders.set(ctx, key);
+  if (unnamed.length === 0) {
+    ctx.logger.info("every acknowledging replica has a node id again", ctx.epochContext);
+    return;
+  }
+  ctx.logger.warn(
+    "replicas no node id names acknowledge writes: a write only they acknowledge is lost at a failover",
+    {
+      ...ctx.epochContext,
+      replicas: unnamed,
+      why: "no heartbeat names them (a database without an agent, or an agent silent longer than its report window)",
+    },
+  );
+}
+
 /** The plan for this node now, from what the context holds. */
 export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuardPlan {
   const { attached, outsiders } = attachedReplicas(ctx, info);
@@ -211,6 +242,7 @@ async function unfence(ctx: AgentContext, plan: WriteGuardPlan, minReplicas: num
  */
 export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo): Promise<WriteGuardPlan> {
   const plan = currentPlan(ctx, info);
+  if (info.role === "primary") reportOutsiders(ctx, info);
   if (plan.kind === "replica") {
     ctx.appliedGuard = "replica";
     return plan;

@@ -3,7 +3,7 @@ import { GUARD_MAX_LAG_S, PROMOTION_FENCE_WINDOW_MS } from "../../src/core/write
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
-import { CHAOS_CONFIG, startChaosCluster, WAIT_MS, withClient } from "../support/chaos-cluster.ts";
+import { CHAOS_CONFIG, linesWith, startChaosCluster, WAIT_MS, withClient } from "../support/chaos-cluster.ts";
 
 /**
  * Issue 30, finding 3 (guarantee 2): Redis counts every replica acknowledging within
@@ -130,6 +130,15 @@ describe("the write guard and replicas without an agent", () => {
         `${refused.length} refused, the first at ${firstRefused?.atMs ?? "-"} ms (${firstRefused?.error ?? "-"})`,
     );
     expect(guard).toBe("4");
+    // The primary's agent said which replicas it cannot name (guarantee 1's assumption, docs/safety.md).
+    const named = linesWith(
+      active.logLines("agent-node-1.log"),
+      /^replicas no node id names acknowledge writes/,
+    );
+    expect(named.length).toBeGreaterThanOrEqual(1);
+    expect(named.flatMap((line) => line.replicas as string[])).toEqual(
+      expect.arrayContaining(anonymous.map((node) => node.address)),
+    );
     expect(firstRefused?.error).toMatch(/NOREPLICAS/);
     expect(firstRefused?.atMs).toBeLessThanOrEqual(REFUSED_WITHIN_MS);
     // No write acknowledged once the members could have been gone for good: every write node-1
