@@ -24,13 +24,27 @@ type Item = Record<string, unknown>;
 /** A copy of an item (flat values and string sets): what leaves or enters the table is never shared. */
 function copyItem(item: Item): Item {
   const copy: Item = {};
-  for (const [key, value] of Object.entries(item)) copy[key] = copyValue(value);
+  for (const key of Object.keys(item)) copy[key] = copyValue(item[key]);
   return copy;
 }
 
 function copyValue(value: unknown): unknown {
+  if (typeof value !== "object" || value === null) return value;
   if (value instanceof Set) return new Set(value);
-  return typeof value === "object" && value !== null ? structuredClone(value) : value;
+  return deepCopy(value);
+}
+
+/**
+ * What structuredClone gives for the plain data an item holds (objects, arrays, primitives, in
+ * any depth), without its cost (issue 32); anything else goes to structuredClone.
+ */
+function deepCopy(value: unknown): unknown {
+  if (typeof value !== "object" || value === null) return value;
+  if (Array.isArray(value)) return value.map(deepCopy);
+  if (Object.getPrototypeOf(value) !== Object.prototype) return structuredClone(value);
+  const copy: Record<string, unknown> = {};
+  for (const key of Object.keys(value)) copy[key] = deepCopy((value as Record<string, unknown>)[key]);
+  return copy;
 }
 
 export interface CallerFaults {
@@ -74,6 +88,22 @@ interface Context {
 
 const TOKEN = /\s*(<>|<=|>=|[=<>(),+-]|[#:]?[A-Za-z_][A-Za-z0-9_]*)/y;
 
+/**
+ * Expression text -> its tokens. The adapter sends a few fixed expressions (values travel as
+ * placeholders), thousands of times a run, and a Query evaluates its key condition once per item:
+ * each is tokenized once (issue 32: tokenizing was the model's largest cost).
+ */
+const tokenCache = new Map<string, readonly string[]>();
+
+function tokensOf(text: string): readonly string[] {
+  let tokens = tokenCache.get(text);
+  if (tokens === undefined) {
+    tokens = tokenize(text);
+    if (tokenCache.size < 10_000) tokenCache.set(text, tokens);
+  }
+  return tokens;
+}
+
 function tokenize(text: string): string[] {
   const tokens: string[] = [];
   TOKEN.lastIndex = 0;
@@ -90,11 +120,11 @@ function tokenize(text: string): string[] {
 }
 
 class Parser {
-  readonly tokens: string[];
+  readonly tokens: readonly string[];
   position = 0;
   readonly ctx: Context;
   constructor(text: string, ctx: Context) {
-    this.tokens = tokenize(text);
+    this.tokens = tokensOf(text);
     this.ctx = ctx;
   }
   peek(): string | undefined {
@@ -212,6 +242,27 @@ function conditionHolds(expression: string | undefined, item: Item | undefined, 
   return value;
 }
 
+/**
+ * The partition a key condition demands (`pk = :v`, alone or ANDed with more, no OR, NOT or
+ * parentheses): no item of another partition can satisfy it, so a Query evaluates the condition
+ * on that partition's items only, not on every item of the table (issue 32). Undefined: any other
+ * form, every item is evaluated.
+ */
+function partitionOf(expression: string | undefined, ctx: Context): { value: unknown } | undefined {
+  if (expression === undefined) return undefined;
+  const tokens = tokensOf(expression);
+  const [name, equals, placeholder, next] = tokens;
+  if (name === undefined || placeholder === undefined || equals !== "=" || !placeholder.startsWith(":"))
+    return undefined;
+  if ((name.startsWith("#") ? ctx.names[name] : name) !== "pk") return undefined;
+  if (next !== undefined && next.toUpperCase() !== "AND") return undefined;
+  for (const token of tokens) {
+    const upper = token.toUpperCase();
+    if (upper === "OR" || upper === "NOT" || token === "(") return undefined;
+  }
+  return { value: ctx.values[placeholder] };
+}
+
 function applyUpdate(expression: string, item: Item, ctx: Context): Item {
   const parser = new Parser(expression, ctx);
   const next: Item = copyItem(item);
@@ -282,6 +333,11 @@ export class DynamoTable {
     return item === undefined ? undefined : copyItem(item);
   }
 
+  /** The stored item itself, not a copy, for the simulator's own reads: never to be changed. */
+  peek(key: Record<string, unknown>): Readonly<Item> | undefined {
+    return this.items.get(DynamoTable.keyOf(key));
+  }
+
   /** Checks one write's condition and returns the item it leaves (undefined: deleted/none), or throws ConditionFailed. */
   #evaluate(request: WriteRequest): { key: string; next: Item | undefined; changes: boolean } {
     const input = request.input;
@@ -345,7 +401,14 @@ export class DynamoTable {
       values: (input.ExpressionAttributeValues ?? {}) as Record<string, unknown>,
     };
     const expression = input.KeyConditionExpression as string;
-    let matches = [...this.items.values()].filter((item) => conditionHolds(expression, item, ctx));
+    const partition = partitionOf(expression, ctx);
+    const candidates =
+      partition === undefined
+        ? [...this.items.values()]
+        : [...this.items.values()].filter(
+            (item) => partition.value !== undefined && item.pk === partition.value,
+          );
+    let matches = candidates.filter((item) => conditionHolds(expression, item, ctx));
     matches.sort((a, b) => {
       const pa = String(a.pk);
       const pb = String(b.pk);

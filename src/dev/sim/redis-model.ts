@@ -55,8 +55,15 @@ interface MasterLink {
   startedAt: number;
 }
 
+/**
+ * An RDB: the dataset as of the save is the first `size` entries of `source`. A save does not
+ * copy the dataset (thousands of keys, every few seconds: issue 32): the live map only ever gains
+ * new keys at its end, and before anything else would change it (a key written again) the server
+ * copies the saved part out (`#detachRdb`); a map the server replaces is never changed again.
+ */
 interface Rdb {
-  readonly data: Map<string, string>;
+  source: Map<string, string>;
+  size: number;
   readonly replid: string;
   readonly offset: number;
   readonly at: number;
@@ -257,7 +264,7 @@ export class RedisServer {
       this.replid = this.cluster.newReplid();
       this.offset = 0;
     } else {
-      this.data = new Map(this.rdb.data);
+      this.data = rdbData(this.rdb);
       this.offset = this.rdb.offset;
       if (mode === "replicaof") {
         // A replica keeps the RDB's replication id and offset (its cached master: it may continue).
@@ -281,7 +288,20 @@ export class RedisServer {
   /** BGSAVE: the dataset, replication id and offset as of now. */
   save(): void {
     if (!this.up) return;
-    this.rdb = { data: new Map(this.data), replid: this.replid, offset: this.offset, at: this.sched.now };
+    this.rdb = {
+      source: this.data,
+      size: this.data.size,
+      replid: this.replid,
+      offset: this.offset,
+      at: this.sched.now,
+    };
+  }
+
+  /** Before `key` is written: a key written again in the map the RDB shares gets the RDB its own copy. */
+  #detachRdb(key: string): void {
+    const rdb = this.rdb;
+    if (rdb === undefined || rdb.source !== this.data || !this.data.has(key)) return;
+    rdb.source = rdbData(rdb);
   }
 
   // ---- replication, master side ------------------------------------------------------------
@@ -357,6 +377,7 @@ export class RedisServer {
   #append(key: string, value: string): Entry {
     const entry = { start: this.offset + 1, end: this.offset + ENTRY_BYTES, key, value };
     this.offset = entry.end;
+    this.#detachRdb(key);
     this.data.set(key, value);
     this.log.push(entry);
     for (const replica of this.replicas.values()) replica.deliver((r) => r.stream(replica.id, entry));
@@ -438,7 +459,8 @@ export class RedisServer {
   fullSynced(linkId: number, replid: string, offset: number, snapshot: Map<string, string>): void {
     const link = this.link;
     if (link?.id !== linkId) return;
-    this.data = new Map(snapshot);
+    // The snapshot was taken for this link alone (psync) and is delivered once: no second copy.
+    this.data = snapshot;
     this.replid = replid;
     this.replid2 = ZERO_ID;
     this.secondOffset = -1;
@@ -469,6 +491,7 @@ export class RedisServer {
   }
 
   #apply(entry: Entry): void {
+    this.#detachRdb(entry.key);
     this.data.set(entry.key, entry.value);
     this.offset = entry.end;
     this.log.push(entry);
@@ -679,6 +702,17 @@ export class RedisServer {
   get linkUp(): boolean {
     return this.link?.state === "connected";
   }
+}
+
+/** An RDB's dataset, a new map. */
+function rdbData(rdb: Rdb): Map<string, string> {
+  if (rdb.size === rdb.source.size) return new Map(rdb.source);
+  const data = new Map<string, string>();
+  for (const [key, value] of rdb.source) {
+    if (data.size === rdb.size) break;
+    data.set(key, value);
+  }
+  return data;
 }
 
 function splitAddress(address: string): [string, string] {

@@ -10,7 +10,7 @@ import { Random } from "../nemesis/random.ts";
  * randomness (Math.random, crypto.randomUUID) while a simulation runs, so the real agent and
  * controller code runs unchanged on simulated time. Nothing real is waited for: the driver pops
  * the earliest timer, sets the clock to its time and runs it, then drains every promise that
- * became ready (one real setImmediate hop) before the next. Timers due at the same instant run in
+ * became ready (one process.nextTick, see `#afterTimer`) before the next. Timers due at the same instant run in
  * an order drawn from the seeded generator, so a seed also chooses the interleaving of ready work.
  *
  * Every timer belongs to the simulated host whose code created it (AsyncLocalStorage carries the
@@ -44,13 +44,16 @@ interface Saved {
   randomUUID: typeof crypto.randomUUID;
   promisesSetTimeout: typeof timersPromises.setTimeout;
   promisesSetImmediate: typeof timersPromises.setImmediate;
+  nextTick: typeof process.nextTick;
 }
 
 /** A handle that looks enough like Node's Timeout for the code that uses one (unref, ref, hasRef). */
 class VirtualTimeout {
   readonly timer: Timer;
-  constructor(timer: Timer) {
+  readonly #byId: Map<number, Timer>;
+  constructor(timer: Timer, byId: Map<number, Timer>) {
     this.timer = timer;
+    this.#byId = byId;
   }
   unref(): this {
     return this;
@@ -64,7 +67,9 @@ class VirtualTimeout {
   refresh(): this {
     return this;
   }
+  /** As a number (Node's timeouts convert to their id): clearTimeout(id) finds the timer by it. */
   [Symbol.toPrimitive](): number {
+    if (!this.timer.cancelled) this.#byId.set(this.timer.id, this.timer);
     return this.timer.id;
   }
 }
@@ -83,6 +88,10 @@ export class Scheduler {
   readonly #hosts = hosts;
   /** Timers not yet due: a binary min-heap on (at, tie). Cancelled ones are dropped when popped. */
   readonly #heap: Timer[] = [];
+  /**
+   * Timers whose handle was turned into a number (`+setTimeout(...)`), by id, for clearTimeout(id);
+   * registered on conversion, not for every timer (issue 32).
+   */
   readonly #byId = new Map<number, Timer>();
   /** host -> timers that came due while it was paused, in due order. */
   readonly #held = new Map<string, Timer[]>();
@@ -93,6 +102,8 @@ export class Scheduler {
   #saved: Saved | undefined;
   /** Timers run so far (a measure of work). */
   fired = 0;
+  /** `process.nextTick` calls by code other than the scheduler's own (see `#afterTimer`). */
+  #foreignTicks = 0;
 
   constructor(seed: number) {
     this.random = new Random(seed);
@@ -118,6 +129,24 @@ export class Scheduler {
     return host === undefined ? this.#hosts.exit(fn) : this.#hosts.run(host, fn);
   }
 
+  /**
+   * host -> a runner of functions as code of that host, for the timers `runUntil` fires: the async
+   * context of the runner's own code with the host set, taken once (AsyncLocalStorage.snapshot),
+   * where `onHost` builds a new context, a copy, on entry and another on exit for every timer
+   * (issue 32: several per cent of a run's CPU). The same context as `onHost` would give, as long as the
+   * runner's own context does not change during a run; `runUntil` clears it when called.
+   */
+  readonly #runners = new Map<string | undefined, (fn: () => void) => void>();
+
+  #runnerOf(host: string | undefined): (fn: () => void) => void {
+    let runner = this.#runners.get(host);
+    if (runner === undefined) {
+      runner = this.onHost(host, () => AsyncLocalStorage.snapshot());
+      this.#runners.set(host, runner);
+    }
+    return runner;
+  }
+
   /** Schedules `fn` after `ms` on `host` (default: the current host). */
   schedule(ms: number, fn: () => void, host: string | undefined = this.host, interval?: number): Timer {
     const timer: Timer = {
@@ -130,7 +159,6 @@ export class Scheduler {
       cancelled: false,
     };
     this.#push(timer);
-    this.#byId.set(timer.id, timer);
     return timer;
   }
 
@@ -177,6 +205,7 @@ export class Scheduler {
     const saved = this.#saved;
     if (!saved) throw new Error("the scheduler is not installed");
     await this.#drain(saved);
+    this.#runners.clear();
     while (!stop()) {
       const next = this.#popDue(until);
       if (next === undefined) break;
@@ -195,8 +224,10 @@ export class Scheduler {
         this.#push(next);
       }
       this.fired++;
-      this.onHost(next.host, next.fn);
-      await this.#drain(saved);
+      const ticks = this.#foreignTicks;
+      this.#runnerOf(next.host)(next.fn);
+      await this.#afterTimer(saved);
+      if (this.#foreignTicks !== ticks) await this.#drain(saved);
     }
     this.#now = Math.max(this.#now, Math.min(until, this.#earliest() ?? until));
   }
@@ -254,6 +285,20 @@ export class Scheduler {
     return new Promise((resolve) => saved.setImmediate(resolve));
   }
 
+  /**
+   * After a timer: lets every promise it made ready run, as `#drain` does, without a turn of the
+   * event loop (a setImmediate hop polls the OS once: most of an empty timer's cost, issue 32). Called
+   * from the runner's own continuation, a microtask: Node runs a nextTick callback only once the
+   * microtask queue is empty (processTicksAndRejections: every queued tick, then runMicrotasks,
+   * until both are empty), so when `resolve` runs, every ready continuation of the timer's code has
+   * run, chains included. Only a tick queued by other code meanwhile could still be pending (it
+   * would run before the runner resumes, its promises after): the runner counts such ticks and then
+   * takes the full hop as well, so the order of work is the same as with `#drain` alone.
+   */
+  #afterTimer(saved: Saved): Promise<void> {
+    return new Promise((resolve) => saved.nextTick(resolve));
+  }
+
   /** Replaces the process's timers, clocks and randomness with this scheduler's. */
   install(): void {
     if (this.#saved) return;
@@ -271,6 +316,7 @@ export class Scheduler {
       randomUUID: crypto.randomUUID,
       promisesSetTimeout: timersPromises.setTimeout,
       promisesSetImmediate: timersPromises.setImmediate,
+      nextTick: process.nextTick,
     };
     this.#saved = saved;
     const self = this;
@@ -281,11 +327,20 @@ export class Scheduler {
     };
     const g = globalThis as unknown as Record<string, unknown>;
     g.setTimeout = (fn: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) =>
-      new VirtualTimeout(this.schedule(ms ?? 0, () => fn(...args)));
+      new VirtualTimeout(
+        this.schedule(ms ?? 0, () => fn(...args)),
+        this.#byId,
+      );
     g.setInterval = (fn: (...args: unknown[]) => void, ms?: number, ...args: unknown[]) =>
-      new VirtualTimeout(this.schedule(ms ?? 0, () => fn(...args), this.host, ms ?? 0));
+      new VirtualTimeout(
+        this.schedule(ms ?? 0, () => fn(...args), this.host, ms ?? 0),
+        this.#byId,
+      );
     g.setImmediate = (fn: (...args: unknown[]) => void, ...args: unknown[]) =>
-      new VirtualTimeout(this.schedule(0, () => fn(...args)));
+      new VirtualTimeout(
+        this.schedule(0, () => fn(...args)),
+        this.#byId,
+      );
     g.clearTimeout = (handle: unknown) => this.cancel(toTimer(handle));
     g.clearInterval = g.clearTimeout;
     g.clearImmediate = g.clearTimeout;
@@ -328,6 +383,11 @@ export class Scheduler {
       });
     promises.setImmediate = <T>(value?: T) =>
       new Promise<T | undefined>((resolve) => this.schedule(0, () => resolve(value)));
+    const nextTick = saved.nextTick;
+    process.nextTick = (callback: (...args: unknown[]) => void, ...args: unknown[]) => {
+      this.#foreignTicks++;
+      nextTick(callback, ...args);
+    };
     syncBuiltinESMExports();
   }
 
@@ -353,6 +413,7 @@ export class Scheduler {
     const promises = timersPromises as unknown as Record<string, unknown>;
     promises.setTimeout = saved.promisesSetTimeout;
     promises.setImmediate = saved.promisesSetImmediate;
+    process.nextTick = saved.nextTick;
     syncBuiltinESMExports();
     this.#saved = undefined;
   }

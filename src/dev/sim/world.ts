@@ -356,7 +356,7 @@ export class SimWorld {
   // ---- the workload -----------------------------------------------------------------------
 
   #topology(): { epoch: number; primary?: string; address?: string; status?: string } | undefined {
-    const item = this.table.get({ pk: keys.controlPk(SHARD), sk: keys.topology });
+    const item = this.table.peek({ pk: keys.controlPk(SHARD), sk: keys.topology });
     if (!item) return undefined;
     return {
       epoch: Number(item.epoch),
