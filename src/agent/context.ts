@@ -1,5 +1,5 @@
 import type { AgentCycleState } from "../core/agent-cycle.ts";
-import type { DatabaseIdentity } from "../core/identity.ts";
+import type { DatabaseIdentity, PeerPoint } from "../core/identity.ts";
 import type { CrashReport, HeartbeatInput, Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import type {
@@ -102,6 +102,11 @@ export class AgentContext {
   unconfirmedReason: string | undefined;
   /** This primary's stored replica set: the write guard's membership. */
   guardMembers: readonly string[] = [];
+  /**
+   * What the shard's other nodes hold by their stored heartbeats in the last snapshot, however old
+   * (`peerPointOf`): a restarted primary is fenced when one of them may hold its data (`judgeRestart`).
+   */
+  othersHold: readonly PeerPoint[] = [];
   /** What the write guard last set on the database ("fence", "open", "guard:<n>", "replica"). */
   appliedGuard: string | undefined;
   /**

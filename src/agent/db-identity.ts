@@ -72,24 +72,28 @@ function recordRestart(ctx: AgentContext, previousRunId: string | undefined): vo
 
 /**
  * A database whose run_id changed is a new process. If it was this shard's primary and its
- * replication lineage does not continue the old one (same replid, offset not behind), it restarted
- * empty or from an old snapshot: it must not serve, nor feed its replicas, before the controller
- * replaced it (guarantee 5, docs/agent.md#database-identity).
+ * replication lineage does not continue the old one (the same replid, or for the named primary
+ * the old one as its replid2 after a restart from its RDB; its offset not behind, and no other
+ * node reporting more of it), it restarted empty or from an old
+ * snapshot: while another node may hold the data, it must not serve, nor feed its replicas, before
+ * the controller replaced it (guarantee 5, docs/agent.md#database-identity).
  */
 function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   if (info.runId === undefined) return;
   const previous = ctx.dbRecord.identity;
-  const current = {
+  const current: DatabaseIdentity = {
     runId: info.runId,
     replId: info.replId,
     offset: info.offset,
     role: info.role,
     synced: syncedReplicaAddresses(info).length,
+    prior: info.prior,
   };
   ctx.dbRecord.identity = current;
   const verdict = judgeRestart(previous, current, {
     named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
     guardMembers: ctx.guardMembers,
+    others: ctx.othersHold,
   });
   if (verdict.kind === "lost-data") ctx.dbRecord.restarted = true;
   // The new identity and the verdict on it are written together, in one atomic update: an agent
@@ -105,6 +109,10 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
       runId: info.runId,
       continues: verdict.continues,
       why: verdict.reason,
+      replId: info.replId,
+      offset: info.offset,
+      prior: info.prior,
+      previousOffset: previous?.offset,
     });
     return;
   }
@@ -116,6 +124,9 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     previousReplId: previous?.replId,
     offset: info.offset,
     previousOffset: previous?.offset,
+    prior: info.prior,
+    previousPrior: previous?.prior,
+    why: verdict.reason,
   });
 }
 
@@ -134,6 +145,7 @@ function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
     stored === undefined ||
     stored.run_id !== current.runId ||
     stored.repl_id !== current.replId ||
+    stored.prior?.repl_id !== current.prior?.replId ||
     stored.role !== current.role;
   const flagChanged = (ctx.state.state.db_restarted === true) !== ctx.dbRestarted;
   if (changed || flagChanged || now - ctx.dbRecord.persistedAt >= IDENTITY_PERSIST_MS) {
@@ -144,6 +156,10 @@ function persistIdentity(ctx: AgentContext, current: DatabaseIdentity): void {
         offset: current.offset,
         role: current.role,
         synced: current.synced,
+        prior:
+          current.prior === undefined
+            ? undefined
+            : { repl_id: current.prior.replId, offset: current.prior.offset },
       },
       db_restarted: ctx.dbRestarted ? true : undefined,
     });

@@ -37,6 +37,10 @@ export class DatabaseRecord {
         offset: identity.offset,
         role: identity.role,
         synced: identity.synced,
+        prior:
+          identity.prior === undefined
+            ? undefined
+            : { replId: identity.prior.repl_id, offset: identity.prior.offset },
       };
     }
     this.restarted = stored.db_restarted === true;

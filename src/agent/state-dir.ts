@@ -46,8 +46,9 @@ export const agentStateSchema = z.object({
   /** Present while the agent holds its database's writes blocked (survives an agent restart). */
   fence: fenceRecordSchema.optional(),
   /**
-   * The database process last seen (run_id, lineage, offset, role, replicas attached), so that an
-   * agent restarted together with its database still judges the new process (`judgeRestart`).
+   * The database process last seen (run_id, lineage and the one it continues, offset, role,
+   * replicas attached), so that an agent restarted together with its database still judges the
+   * new process (`judgeRestart`).
    * The offset is written when the identity changes and at most every few seconds otherwise.
    */
   db_identity: z
@@ -57,6 +58,8 @@ export const agentStateSchema = z.object({
       offset: z.number().int().nonnegative(),
       role: z.enum(["primary", "replica"]),
       synced: z.number().int().nonnegative(),
+      /** The earlier lineage it continues (`master_replid2`, up to `second_repl_offset` - 1). */
+      prior: z.object({ repl_id: z.string(), offset: z.number().int().nonnegative() }).optional(),
     })
     .optional(),
   /** The database restarted without its data while primary: fenced until it follows a primary. */

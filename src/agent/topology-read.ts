@@ -1,5 +1,6 @@
 import { topologyToWatch } from "../core/agent-cycle.ts";
 import { reportWindowMs } from "../core/freshness.ts";
+import { peerPointOf } from "../core/identity.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { nodeIdsByAddress } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
@@ -63,6 +64,9 @@ export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | u
     );
     ctx.knownNodes.clear();
     for (const [address, id] of known) ctx.knownNodes.set(address, id);
+    // Every other node's heartbeat, however stale: one may hold the data of a database that
+    // restarts without it (`judgeRestart`, sim seed 7011).
+    ctx.othersHold = snapshot.nodes.filter((node) => node.node_id !== ctx.nodeId).map(peerPointOf);
     const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
     if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
     return snapshot;

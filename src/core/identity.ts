@@ -4,7 +4,7 @@
  * (guarantee 5, docs/agent.md#database-identity).
  */
 
-import type { Role } from "./model.ts";
+import type { Heartbeat, Role } from "./model.ts";
 
 /** What the agent read of its database at one cycle. */
 export interface DatabaseIdentity {
@@ -14,6 +14,11 @@ export interface DatabaseIdentity {
   readonly role: Role;
   /** Replicas attached with a completed sync. */
   readonly synced: number;
+  /**
+   * The earlier lineage its data continues (Redis `master_replid2`, up to `second_repl_offset` - 1):
+   * a promoted replica's old primary's, or its own from before a restart from its RDB.
+   */
+  readonly prior?: { readonly replId: string; readonly offset: number } | undefined;
 }
 
 export interface RestartContext {
@@ -21,6 +26,21 @@ export interface RestartContext {
   readonly named: boolean;
   /** The primary's stored replica set. */
   readonly guardMembers: readonly string[];
+  /**
+   * What the shard's other nodes hold by their last stored heartbeats (the agent's last shard
+   * snapshot), whatever their age or membership (`peerPointOf`).
+   */
+  readonly others: readonly PeerPoint[];
+}
+
+/** What another node of the shard holds by its stored heartbeat, and whether its database answered. */
+export interface PeerPoint extends ReplicationPoint {
+  /**
+   * Its database answered at that report: parked from this node, it probes it and reports it
+   * restarted unless it holds this node's data directly (`holdsAllOf`), and the controller
+   * counts that vote.
+   */
+  readonly answering: boolean;
 }
 
 export type RestartVerdict =
@@ -35,7 +55,31 @@ export function judgeRestart(
   context: RestartContext,
 ): RestartVerdict {
   if (previous === undefined || previous.runId === current.runId) return { kind: "same" };
-  const continues = current.replId === previous.replId && current.offset >= previous.offset;
+  // The same lineage at least as far as the last read; for the primary the topology names, also
+  // the old one continued from at least as far under a new id (Redis 7 restarting a master from
+  // its RDB takes a new replid and keeps the RDB's as `master_replid2`: sim seeds 7002, 7006, 7013,
+  // offline to the end with every node holding every write). A deposed primary steps down either
+  // way; fenced and reported restarted, it stays out of the controller's votes as before. And every
+  // write another node sharing its data reports holding. The last read may be a cycle older than
+  // the death: an RDB saved between the two lacks writes a replica may have acknowledged and
+  // reported since (sim seed 8049: RDB at 106,032, last read 105,312, the parked replicas at
+  // 106,080). A node whose database answers must find its data held as its own probe judges
+  // (`holdsAllOf`, one earlier lineage deep): on the lineage the old process was promoted from, it
+  // would report the new process restarted, and the controller replace it by a node without the
+  // writes it took since (seed 9034 of a restart-heavy schedule: 553 lost). For a node whose
+  // database is down, holding it through the old process is enough (seed 7013: the old primary
+  // down on the lineage its successor was promoted from).
+  const lineageHeld = context.named
+    ? holdsEveryWrite(current, previous)
+    : current.replId === previous.replId && current.offset >= previous.offset;
+  const continues =
+    lineageHeld &&
+    context.others.every(
+      (other) =>
+        !holdsSomeOf(other, previous) ||
+        holdsAllOf(current, other) ||
+        (!other.answering && holdsAllOf(previous, other)),
+    );
   const harmless = (reason: string): RestartVerdict => ({ kind: "harmless", continues, reason });
   if (continues) return harmless("it continues its replication lineage");
   // A database that already follows a primary serves nobody's writes: its sync replaces its data.
@@ -49,13 +93,19 @@ export function judgeRestart(
         : "it came back as a replica",
     );
   if (previous.role !== "primary" && !context.named) return harmless("it was not the shard's primary");
-  // Without a replica holding the data, fencing would only stop writes. Members of the replica
+  // Without another node holding the data, fencing would only stop writes. Members of the replica
   // set hold it, and so do the replicas attached to the old process when it was last read, members
   // or not (not yet stored on a new shard; or gone from the set while hung, still holding every
-  // write they acknowledged): serving the empty dataset would feed it to them in a full sync.
-  // Fenced, the node is failed over (to a member), or the shard goes offline and comes back on the
-  // replica with the lineage (the offline path does not ask for membership).
-  const othersHoldData = context.guardMembers.length > 0 || previous.synced > 0;
+  // write they acknowledged), and any node whose stored heartbeat is on the old process's lineage
+  // or the one it continued, however old the heartbeat, member or not (sim seed 7011: a primary
+  // promoted with an empty set restarted empty while a parked replica held every write): serving
+  // the empty dataset would feed it to them in a full sync. Fenced, the node is failed over (to a
+  // member), or the shard goes offline and comes back on the node with the lineage (the offline
+  // path does not ask for membership).
+  const othersHoldData =
+    context.guardMembers.length > 0 ||
+    previous.synced > 0 ||
+    context.others.some((other) => holdsSomeOf(other, previous));
   if (!othersHoldData) return harmless("no other node holds its data");
   return {
     kind: "lost-data",
@@ -82,6 +132,16 @@ export interface ReplicationPoint {
  */
 export function holdsAllOf(holder: ReplicationPoint, data: ReplicationPoint): boolean {
   if (data.replId !== "" && data.offset === 0 && data.prior === undefined) return true;
+  return holdsEveryWrite(holder, data);
+}
+
+/**
+ * `holdsAllOf` without its empty-database rule: `holder` continues `data`'s lineage (or the one
+ * `data` continues, while it took nothing since) at least as far. A restarted database continues
+ * the old process only so: an offset of 0 is no proof of an empty dataset (a Redis primary
+ * counts no offset before its first replica attached).
+ */
+function holdsEveryWrite(holder: ReplicationPoint, data: ReplicationPoint): boolean {
   const holds = (replId: string, offset: number): boolean =>
     replId !== "" &&
     ((holder.replId === replId && holder.offset >= offset) ||
@@ -92,4 +152,42 @@ export function holdsAllOf(holder: ReplicationPoint, data: ReplicationPoint): bo
     data.offset <= data.prior.offset &&
     holds(data.prior.replId, data.prior.offset)
   );
+}
+
+/**
+ * `other` may hold some of `data`'s writes: it is past the start of `data`'s lineage or of the
+ * one `data` continues, on it directly or as its own earlier lineage.
+ */
+export function holdsSomeOf(other: ReplicationPoint, data: ReplicationPoint): boolean {
+  const lineages = [data.replId, data.prior?.replId].filter((id) => id !== undefined && id !== "");
+  const on = (replId: string, offset: number): boolean => offset > 0 && lineages.includes(replId);
+  return (
+    on(other.replId, other.offset) ||
+    (other.prior !== undefined && on(other.prior.replId, other.prior.offset))
+  );
+}
+
+/** A heartbeat's replication point as it reports it (`repl_id`, `last_txn_id`, `prior_lineage`). */
+export function reportedPointOf(node: Heartbeat): ReplicationPoint {
+  const prior = node.prior_lineage;
+  return {
+    replId: node.repl_id,
+    offset: node.last_txn_id,
+    prior: prior === undefined ? undefined : { replId: prior.repl_id, offset: prior.last_txn_id },
+  };
+}
+
+/**
+ * What a stored heartbeat says its node's database holds. A database its agent keeps fenced
+ * after a restart (`db_status: down`, a `restarted` crash report) holds only the earlier lineage
+ * its new process continues (its RDB's), if any: the heartbeat's `repl_id` and `last_txn_id` are
+ * the dead process's.
+ */
+export function peerPointOf(node: Heartbeat): PeerPoint {
+  const answering = node.db_status === "up";
+  const reported = reportedPointOf(node);
+  if (answering || node.db_crash?.state !== "restarted") return { ...reported, answering };
+  return reported.prior === undefined
+    ? { replId: "", offset: 0, answering }
+    : { ...reported.prior, answering };
 }

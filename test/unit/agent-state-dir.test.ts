@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { DatabaseRecord } from "../../src/agent/db-record.ts";
 import { APPLIED_IDS_LIMIT, StateDir } from "../../src/agent/state-dir.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -131,6 +132,25 @@ describe("the agent's state dir", () => {
     expect(reopened.hasApplied("c-3")).toBe(false);
     expect(reopened.state.highest_epoch).toBe(4);
     expect(reopened.state.promoted_epoch).toBe(4);
+    reopened.release();
+  });
+
+  it("keeps the database's identity with the lineage it continues, for the next agent's judgement", () => {
+    // Prepare: a promoted primary (a new replid, the old primary's as replid2)
+    const dir = aStateDir();
+    const state = StateDir.open(dir, { shard: "s1", now: 1 });
+    const prior = { repl_id: "lineage-1", offset: 5000 };
+    state.update({
+      db_identity: { run_id: "run-a", repl_id: "lineage-2", offset: 5010, role: "primary", synced: 0, prior },
+    });
+    state.release();
+
+    // Act
+    const reopened = StateDir.open(dir, { shard: "s1", now: 2 });
+    const record = new DatabaseRecord(reopened.state);
+
+    // Assess: a restart is judged against both lineages (sim seed 7011)
+    expect(record.identity?.prior).toEqual({ replId: "lineage-1", offset: 5000 });
     reopened.release();
   });
 

@@ -3,10 +3,13 @@ import { describe, expect, it } from "vitest";
 import {
   type DatabaseIdentity,
   holdsAllOf,
+  holdsSomeOf,
   judgeRestart,
+  peerPointOf,
   type ReplicationPoint,
   type RestartContext,
 } from "../../src/core/identity.ts";
+import { aHeartbeat } from "../support/builders.ts";
 
 const before: DatabaseIdentity = {
   runId: "run-a",
@@ -22,7 +25,28 @@ const emptyRestart: DatabaseIdentity = {
   role: "primary",
   synced: 0,
 };
-const shard: RestartContext = { named: true, guardMembers: ["r1", "r2"] };
+const shard: RestartContext = { named: true, guardMembers: ["r1", "r2"], others: [] };
+/** Sim seed 7011: n1, promoted (a new lineage continuing the old primary's), no replica set yet. */
+const promoted: DatabaseIdentity = {
+  runId: "run-a",
+  replId: "lineage-2",
+  offset: 5010,
+  role: "primary",
+  synced: 0,
+  prior: { replId: "lineage-1", offset: 5000 },
+};
+const alone: RestartContext = { named: true, guardMembers: [], others: [] };
+/** A primary with no replica attached at its last read. */
+const alone0: DatabaseIdentity = { ...before, synced: 0 };
+/** Sim seeds 7002-7013: a Redis 7 master restarted from its RDB takes a new replid, the RDB's as replid2. */
+const fromRdb = (upTo: number, offset = upTo + 120): DatabaseIdentity => ({
+  runId: "run-b",
+  replId: "lineage-3",
+  offset,
+  role: "primary",
+  synced: 0,
+  prior: { replId: "lineage-1", offset: upTo },
+});
 
 describe("database identity: judging a restarted database", () => {
   it.each([
@@ -85,30 +109,217 @@ describe("database identity: judging a restarted database", () => {
       { ...shard, guardMembers: [] },
       "lost-data",
     ],
+    [
+      "a restart from its RDB as new as the data (Redis 7: a new replid, the old one as replid2)",
+      before,
+      fromRdb(5000),
+      shard,
+      "harmless",
+    ],
+    [
+      "a restart from its RDB holding more than the last read",
+      before,
+      fromRdb(5200, 5200),
+      shard,
+      "harmless",
+    ],
+    [
+      "a restart from an older RDB (replid2 the old lineage, behind)",
+      before,
+      fromRdb(4000),
+      shard,
+      "lost-data",
+    ],
+    [
+      "a deposed primary (not named) restarted from its RDB: fenced as before, it steps down either way",
+      before,
+      fromRdb(5000),
+      { ...shard, named: false },
+      "lost-data",
+    ],
+    [
+      "a restart from its RDB while the replicas hold as much of the lineage, or less",
+      before,
+      fromRdb(5100),
+      {
+        ...shard,
+        others: [
+          { replId: "lineage-1", offset: 5100, answering: true },
+          { replId: "lineage-1", offset: 4800, answering: true },
+        ],
+      },
+      "harmless",
+    ],
+    [
+      "a restart from an RDB newer than the last read while a replica reported more since (seed 8049)",
+      before,
+      fromRdb(5100),
+      { ...shard, others: [{ replId: "lineage-1", offset: 5148, answering: true }] },
+      "lost-data",
+    ],
+    [
+      "a restart on the same replid while a node that continued the lineage under a new id holds more",
+      before,
+      { ...before, runId: "run-b" },
+      {
+        ...shard,
+        others: [
+          {
+            replId: "lineage-7",
+            offset: 5300,
+            prior: { replId: "lineage-1", offset: 5200 },
+            answering: true,
+          },
+        ],
+      },
+      "lost-data",
+    ],
+    [
+      "a promoted primary restarted from its RDB while a node is on the lineage it was promoted from (seed 9034)",
+      promoted,
+      { ...fromRdb(5010), prior: { replId: "lineage-2", offset: 5010 } },
+      { ...alone, others: [{ replId: "lineage-1", offset: 4990, answering: true }] },
+      "lost-data",
+    ],
+    [
+      "a promoted primary restarted from its RDB while the old primary is down on the lineage it was promoted from (seed 7013)",
+      promoted,
+      { ...fromRdb(5010), prior: { replId: "lineage-2", offset: 5010 } },
+      { ...alone, others: [{ replId: "lineage-1", offset: 4990, answering: false }] },
+      "harmless",
+    ],
+    [
+      "a promoted primary restarted from its RDB while a node down holds more of the lineage it was promoted from",
+      promoted,
+      { ...fromRdb(5010), prior: { replId: "lineage-2", offset: 5010 } },
+      { ...alone, others: [{ replId: "lineage-1", offset: 5004, answering: false }] },
+      "lost-data",
+    ],
+    [
+      "a promoted primary restarted from its RDB while its replicas hold its own lineage, or less",
+      promoted,
+      { ...fromRdb(5010), prior: { replId: "lineage-2", offset: 5010 } },
+      {
+        ...alone,
+        others: [
+          {
+            replId: "lineage-2",
+            offset: 5010,
+            prior: { replId: "lineage-1", offset: 5000 },
+            answering: true,
+          },
+        ],
+      },
+      "harmless",
+    ],
+    [
+      "a restart from an RDB of another lineage",
+      before,
+      { ...fromRdb(5000), prior: { replId: "lineage-9", offset: 5000 } },
+      shard,
+      "lost-data",
+    ],
+    [
+      "a promoted primary restarted from an RDB of before its promotion, holding all it was promoted with",
+      { ...promoted, offset: 5000 },
+      fromRdb(5000),
+      alone,
+      "harmless",
+    ],
+    [
+      "an empty restart while a parked non-member holds the lineage it was promoted with (seed 7011)",
+      promoted,
+      emptyRestart,
+      { ...alone, others: [{ replId: "lineage-1", offset: 4990, answering: true }] },
+      "lost-data",
+    ],
+    [
+      "an empty restart while a stale non-member is on its own lineage",
+      alone0,
+      emptyRestart,
+      { ...alone, others: [{ replId: "lineage-1", offset: 10, answering: true }] },
+      "lost-data",
+    ],
+    [
+      "an empty restart while another node continues its lineage under a new replid",
+      alone0,
+      emptyRestart,
+      {
+        ...alone,
+        others: [
+          { replId: "lineage-7", offset: 90, prior: { replId: "lineage-1", offset: 40 }, answering: true },
+        ],
+      },
+      "lost-data",
+    ],
+    [
+      "an empty restart while the other nodes hold other lineages, or nothing of its own",
+      alone0,
+      emptyRestart,
+      {
+        ...alone,
+        others: [
+          { replId: "lineage-9", offset: 9000, answering: true },
+          { replId: "lineage-1", offset: 0, answering: true },
+          { replId: "", offset: 0, answering: false },
+        ],
+      },
+      "harmless",
+    ],
+    [
+      "an empty restart of a promoted primary whose old lineage nobody else holds",
+      promoted,
+      emptyRestart,
+      { ...alone, others: [{ replId: "lineage-9", offset: 9000, answering: true }] },
+      "harmless",
+    ],
   ] as const)("%s", (_name, previous, current, context, expected) => {
     expect(judgeRestart(previous, current, context).kind).toBe(expected);
   });
 
-  it("never fences a database whose new process continues the old lineage", () => {
+  it("never fences a database whose new process continues the old lineage and holds what the others report of it", () => {
+    const replId = fc.constantFrom("x", "y", "z");
+    const prior = fc.option(fc.record({ replId, offset: fc.nat(10_000) }), { nil: undefined });
     const identity = fc.record({
       runId: fc.constantFrom("a", "b"),
-      replId: fc.constantFrom("x", "y"),
+      replId,
       offset: fc.nat(10_000),
       role: fc.constantFrom("primary" as const, "replica" as const),
       synced: fc.nat(3),
+      prior,
     });
     const context = fc.record({
       named: fc.boolean(),
       guardMembers: fc.subarray(["r1", "r2"]),
+      others: fc.array(fc.record({ replId, offset: fc.nat(10_000), prior, answering: fc.boolean() }), {
+        maxLength: 3,
+      }),
     });
     fc.assert(
       fc.property(identity, identity, context, (previous, current, ctx) => {
         const verdict = judgeRestart(previous, current, ctx);
-        if (current.replId === previous.replId && current.offset >= previous.offset) {
-          expect(verdict.kind).not.toBe("lost-data");
-        }
+        const continues =
+          (current.replId === previous.replId && current.offset >= previous.offset) ||
+          (ctx.named && current.prior?.replId === previous.replId && current.prior.offset >= previous.offset);
+        const nobodyHasMore = ctx.others.every(
+          (other) =>
+            !holdsSomeOf(other, previous) ||
+            holdsAllOf(current, other) ||
+            (!other.answering && holdsAllOf(previous, other)),
+        );
+        if (continues && nobodyHasMore) expect(verdict.kind).not.toBe("lost-data");
+        if (!nobodyHasMore) expect(verdict.kind === "harmless" && verdict.continues).toBe(false);
         if (verdict.kind === "lost-data") expect(current.role).toBe("primary");
+        // Harmless without continuing only when nobody else may hold the data (a replica's restart aside).
+        if (verdict.kind === "harmless" && !verdict.continues && current.role === "primary") {
+          const heldElsewhere =
+            ctx.guardMembers.length > 0 ||
+            previous.synced > 0 ||
+            ctx.others.some((other) => holdsSomeOf(other, previous));
+          expect(heldElsewhere && (previous.role === "primary" || ctx.named)).toBe(false);
+        }
       }),
+      { numRuns: 2000 },
     );
   });
 });
@@ -192,5 +403,99 @@ describe("replication points: does one database hold every write of another", ()
         if (holdsAllOf(x, y) && holdsAllOf(y, z)) expect(holdsAllOf(x, z)).toBe(true);
       }),
     );
+  });
+});
+
+describe("replication points: may one database hold some write of another", () => {
+  const data: ReplicationPoint = { replId: "b", offset: 500, prior: { replId: "a", offset: 400 } };
+  it.each([
+    { name: "on the data's lineage", other: { replId: "b", offset: 450 }, some: true },
+    { name: "on the lineage the data continues", other: { replId: "a", offset: 10 }, some: true },
+    {
+      name: "continuing the data's lineage under a new id",
+      other: { replId: "c", offset: 900, prior: { replId: "b", offset: 420 } },
+      some: true,
+    },
+    {
+      name: "continuing the data's earlier lineage under a new id",
+      other: { replId: "c", offset: 900, prior: { replId: "a", offset: 300 } },
+      some: true,
+    },
+    { name: "at the start of its lineage (offset 0)", other: { replId: "a", offset: 0 }, some: false },
+    { name: "on another lineage", other: { replId: "z", offset: 900 }, some: false },
+    {
+      name: "continuing another lineage",
+      other: { replId: "c", offset: 900, prior: { replId: "z", offset: 800 } },
+      some: false,
+    },
+    { name: "an unknown lineage", other: { replId: "", offset: 900 }, some: false },
+  ])("$name: $some", ({ other, some }) => {
+    expect(holdsSomeOf(other, data)).toBe(some);
+  });
+
+  it("holding all of a database's writes is holding some of them, when it has any", () => {
+    const point = fc.record({
+      replId: fc.constantFrom("a", "b"),
+      offset: fc.integer({ min: 1, max: 1000 }),
+      prior: fc.option(fc.record({ replId: fc.constantFrom("a", "c"), offset: fc.nat(1000) }), {
+        nil: undefined,
+      }),
+    });
+    fc.assert(
+      fc.property(point, point, (holder, held) => {
+        if (holdsAllOf(holder, held)) expect(holdsSomeOf(holder, held)).toBe(true);
+      }),
+    );
+  });
+});
+
+describe("what a stored heartbeat says its node holds", () => {
+  const crash = { state: "restarted" as const, run_id: "run-1", first_seen: 1, last_seen: 2 };
+  it.each([
+    {
+      name: "a replica: its lineage and offset",
+      heartbeat: aHeartbeat({ node_id: "r1", repl_id: "a", last_txn_id: 700 }),
+      point: { replId: "a", offset: 700, prior: undefined, answering: true },
+    },
+    {
+      name: "a promoted node: with the lineage it continues",
+      heartbeat: aHeartbeat({
+        node_id: "r1",
+        repl_id: "b",
+        last_txn_id: 720,
+        prior_lineage: { repl_id: "a", last_txn_id: 700 },
+      }),
+      point: { replId: "b", offset: 720, prior: { replId: "a", offset: 700 }, answering: true },
+    },
+    {
+      name: "a database down, not known restarted: the dead process's data may be on its disk",
+      heartbeat: aHeartbeat({ node_id: "p1", repl_id: "a", last_txn_id: 700, db_status: "down" }),
+      point: { replId: "a", offset: 700, prior: undefined, answering: false },
+    },
+    {
+      name: "a primary fenced after a restart from its RDB: only what its new process holds",
+      heartbeat: aHeartbeat({
+        node_id: "p1",
+        repl_id: "a",
+        last_txn_id: 700,
+        db_status: "down",
+        db_crash: crash,
+        prior_lineage: { repl_id: "a", last_txn_id: 650 },
+      }),
+      point: { replId: "a", offset: 650, answering: false },
+    },
+    {
+      name: "a primary fenced after an empty restart: nothing",
+      heartbeat: aHeartbeat({
+        node_id: "p1",
+        repl_id: "a",
+        last_txn_id: 700,
+        db_status: "down",
+        db_crash: crash,
+      }),
+      point: { replId: "", offset: 0, answering: false },
+    },
+  ])("$name", ({ heartbeat, point }) => {
+    expect(peerPointOf(heartbeat)).toEqual(point);
   });
 });

@@ -1,5 +1,5 @@
 import type { FailoverConfig } from "../config.ts";
-import { holdsAllOf, type ReplicationPoint } from "../identity.ts";
+import { holdsAllOf, reportedPointOf } from "../identity.ts";
 import type { Heartbeat, Lineage } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 import { freshVoters } from "./view.ts";
@@ -37,15 +37,6 @@ export function inferLineage(
   };
 }
 
-function pointOf(node: Heartbeat): ReplicationPoint {
-  const prior = node.prior_lineage;
-  return {
-    replId: node.repl_id,
-    offset: node.last_txn_id,
-    prior: prior === undefined ? undefined : { replId: prior.repl_id, offset: prior.last_txn_id },
-  };
-}
-
 /**
  * A strict majority of the fresh replicas (database up) report the primary `restarted` and agree
  * on one lineage that is not the primary's: the reason, and that lineage (the highest offset any
@@ -65,7 +56,7 @@ export function restartedPrimary(
       node.primary_probe === "restarted" &&
       node.repl_id !== undefined &&
       node.repl_id !== primary.repl_id &&
-      !holdsAllOf(pointOf(primary), pointOf(node)),
+      !holdsAllOf(reportedPointOf(primary), reportedPointOf(node)),
   );
   const replIds = new Set(restarted.map((node) => node.repl_id));
   const [replId] = replIds;
