@@ -3,6 +3,7 @@ import {
   classifyReplicas,
   FENCED_MIN_REPLICAS,
   GUARD_MAX_LAG_S,
+  type ListedReplica,
   planWriteGuard,
   storeWitnessesOf,
   type WriteGuardPlan,
@@ -29,16 +30,18 @@ export function attachedReplicas(
   ctx: AgentContext,
   info: ReplicationInfo,
 ): { attached: string[]; outsiders: number } {
+  return classifyReplicas(listedReplicas(ctx, info), ctx.nodeId);
+}
+
+/** The replicas the database lists, each with the node id its address maps to and whether it acknowledges. */
+function listedReplicas(ctx: AgentContext, info: ReplicationInfo): ListedReplica[] {
   const acknowledging = new Set(syncedReplicaAddresses(info, GUARD_MAX_LAG_S));
-  return classifyReplicas(
-    syncedReplicaAddresses(info).map((address) => ({
-      address,
-      // A replica without a heartbeat has no agent yet: it joins once its agent reports.
-      nodeId: ctx.knownNodes.get(address),
-      acknowledging: acknowledging.has(address),
-    })),
-    ctx.nodeId,
-  );
+  return syncedReplicaAddresses(info).map((address) => ({
+    address,
+    // A replica without a heartbeat has no agent yet: it joins once its agent reports.
+    nodeId: ctx.knownNodes.get(address),
+    acknowledging: acknowledging.has(address),
+  }));
 }
 
 /**
@@ -103,9 +106,9 @@ const loggedOutsiders = new WeakMap<AgentContext, string>();
  * (\`WAIT 1\`) is lost at a failover (docs/safety.md, guarantee 1's assumption).
  */
 function reportOutsiders(ctx: AgentContext, info: ReplicationInfo): void {
-  const acknowledging = new Set(syncedReplicaAddresses(info, GUARD_MAX_LAG_S));
-  const unnamed = syncedReplicaAddresses(info)
-    .filter((address) => acknowledging.has(address) && ctx.knownNodes.get(address) === undefined)
+  const unnamed = listedReplicas(ctx, info)
+    .filter((replica) => replica.acknowledging && replica.nodeId === undefined)
+    .map((replica) => replica.address)
     .sort();
   const key = unnamed.join(",");
   if ((loggedOutsiders.get(ctx) ?? "") === key) return;

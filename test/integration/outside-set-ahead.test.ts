@@ -9,7 +9,9 @@ import {
   shortenReplicationTimeout,
   startChaosCluster,
   WAIT_MS,
+  waitForAgentWrite,
   waitForFollowers,
+  waitForMembers,
   waitForNewPrimary,
   withClient,
   writeKeys,
@@ -74,14 +76,7 @@ describe.runIf(unavailable === undefined)(
       // node-2 sees its link to node-1 down within ~2 s of the cut, not Redis's default 60 s.
       await shortenReplicationTimeout(active);
       await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
-      await active.waitFor(
-        "node-2 and node-3 in node-1's replica set",
-        async () => {
-          const members = (await active.snapshot()).replicaSets["node-1"] ?? [];
-          return members.includes("node-2") && members.includes("node-3");
-        },
-        WAIT_MS,
-      );
+      await waitForMembers(active, "node-1", ["node-2", "node-3"]);
       await writeKeys(active.node("node-1"), `${PREFIX}:before`, BEFORE, 2);
 
       // node-3's agent falls silent past its report window: node-1's agent no longer names it.
@@ -104,15 +99,7 @@ describe.runIf(unavailable === undefined)(
       );
       // node-1's agent names the replicas it lists from its last read of the store, where node-3
       // was still a member (kept however silent): node-3 back before the agent read again rejoins.
-      const removedAt = Date.now();
-      await active.waitFor(
-        "node-1's agent writing (and reading the store) after node-3 left",
-        async () => {
-          const heartbeat = active.heartbeatOf(await active.snapshot(), "node-1");
-          return (heartbeat?.agent_updated ?? 0) / 1000 > removedAt + 4 * CHAOS_CONFIG.heartbeatIntervalMs;
-        },
-        WAIT_MS,
-      );
+      await waitForAgentWrite(active, "node-1", Date.now(), 4 * CHAOS_CONFIG.heartbeatIntervalMs);
       active.node("node-3").signal("SIGCONT");
       // It catches up, and the guard demands it as a replica no member stands for.
       await active.waitFor(

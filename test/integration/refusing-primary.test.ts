@@ -6,8 +6,8 @@ import {
   historyAt,
   probeWrite,
   startChaosCluster,
-  WAIT_MS,
   waitForFollowers,
+  waitForMembers,
   waitForNewPrimary,
   writeKeys,
 } from "../support/chaos-cluster.ts";
@@ -44,14 +44,7 @@ describe.runIf(unavailable === undefined)("a primary cut from the store that ref
     cluster = await startChaosCluster({ network: "netns", readyTimeoutMs: 90_000 });
     const active = cluster;
     await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
-    await active.waitFor(
-      "node-2 and node-3 in node-1's replica set",
-      async () => {
-        const members = (await active.snapshot()).replicaSets["node-1"] ?? [];
-        return members.includes("node-2") && members.includes("node-3");
-      },
-      WAIT_MS,
-    );
+    await waitForMembers(active, "node-1", ["node-2", "node-3"]);
     await writeKeys(active.node("node-1"), PREFIX, COUNT, 2);
     const epoch = (await active.topology())?.epoch ?? 0;
 

@@ -3,7 +3,14 @@ import { GUARD_MAX_LAG_S, PROMOTION_FENCE_WINDOW_MS } from "../../src/core/write
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { freePort } from "../../src/dev/local-stack/processes.ts";
 import { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
-import { CHAOS_CONFIG, linesWith, startChaosCluster, WAIT_MS, withClient } from "../support/chaos-cluster.ts";
+import {
+  CHAOS_CONFIG,
+  linesWith,
+  startChaosCluster,
+  WAIT_MS,
+  waitForAgentWrite,
+  withClient,
+} from "../support/chaos-cluster.ts";
 
 /**
  * Issue 30, finding 3 (guarantee 2): Redis counts every replica acknowledging within
@@ -88,15 +95,7 @@ describe("the write guard and replicas without an agent", () => {
       WAIT_MS,
     );
     // A few of node-1's agent cycles after D and E came online: its guard has seen them.
-    const attachedAt = Date.now();
-    await active.waitFor(
-      "node-1's agent heartbeats after D and E attached",
-      async () => {
-        const heartbeat = active.heartbeatOf(await active.snapshot(), "node-1");
-        return (heartbeat?.agent_updated ?? 0) / 1000 > attachedAt + 4 * CONFIG.heartbeatIntervalMs;
-      },
-      WAIT_MS,
-    );
+    await waitForAgentWrite(active, "node-1", Date.now(), 4 * CONFIG.heartbeatIntervalMs);
     const [, guard] = (await withClient(primary, (client) =>
       client.config("GET", "min-replicas-to-write"),
     )) as string[];

@@ -73,6 +73,39 @@ export async function waitForFollowers(
   );
 }
 
+/** Waits until `primaryId`'s stored replica set holds every one of `members`. */
+export async function waitForMembers(
+  cluster: LocalCluster,
+  primaryId: string,
+  members: readonly string[],
+): Promise<void> {
+  await cluster.waitFor(
+    `${members.join(" and ")} in ${primaryId}'s replica set`,
+    async () => {
+      const stored = (await cluster.snapshot()).replicaSets[primaryId] ?? [];
+      return members.every((id) => stored.includes(id));
+    },
+    WAIT_MS,
+  );
+}
+
+/** Waits until node `id`'s agent wrote a heartbeat more than `afterMs` (epoch ms) past `sinceMs`. */
+export async function waitForAgentWrite(
+  cluster: LocalCluster,
+  id: string,
+  sinceMs: number,
+  afterMs: number,
+): Promise<void> {
+  await cluster.waitFor(
+    `${id}'s agent writing after ${afterMs} ms`,
+    async () => {
+      const heartbeat = cluster.heartbeatOf(await cluster.snapshot(), id);
+      return (heartbeat?.agent_updated ?? 0) / 1000 > sinceMs + afterMs;
+    },
+    WAIT_MS,
+  );
+}
+
 export interface RoleReply {
   readonly role: "master" | "slave" | "unreachable";
   /** Replica: the port of the primary it follows. */
