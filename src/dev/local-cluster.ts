@@ -183,14 +183,22 @@ export class LocalCluster {
       for (let index = 0; index < (options.controllers ?? 1); index++) cluster.startController();
       const primary = redis[0];
       await cluster.waitFor(
-        "the shard online with every node heartbeating",
+        "the shard online with every node heartbeating and every replica in the primary's stored replica set",
         async () => {
           const snapshot = await cluster.snapshot();
+          // The steady state tests start from: a primary failing before its agent stored its set
+          // leaves no member to wait for (gate member_unheard), which is not what a test means by
+          // "the primary dies" (a fresh-clone CI run under load: node-3 promoted while node-2's
+          // agent was stalled, node-1 having stored no set yet).
+          const stored = primary === undefined ? undefined : snapshot.replicaSets[primary.id];
+          const versioned = primary !== undefined && snapshot.replicaSetVersions[primary.id] !== undefined;
+          const others = redis.filter((node) => node.id !== primary?.id).map((node) => node.id);
           return (
             snapshot.topology?.status === "online" &&
             snapshot.topology.primary_node_id === primary?.id &&
             snapshot.nodes.length === redis.length &&
-            snapshot.nodes.every((node) => node.db_status === "up")
+            snapshot.nodes.every((node) => node.db_status === "up") &&
+            (others.length === 0 || (versioned && others.every((id) => stored?.includes(id) === true)))
           );
         },
         options.readyTimeoutMs ?? 30_000,
