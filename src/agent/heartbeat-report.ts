@@ -4,6 +4,7 @@ import type { ShardSnapshot } from "../core/ports.ts";
 import type { AgentContext } from "./context.ts";
 import type { ProbeResult } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
+import { unnamedReplicas } from "./write-guard.ts";
 
 /** The heartbeat a cycle writes: of the database that answered, or the down report. */
 
@@ -40,6 +41,10 @@ export function heartbeatFromInfo(
   };
   const prior = priorLineageOf(info);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
+  if (info.role === "primary") {
+    const outsiders = unnamedReplicas(ctx, info);
+    if (outsiders.length > 0) heartbeat.outsiders = outsiders;
+  }
   if (info.primary) {
     const primaryNodeId = primaryNodeIdOf(ctx, info);
     if (primaryNodeId !== undefined) heartbeat.primary_node_id = primaryNodeId;
@@ -77,7 +82,7 @@ function downHeartbeat(
 ): HeartbeatInput | undefined {
   const previous = ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
   if (previous === undefined) return undefined;
-  const { prior_lineage: _carried, store_resumed_at: _resumed, ...kept } = previous;
+  const { prior_lineage: _carried, store_resumed_at: _resumed, outsiders, ...kept } = previous;
   const heartbeat: HeartbeatInput = {
     ...kept,
     node_address: ctx.address,
@@ -91,6 +96,11 @@ function downHeartbeat(
   };
   const prior = restarted === undefined ? undefined : priorLineageOf(restarted);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
+  // The dead process's outsiders may hold what it acknowledged last (gate outsider_unheard); a
+  // process restarted without its data makes them resync from it: they hold nothing to wait for.
+  if (outsiders !== undefined && restarted === undefined && !(ctx.crash?.state === "restarted")) {
+    heartbeat.outsiders = outsiders;
+  }
   return heartbeat;
 }
 

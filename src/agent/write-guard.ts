@@ -45,6 +45,17 @@ function listedReplicas(ctx: AgentContext, info: ReplicationInfo): ListedReplica
 }
 
 /**
+ * The acknowledging replicas this primary's database lists that no node id names, sorted: the
+ * heartbeat's \`outsiders\` (a failover waits for them: gate \`outsider_unheard\`).
+ */
+export function unnamedReplicas(ctx: AgentContext, info: ReplicationInfo): string[] {
+  return listedReplicas(ctx, info)
+    .filter((replica) => replica.acknowledging && replica.nodeId === undefined)
+    .map((replica) => replica.address)
+    .sort();
+}
+
+/**
  * A primary whose heartbeat write failed looks at its replicas' probes: the first failure sets
  * the baseline of their published heartbeat counts; later ones name the members whose counts
  * moved on (they reach the store while this agent does not). A count that went down (an agent
@@ -102,14 +113,12 @@ const loggedOutsiders = new WeakMap<AgentContext, string>();
 /**
  * Says once per change which acknowledging replicas this primary cannot name (no heartbeat, or one
  * older than the report window of a node that is not a member): Redis counts them, the guard
- * demands them, but no failover can rank or promote them, so a write only they acknowledged
- * (\`WAIT 1\`) is lost at a failover (docs/safety.md, guarantee 1's assumption).
+ * demands them, but no failover can rank or promote them: the heartbeat lists them and a failover
+ * waits while they are unaccounted for (gate \`outsider_unheard\`; docs/safety.md, guarantee 1's
+ * assumption).
  */
 function reportOutsiders(ctx: AgentContext, info: ReplicationInfo): void {
-  const unnamed = listedReplicas(ctx, info)
-    .filter((replica) => replica.acknowledging && replica.nodeId === undefined)
-    .map((replica) => replica.address)
-    .sort();
+  const unnamed = unnamedReplicas(ctx, info);
   const key = unnamed.join(",");
   if ((loggedOutsiders.get(ctx) ?? "") === key) return;
   loggedOutsiders.set(ctx, key);
@@ -118,7 +127,7 @@ function reportOutsiders(ctx: AgentContext, info: ReplicationInfo): void {
     return;
   }
   ctx.logger.warn(
-    "replicas no node id names acknowledge writes: a write only they acknowledge is lost at a failover",
+    "replicas no node id names acknowledge writes: a failover waits for them until an agent runs on each",
     {
       ...ctx.epochContext,
       replicas: unnamed,

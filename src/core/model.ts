@@ -110,6 +110,14 @@ export const heartbeatSchema = z.object({
    * it: a candidate holding it holds every write any member acknowledged (gate `member_unheard`).
    */
   primary_probe_offset: z.number().int().nonnegative().optional(),
+  /**
+   * Primary: the addresses of replicas its database lists as acknowledging that no heartbeat names
+   * (a database without an agent; an agent silent past its report window). They may hold writes no
+   * node with an agent has: a failover waits for them (gate \`outsider_unheard\`). Read from the
+   * database's last answer; kept in the down report of a database that stopped answering, dropped
+   * when it restarted without its data (its replicas resync from the new process).
+   */
+  outsiders: z.array(addressSchema).optional(),
   /** Replica: seconds since it last heard from its primary (Redis `master_last_io_seconds_ago`). */
   lag_s: z.number().int().nonnegative().optional(),
   /** Highest command epoch this agent applied. */

@@ -227,6 +227,16 @@ export class LocalCluster {
    * Starts (or restarts) the agent beside node `id`; its state dir survives restarts unless
    * `wipeStateDir`. `env` is added to this process's environment only.
    */
+  /**
+   * Adds a database started beside the cluster (e.g. a replica attached with no agent yet) as node
+   * \`node.id\`: \`startAgent\` can then start its agent, and \`stop\` destroys it with the others.
+   */
+  attach(node: RedisNode): void {
+    if (this.redis.some((known) => known.id === node.id))
+      throw new Error(`node ${node.id} is already in this cluster`);
+    this.redis.push(node);
+  }
+
   startAgent(id: string, options: StartAgentOptions = {}): void {
     const node = this.node(id);
     this.#agents.get(id)?.child.kill("SIGKILL");

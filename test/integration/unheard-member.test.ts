@@ -7,6 +7,7 @@ import {
   startChaosCluster,
   WAIT_MS,
   waitForFollowers,
+  waitForHold,
   waitForNewPrimary,
   writeKeys,
 } from "../support/chaos-cluster.ts";
@@ -78,14 +79,10 @@ describe("a member of the replica set whose agent is dead", () => {
     } finally {
       node2.signal("SIGCONT");
     }
-    let held: Record<string, unknown> | undefined;
-    await active.waitFor(
+    const held = await waitForHold(
+      active,
+      "member_unheard",
       "the controller holding the failover for node-3",
-      () => {
-        held = active.controllerLogLines().find((line) => line.code === "member_unheard");
-        return held !== undefined;
-      },
-      WAIT_MS,
     );
     // Several failure timeouts more: the hold lasts while node-3's agent is dead.
     await delay(5 * CHAOS_CONFIG.failureTimeoutMs); // the observation window, not a wait for a condition
@@ -93,7 +90,7 @@ describe("a member of the replica set whose agent is dead", () => {
 
     // Assess: no promotion while node-3 is unheard, and the reason names it.
     expect({ epoch: during?.epoch, primary: during?.primary_node_id }).toEqual({ epoch, primary: "node-1" });
-    expect(String(held?.reason ?? held?.message)).toMatch(
+    expect(String(held.reason ?? held.message)).toMatch(
       /member node-3 of node-1's replica set unheard for \d+ s/,
     );
 

@@ -89,6 +89,24 @@ export async function waitForMembers(
   );
 }
 
+/** Waits until a controller logged a decision with \`code\` (a hold) and returns that line. */
+export async function waitForHold(
+  cluster: LocalCluster,
+  code: string,
+  what: string,
+): Promise<Record<string, unknown>> {
+  let held: Record<string, unknown> | undefined;
+  await cluster.waitFor(
+    what,
+    () => {
+      held = cluster.controllerLogLines().find((line) => line.code === code);
+      return held !== undefined;
+    },
+    WAIT_MS,
+  );
+  return held as Record<string, unknown>;
+}
+
 /** Waits until node `id`'s agent wrote a heartbeat more than `afterMs` (epoch ms) past `sinceMs`. */
 export async function waitForAgentWrite(
   cluster: LocalCluster,

@@ -242,6 +242,15 @@ describe("decideContinuation: a retarget passes the gates a failover passes (RET
       reason: "member r1 of p1's replica set unheard for 10 s",
     },
     {
+      name: "waits while the old primary's last report lists a replica no node names (it may hold writes only it acknowledged)",
+      shard: () =>
+        targetDown()
+          .withNode({ node_id: "p1", ageMs: 10_000, outsiders: ["10.0.0.9:6379"] })
+          .guardedBy(["r1", "r2"]),
+      expected: { kind: "wait", code: "outsider_unheard" },
+      reason: "p1's last report lists replicas no node id names acknowledging its writes (10.0.0.9:6379)",
+    },
+    {
       name: "waits for a replica further ahead that went stale only just now",
       shard: () => targetDown().withNode({ node_id: "r3", ageMs: 5000, last_txn_id: 995 }),
       expected: { kind: "wait", code: "waiting_for_replica" },

@@ -22,6 +22,7 @@ export type NoActionCode =
   | "primary_demoted"
   | "awaiting_reports"
   | "member_unheard"
+  | "outsider_unheard"
   | "store_recovering"
   | "offline_no_candidate"
   | "inconsistent_topology"

@@ -204,6 +204,36 @@ export function candidateHoldsRefusingPrimary(
   );
 }
 
+/**
+ * The replicas \`primary\`'s last report lists as acknowledging its writes that no node names (its
+ * heartbeat's \`outsiders\`: databases without an agent), less those a heartbeat whose report still
+ * stands now names by address (an agent started on one: its offset ranks). Redis counts them in
+ * \`WAIT\` and in the write guard: they may hold writes no node with an agent has, and no failover
+ * can rank or promote them. Gates \`outsider_unheard\` and \`outsider_unheard_retarget\`.
+ */
+export function unheardOutsiders(view: ShardView, primary: Heartbeat | undefined): string[] {
+  const listed = primary?.outsiders ?? [];
+  return listed
+    .filter(
+      (address) =>
+        !view.nodes.some(
+          ({ heartbeat, current }) =>
+            current && heartbeat.node_id !== primary?.node_id && heartbeat.node_address === address,
+        ),
+    )
+    .sort();
+}
+
+/** Why a change of primary waits for outsiders (gates \`outsider_unheard\`, \`outsider_unheard_retarget\`). */
+export function outsiderUnheardReason(outsiders: readonly string[], primaryId: string): string {
+  return (
+    `${primaryId}'s last report lists replicas no node id names acknowledging its writes (${outsiders.join(", ")}):` +
+    ` they may hold acknowledged writes no node with an agent has; waiting for ${primaryId}'s agent to report them gone,` +
+    ` for an agent on each (then its offset ranks), or for ${primaryId} to be found refusing every write` +
+    " (docs/safety.md: guarantee 1 assumes every replica that acknowledges has an agent)"
+  );
+}
+
 /** Why a change of primary waits for unheard members (gates \`member_unheard\`, \`member_unheard_offline\`). */
 export function memberUnheardReason(
   unheard: readonly UnheardMember[],

@@ -11,8 +11,10 @@ import {
   HUNG_HOLDER_GRACE,
   LAST_COPY_GRACE,
   memberUnheardReason,
+  outsiderUnheardReason,
   quietIds,
   unheardMembers,
+  unheardOutsiders,
 } from "./gate.ts";
 import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
 import {
@@ -245,6 +247,27 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
       return (
         `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ` +
         memberUnheardReason(unheard, lineage.node_id, v.now)
+      );
+    },
+  },
+  {
+    name: "outsider_unheard_offline",
+    code: "outsider_unheard",
+    // As outsider_unheard, against the last report of the old primary the stored lineage names.
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best, lineage } = v.target;
+      if (lineage.node_id === undefined) return undefined;
+      // The old primary back on its own run holds everything its replicas acknowledged.
+      if (best.node_id === lineage.node_id && ownRun(v, best.node_id, lineage)) return undefined;
+      const old = v.snapshot.nodes.find((node) => node.node_id === lineage.node_id);
+      const outsiders = unheardOutsiders(v, old);
+      if (outsiders.length === 0) return undefined;
+      return (
+        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ` +
+        outsiderUnheardReason(outsiders, lineage.node_id)
       );
     },
   },

@@ -9,11 +9,13 @@ import {
   type Gate,
   quietIds,
   unheardMembers,
+  unheardOutsiders,
 } from "./gate.ts";
 import { isPrimaryStale, justHeard, type OnlineView, onlineView, quorumMet } from "./online-view.ts";
 import { describeCandidates } from "./pick-candidate.ts";
 import {
   memberUnheardRule,
+  outsiderUnheardRule,
   outsideSetAheadRule,
   priorityZeroAheadRule,
   replicaAheadRule,
@@ -145,6 +147,14 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     test: targetTest(memberUnheardRule, notPromoting),
   },
   {
+    name: "outsider_unheard",
+    code: "outsider_unheard",
+    // A replica without an agent acknowledged writes as a member does; what it holds is unknown.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(outsiderUnheardRule, notPromoting),
+  },
+  {
     name: "replica_ahead",
     code: "waiting_for_replica",
     invariant: [1],
@@ -192,9 +202,11 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
     };
   }
   const { best, lineage } = v.target;
-  // Members unheard were set aside by gate member_unheard's proof: say so.
+  // Members or outsiders unheard were set aside by the refusing-primary proof (gates
+  // member_unheard, outsider_unheard): say so.
   const proof =
-    v.primaryId !== undefined && unheardMembers(v, v.primaryId, best.node_id).length > 0
+    v.primaryId !== undefined &&
+    (unheardMembers(v, v.primaryId, best.node_id).length > 0 || unheardOutsiders(v, v.primary).length > 0)
       ? candidateHoldsRefusingPrimary(v, v.primaryId, best)
       : undefined;
   return {

@@ -2,8 +2,10 @@ import type { Candidate, Heartbeat, Lineage } from "../model.ts";
 import {
   candidateHoldsRefusingPrimary,
   memberUnheardReason,
+  outsiderUnheardReason,
   REPLICA_AHEAD_GRACE,
   unheardMembers,
+  unheardOutsiders,
 } from "./gate.ts";
 import {
   describeHeartbeatAge,
@@ -95,6 +97,20 @@ export const memberUnheardRule: TargetRule = (v, best) => {
   // A primary refusing every write holds no write past its offset: a candidate holding it is safe.
   if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
   return memberUnheardReason(unheard, v.primaryId, v.now);
+};
+
+/**
+ * A replica the old primary's agent could not name (no agent) acknowledged its writes as any member
+ * does; what it holds is unknown. As for an unheard member, the crash fast path included, and the
+ * same proof lets the candidate through: a primary found refusing every write sent none past the
+ * offset the candidate holds.
+ */
+export const outsiderUnheardRule: TargetRule = (v, best) => {
+  if (v.primaryId === undefined) return undefined;
+  const outsiders = unheardOutsiders(v, v.primary);
+  if (outsiders.length === 0) return undefined;
+  if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
+  return outsiderUnheardReason(outsiders, v.primaryId);
 };
 
 export const replicaAheadRule: TargetRule = (v, best, lineage) => {

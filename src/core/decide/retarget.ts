@@ -3,6 +3,7 @@ import { awaitingReason, type Gate, quietIds } from "./gate.ts";
 import { pickCandidates } from "./pick-candidate.ts";
 import {
   memberUnheardRule,
+  outsiderUnheardRule,
   outsideSetAheadRule,
   priorityZeroAheadRule,
   type Replacing,
@@ -89,6 +90,14 @@ export const RETARGET_GATES: readonly Gate<RetargetView>[] = [
     invariant: [1],
     primaryStale: true,
     test: targetTest(memberUnheardRule, notPromoting),
+  },
+  {
+    name: "outsider_unheard_retarget",
+    code: "outsider_unheard",
+    // As outsider_unheard, against the old primary's last report.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(outsiderUnheardRule, notPromoting),
   },
   {
     name: "replica_ahead_retarget",
