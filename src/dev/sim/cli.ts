@@ -12,9 +12,40 @@ import { ALL_FAULT_KINDS, type FaultKind, type SimResult, simulate } from "./wor
  * `--overlap` lets faults overlap.
  */
 
+const USAGE = `usage: npm run sim -- [--seeds N] [--seed S] [--minutes M] [--writes-per-second W]
+                      [--faults KIND,KIND,...] [--overlap] [--trace] [--out DIR]
+
+  --seeds N              how many seeds to run, S to S+N-1 (default 1)
+  --seed S               the first seed (default 1)
+  --minutes M            simulated minutes of faults per seed, plus a settle period (default 5)
+  --writes-per-second W  the workload's writes per simulated second (default 25)
+  --faults LIST          draw only these kinds (a repeated kind weighs more; "all" adds the kinds
+                         the default leaves out): ${ALL_FAULT_KINDS.join(", ")}
+  --overlap              let faults overlap
+  --trace                write every seed's trace, not only a failing one's
+  --out DIR              where the report and traces go (default bench/results)
+
+A failing seed prints the command that replays it and the tail of its trace (docs/simulation.md).`;
+
 function parse() {
-  const { values } = parseArgs({
+  let parsed: ReturnType<typeof parseOptions>;
+  try {
+    parsed = parseOptions();
+  } catch (error) {
+    console.error(`${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  if (parsed.values.help === true) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  return parsed;
+}
+
+function parseOptions() {
+  return parseArgs({
     options: {
+      help: { type: "boolean", short: "h", default: false },
       seeds: { type: "string", default: "1" },
       seed: { type: "string", default: "1" },
       minutes: { type: "string", default: "5" },
@@ -25,6 +56,10 @@ function parse() {
       overlap: { type: "boolean", default: false },
     },
   });
+}
+
+function parseRun() {
+  const { values } = parse();
   const faultKinds = values.faults?.split(",").flatMap((kind): FaultKind[] => {
     if (kind === "all") return [...ALL_FAULT_KINDS];
     if (!(ALL_FAULT_KINDS as readonly string[]).includes(kind))
@@ -83,7 +118,13 @@ function summary(result: SimResult, mem: { heapMb: number; rssMb: number }) {
 }
 
 async function main(): Promise<void> {
-  const options = parse();
+  let options: ReturnType<typeof parseRun>;
+  try {
+    options = parseRun();
+  } catch (error) {
+    console.error(`${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    process.exit(2);
+  }
   mkdirSync(options.out, { recursive: true });
   const results: ReturnType<typeof summary>[] = [];
   const started = process.hrtime.bigint();
