@@ -61,9 +61,10 @@ export async function requestSwitchover(
   for (let attempt = 1; ; attempt++) {
     const result = await attemptSwitchover(deps, shard, request, options);
     if (!(result instanceof NotStarted)) return result;
-    // Nothing was written (the epoch bump's transaction failed as a whole): decide again, a few
-    // times, before telling the operator. An agent updating the old primary's replica set between
-    // the read under the lock and the bump is the usual cause, and is over by the next read.
+    // Nothing was written (the shard changed between the decision and the lock, or the epoch
+    // bump's transaction failed as a whole): decide again, a few times, before telling the
+    // operator. An agent updating the old primary's replica set between the read under the lock
+    // and the bump is the usual cause, and is over by the next read.
     deps.log.warn("switchover not started: the shard changed since the decision; deciding again", {
       shard,
       attempt,
@@ -136,7 +137,11 @@ async function attemptSwitchover(
       replan.target.node_id !== plan.target.node_id ||
       replan.epoch !== plan.epoch
     ) {
-      return { outcome: "aborted", reason: `the shard changed while locking: ${replan.reason}` };
+      // Nothing written yet: decided again from a new read, like a stale epoch bump (a heartbeat
+      // late for a moment on a loaded host made the primary "not alive" for this one read). A
+      // shard that really changed is refused by that decision, with its reason.
+      notStarted = new NotStarted(`the shard changed while locking: ${replan.reason}`, again.topology?.epoch);
+      return { outcome: "lost_race", reason: notStarted.reason };
     }
     const run: Run = {
       deps,

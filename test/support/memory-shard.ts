@@ -53,6 +53,8 @@ export class MemoryShard {
   replicaSetVersion = 1;
   /** Called before each topology write is checked: a test moves the world between read and write. */
   beforeTopologyWrite: (() => void) | undefined;
+  /** Rewrites what a snapshot read returns (a heartbeat late for one read, say). */
+  onSnapshot: ((snapshot: ShardSnapshot) => ShardSnapshot) | undefined;
   /** Offset ms added to `Date.now()` (tests without fake timers move time by hand). */
   #skew = 0;
 
@@ -134,7 +136,7 @@ export class MemoryShard {
     return {
       heartbeats: {
         put: unused,
-        snapshot: async () => this.snapshot(),
+        snapshot: async () => (this.onSnapshot ?? ((read: ShardSnapshot) => read))(this.snapshot()),
         deleteNode: async (_shard, nodeId, fence) => {
           this.#requireLease(fence);
           this.nodes.delete(nodeId);

@@ -39,6 +39,34 @@ describe("a switchover that finds the old primary's replica set moved at its epo
     expect(shard.lock?.expires_at).toBe(0);
   });
 
+  it("decides again and completes when the primary looked not alive for the read under the lock", async () => {
+    // Prepare: the read under the first attempt's lock finds p1's heartbeat past the failure
+    // timeout (late for a moment on a loaded host: a fresh-clone CI run, round 18 of the operator
+    // CLI's 20 switchovers, aborted with "the shard changed while locking: primary p1 is not alive").
+    const shard = new MemoryShard();
+    let late = 0;
+    shard.onSnapshot = (read) => {
+      if (shard.lock === undefined || shard.lock.expires_at === 0 || late > 0) return read;
+      late += 1;
+      const stale = (shard.now() - 10 * shard.config.failureTimeoutMs) * 1000;
+      return {
+        ...read,
+        nodes: read.nodes.map((node) =>
+          node.node_id === "p1" ? { ...node, last_updated: stale, agent_updated: stale } : node,
+        ),
+      };
+    };
+
+    // Act
+    const result = await settled(requestSwitchover(shard.deps(), "s1", { to: "r1" }));
+
+    // Assess: one read found p1 late; the next attempt decided again and completed.
+    expect(late).toBe(1);
+    expect(result).toMatchObject({ outcome: "completed", epoch: 4, primary: "r1" });
+    expect(shard.history).toMatchObject([{ epoch: 4, kind: "switchover" }]);
+    expect(shard.lock?.expires_at).toBe(0);
+  });
+
   it("gives up with lost_race and nothing changed when the set moves at every attempt", async () => {
     // Prepare
     const shard = new MemoryShard();
