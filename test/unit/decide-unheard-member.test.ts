@@ -133,6 +133,23 @@ describe("decide: a member of the replica set whose agent is unheard (issue 30, 
           .withNode(silent("r1", 40_000, { last_txn_id: 995 })),
       expected: { kind: "bring_online", target: "p1" },
     },
+    {
+      name: "an old primary back from its RDB as a replica (its replication id, an older offset) is not on its own run: held while a member is unheard (nemesis seed 4202)",
+      build: () =>
+        aShardWithStalePrimary(60_000)
+          .offline()
+          .guardedBy(["r1", "r2"])
+          .withNode({
+            node_id: "p1",
+            ageMs: 100,
+            role: "replica",
+            primary_node_id: "r1",
+            primary_link: "down",
+            last_txn_id: 1000,
+          })
+          .withNode(silent("r1", 40_000, { last_txn_id: 1200 })),
+      expected: { kind: "none", code: "member_unheard" },
+    },
   ])("$name", ({ build, expected }) => {
     // Act
     const decision = decide(build().build(), aConfig(), NOW);

@@ -143,10 +143,22 @@ function priorHoldersAhead(v: OfflineView, best: Candidate, lineage: Lineage): H
   );
 }
 
-/** The node's database is up on the lineage's own replication run (not a restart from its RDB). */
+/**
+ * The node's database is up on the lineage's own replication run, still its primary: not a restart
+ * from its RDB. Redis 7 gives a primary restarted from its RDB a new replication id, but one
+ * restarted as a replica (a \`redis.conf\` with \`replicaof\`) keeps the RDB's, at the RDB's older
+ * offset: its role tells it apart (nemesis seed 4202: node-2, back
+ * from its RDB as a replica of node-3, was taken for its own run and brought back while node-3,
+ * holding 236 writes node-2 had lost, was unheard).
+ */
 function ownRun(v: OfflineView, nodeId: string, lineage: Lineage): boolean {
   const node = v.snapshot.nodes.find((n) => n.node_id === nodeId);
-  return node !== undefined && node.db_status === "up" && node.repl_id === lineage.repl_id;
+  return (
+    node !== undefined &&
+    node.db_status === "up" &&
+    node.role === "primary" &&
+    node.repl_id === lineage.repl_id
+  );
 }
 
 /** The wait and refusal rules of an offline shard, in order (docs/safety.md). */
