@@ -16,6 +16,8 @@ export interface Channel {
   /** Virtual time the last message on it is delivered (keeps a channel's messages in order). */
   lastAt: number;
   closed: boolean;
+  /** Messages scheduled and not yet delivered, per receiving process, in the order sent. */
+  pending?: Map<string, Array<() => void>>;
 }
 
 interface Held {
@@ -113,10 +115,24 @@ export class Network {
     // scheduler's random tie-break, and TCP does not reorder.
     const at = Math.max(this.#sched.now + this.latency(from, to), channel.lastAt + 0.001);
     channel.lastAt = at;
+    // Each delivery runs the oldest message pending for its process, not its own: a process resumed
+    // after a pause runs what came due meanwhile from the resume on (`Scheduler.resume`), so a
+    // message sent just after the resume may come due before the last of them, and TCP does not
+    // reorder (seed 5604: a replica hung 18 s applied an entry sent after its resume ahead of 415
+    // held ones, a stream gap).
+    channel.pending ??= new Map();
+    let queue = channel.pending.get(toHost);
+    if (queue === undefined) {
+      queue = [];
+      channel.pending.set(toHost, queue);
+    }
+    queue.push(fn);
+    const pending = queue;
     this.#sched.schedule(
       at - this.#sched.now,
       () => {
-        if (!channel.closed) fn();
+        const next = pending.shift();
+        if (!channel.closed) next?.();
       },
       toHost,
     );
