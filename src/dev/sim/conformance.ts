@@ -97,6 +97,38 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
     };
   },
 
+  /**
+   * A replica of a replica learns the new replid when its master is promoted: REPLICAOF NO ONE
+   * disconnects it (replicationUnsetMaster) and it continues partially on the new id.
+   */
+  async "a chained replica adopts the replid of its promoted master"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    const a0 = await driver.info("a");
+    await driver.replicaOf("c", "b");
+    await until(driver, "c chained at a's offset", async () => {
+      const c = await driver.info("c");
+      return c.primary?.link === "up" && c.offset === a0.offset;
+    });
+    await driver.command("b", ["REPLICAOF", "NO", "ONE"]);
+    const b1 = await driver.info("b");
+    let adopted = false;
+    for (let waited = 0; waited <= 5000 && !adopted; waited += 100) {
+      const c = await driver.info("c");
+      adopted = c.primary?.link === "up" && c.replId === b1.replId;
+      if (!adopted) await driver.sleep(100);
+    }
+    const ackedAfter = await write(driver, "b", 10, 5, 1);
+    const [b2, c2] = [await driver.info("b"), await driver.info("c")];
+    return {
+      adopted,
+      chainedKeepsOldAsReplid2: c2.prior?.replId === a0.replId,
+      ackedAfter,
+      fullSyncs: b2.syncFull,
+      keys: [b2.keys, c2.keys],
+    };
+  },
+
   /** A replica with writes the promoted node never had resyncs fully and loses them. */
   async "a replica ahead of the promoted node resyncs fully"(driver) {
     await linked(driver, "b", "c");

@@ -43,6 +43,7 @@ interface ReplicaLink {
   ackOffset: number;
   ackAtSec: number;
   online: boolean;
+  readonly replica: RedisServer;
   deliver: (fn: (replica: RedisServer) => void) => void;
 }
 
@@ -330,6 +331,7 @@ export class RedisServer {
       ackOffset: psyncOffset - 1,
       ackAtSec: this.unixtime,
       online: false,
+      replica,
       deliver: (fn) => this.cluster.net.send(down, this.host, replica.host, () => fn(replica)),
     };
     this.replicas.set(linkId, link);
@@ -500,11 +502,12 @@ export class RedisServer {
   }
 
   #disconnectSubReplicas(): void {
-    for (const id of [...this.replicas.keys()]) {
-      const replica = this.replicas.get(id);
+    for (const [id, link] of [...this.replicas]) {
       this.removeReplica(id);
-      replica?.deliver((r) => {
-        if (r.link?.id === id) r.#dropMasterLink();
+      // The replica hears the close (the FIN; on a channel of its own, as removeReplica closed
+      // `down`, which dropped it) and reconnects from its cron, as after Redis's disconnectSlaves.
+      this.cluster.net.send(Network.channel(), `${this.machine}/kernel`, link.host(), () => {
+        if (link.replica.link?.id === id) link.replica.#dropMasterLink();
       });
     }
   }
@@ -593,6 +596,9 @@ export class RedisServer {
       this.replid2 = this.replid;
       this.secondOffset = this.offset + 1;
       this.replid = this.cluster.newReplid();
+      // replicationUnsetMaster: its own replicas are disconnected to learn the new id; they
+      // reconnect and continue partially (PSYNC on the old id, now its replid2).
+      this.#disconnectSubReplicas();
       return "OK";
     }
     const address = `${host}:${port}`;

@@ -1,0 +1,39 @@
+import { describe, expect, it } from "vitest";
+import { ModelDriver, SCENARIOS } from "../../src/dev/sim/conformance.ts";
+
+/**
+ * The simulator's redis-server model on the conformance scenarios whose redis-server 7.0 answer is
+ * recorded here (test/integration/sim-conformance.test.ts compares the model with real processes;
+ * this keeps the model honest in the unit suite, without redis-server).
+ */
+
+async function onModel(name: string): Promise<Record<string, unknown>> {
+  const scenario = SCENARIOS[name];
+  if (!scenario) throw new Error(`no conformance scenario ${name}`);
+  const model = new ModelDriver();
+  await model.start();
+  try {
+    return await scenario(model);
+  } finally {
+    model.stop();
+  }
+}
+
+describe("the redis-server model", () => {
+  it("disconnects a replica's own replicas on REPLICAOF NO ONE, so they continue on the promoted node's new replid (seed 5249)", async () => {
+    // Prepare: c is chained under b (a replica of a); b is then promoted.
+    const name = "a chained replica adopts the replid of its promoted master";
+
+    // Act
+    const observed = await onModel(name);
+
+    // Assess: what redis-server 7.0 answers (replicationUnsetMaster: shiftReplicationId, disconnectSlaves).
+    expect(observed).toEqual({
+      adopted: true,
+      chainedKeepsOldAsReplid2: true,
+      ackedAfter: 1,
+      fullSyncs: 0,
+      keys: [15, 15],
+    });
+  });
+});
