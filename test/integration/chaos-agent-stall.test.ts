@@ -31,7 +31,8 @@ afterEach(async ({ task }) => {
   if (task.result?.state === "fail" && evidence) console.error(evidence());
   evidence = undefined;
   await stopWriter?.();
-  await cluster?.stop();
+  // A failure keeps the agents' and controllers' logs (their directory is in the error message).
+  await cluster?.stop({ keepLogs: task.result?.state === "fail" });
   stopWriter = undefined;
   cluster = undefined;
 });

@@ -100,7 +100,14 @@ describe("chaos: controllers", () => {
     const completed = linesWith(lines, "failover completed");
     expect(started).toHaveLength(1);
     expect(completed).toHaveLength(1);
-    expect(completed[0]?.log_file).toBe(started[0]?.log_file);
+    // One plan, at one epoch: the controller that started it finishes it, or (its lease lapsed on a
+    // loaded host: a fresh-clone CI run at load 19) another continues that same plan.
+    expect(started[0]?.epoch).toBe(after.epoch);
+    expect(completed[0]?.epoch).toBe(after.epoch);
+    if (completed[0]?.log_file !== started[0]?.log_file) {
+      const continuer = lines.filter((line) => line.log_file === completed[0]?.log_file);
+      expect(linesWith(continuer, "continuing failover").length).toBeGreaterThanOrEqual(1);
+    }
     const winner = after.primary_node_id as string;
     await waitForFollowers(active, winner, [winner === "node-2" ? "node-3" : "node-2"]);
   });

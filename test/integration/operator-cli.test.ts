@@ -4,10 +4,14 @@ import { WriteWorkload } from "../../src/dev/workload/writer.ts";
 import { shardguard } from "../support/cli.ts";
 import { holdsFor } from "../support/wait.ts";
 
-/** Fast timings so a switchover takes about a second on this machine. */
+/**
+ * Fast timings so a switchover takes about a second on this machine; a failure timeout of 2 s, not
+ * 1 s: a switchover is refused while the primary's heartbeat is older than it, and on a loaded host
+ * (a fresh-clone CI run at load 19) a 250 ms heartbeat ran a second late.
+ */
 const CONFIG = {
   heartbeatIntervalMs: 250,
-  failureTimeoutMs: 1000,
+  failureTimeoutMs: 2000,
   fenceTimeoutMs: 600,
   tickIntervalMs: 200,
   lockLeaseMs: 5000,

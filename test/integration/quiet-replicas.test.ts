@@ -145,10 +145,11 @@ describe("quiet replicas", () => {
     );
     const after = await writesDuring(replicaAgent, () => pause(2000));
 
-    // Assess
+    // Assess: about 7 writes in 1.5 s of 200 ms cycles, where a quiet replica writes at most once
+    // (its keepalive is 4 s); 3 leaves room for a loaded host (a fresh-clone CI run at load 19: 4).
     expect(first.role).toBe("replica");
     expect(tookMs).toBeLessThan(3000);
-    expect(during).toBeGreaterThanOrEqual(5);
+    expect(during).toBeGreaterThanOrEqual(3);
     expect(after).toBeLessThanOrEqual(1);
   });
 });
