@@ -178,7 +178,10 @@ describe("advertised address", () => {
     await expect(result).rejects.toThrow(tried);
   });
 
-  it("stops `shardguard agent` before it touches AWS, with the message on stderr", async () => {
+  // A child process loading the CLI: about 1 s alone, over the default 5 s at load 16-19.
+  it("stops `shardguard agent` before it touches AWS, with the message on stderr", {
+    timeout: 30_000,
+  }, async () => {
     // Act
     const failure = await promisify(execFile)(
       process.execPath,
