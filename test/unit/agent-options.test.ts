@@ -104,27 +104,21 @@ describe("agent options from flags, environment and config file", () => {
     ).toThrowError(/config file \/x.json is not valid JSON/);
   });
 
-  // A child process loading the CLI: about 1 s alone, over the default 5 s at load 16-19.
-  it(
-    "stops `shardguard agent` without --node-id against AWS, before it touches AWS",
-    { timeout: 30_000 },
-    async () => {
-      // Act: no endpoint variables, so the SDK's own (AWS) endpoints.
-      const failure = await promisify(execFile)(
-        process.execPath,
-        ["src/cli/main.ts", "agent", "--shard", "orders", "--redis", "10.0.1.11:6379"],
-        { env: { PATH: process.env.PATH, HOME: process.env.HOME, AWS_EC2_METADATA_DISABLED: "true" } },
-      ).then(
-        () => undefined,
-        (error: { code?: number; stderr?: string }) => error,
-      );
+  it("stops `shardguard agent` without --node-id against AWS, before it touches AWS", async () => {
+    // Act: no endpoint variables, so the SDK's own (AWS) endpoints.
+    const failure = await promisify(execFile)(
+      process.execPath,
+      ["src/cli/main.ts", "agent", "--shard", "orders", "--redis", "10.0.1.11:6379"],
+      { env: { PATH: process.env.PATH, HOME: process.env.HOME, AWS_EC2_METADATA_DISABLED: "true" } },
+    ).then(
+      () => undefined,
+      (error: { code?: number; stderr?: string }) => error,
+    );
 
-      // Assess
-      expect(failure?.code).toBe(1);
-      expect(failure?.stderr).toMatch(
-        /^shardguard: --node-id \(SHARDGUARD_NODE_ID\) is required against AWS: the agent policy of each node names its id \(the `nodes` context entry orders:<node-id>/,
-      );
-    },
-    30_000,
-  );
+    // Assess
+    expect(failure?.code).toBe(1);
+    expect(failure?.stderr).toMatch(
+      /^shardguard: --node-id \(SHARDGUARD_NODE_ID\) is required against AWS: the agent policy of each node names its id \(the `nodes` context entry orders:<node-id>/,
+    );
+  }, 30_000);
 });
