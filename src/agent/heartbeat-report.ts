@@ -98,7 +98,7 @@ function downHeartbeat(
   if (prior !== undefined) heartbeat.prior_lineage = prior;
   // The dead process's outsiders may hold what it acknowledged last (gate outsider_unheard); a
   // process restarted without its data makes them resync from it: they hold nothing to wait for.
-  if (outsiders !== undefined && restarted === undefined && !(ctx.crash?.state === "restarted")) {
+  if (outsiders !== undefined && restarted === undefined && ctx.crash?.state !== "restarted") {
     heartbeat.outsiders = outsiders;
   }
   return heartbeat;
