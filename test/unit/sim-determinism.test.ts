@@ -45,6 +45,22 @@ describe("the simulator", () => {
     expect(second.timersFired).toBe(first.timersFired);
   }, 60_000);
 
+  it("adds the agents' info lines to the trace without changing the run (--agent-log info)", async () => {
+    // Prepare
+    const options = { seed: 424242, minutes: 1, settleSeconds: 20 };
+
+    // Act
+    const warn = await simulate(options);
+    const info = await simulate({ ...options, agentLog: "info" });
+
+    // Assess: the same run, and a trace with every line of the default one in order, and more.
+    expect(info.timersFired).toBe(warn.timersFired);
+    expect(info.writes).toBe(warn.writes);
+    expect(JSON.stringify(info.check.stats)).toBe(JSON.stringify(warn.check.stats));
+    expect(info.trace.filter((line) => / n\d\/agent#\d+ info /.test(line)).length).toBeGreaterThan(0);
+    expect(info.trace.filter((line) => !/ n\d\/agent#\d+ info /.test(line))).toEqual(warn.trace);
+  }, 60_000);
+
   it("gives another seed another run", async () => {
     // Prepare
     const base = { minutes: 1, settleSeconds: 20 };

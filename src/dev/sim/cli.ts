@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { ALL_FAULT_KINDS, type FaultKind, type SimResult, simulate } from "./world.ts";
+import { ALL_FAULT_KINDS, type FaultKind, type SimOptions, type SimResult, simulate } from "./world.ts";
 
 /**
  * `npm run sim -- --seeds N [--minutes M] [--seed S]`: runs seeds S, S+1, ... S+N-1 (S defaults
@@ -13,7 +13,8 @@ import { ALL_FAULT_KINDS, type FaultKind, type SimResult, simulate } from "./wor
  */
 
 const USAGE = `usage: npm run sim -- [--seeds N] [--seed S] [--minutes M] [--writes-per-second W]
-                      [--faults KIND,KIND,...] [--overlap] [--trace] [--out DIR]
+                      [--faults KIND,KIND,...] [--overlap] [--trace] [--agent-log LEVEL]
+                      [--out DIR]
 
   --seeds N              how many seeds to run, S to S+N-1 (default 1)
   --seed S               the first seed (default 1)
@@ -23,6 +24,7 @@ const USAGE = `usage: npm run sim -- [--seeds N] [--seed S] [--minutes M] [--wri
                          the default leaves out): ${ALL_FAULT_KINDS.join(", ")}
   --overlap              let faults overlap
   --trace                write every seed's trace, not only a failing one's
+  --agent-log LEVEL      the agents' lowest log level in the trace: warn (default), info, debug
   --out DIR              where the report and traces go (default bench/results)
 
 A failing seed prints the command that replays it and the tail of its trace (docs/simulation.md).`;
@@ -54,6 +56,7 @@ function parseOptions() {
       trace: { type: "boolean", default: false },
       faults: { type: "string" },
       overlap: { type: "boolean", default: false },
+      "agent-log": { type: "string", default: "warn" },
     },
   });
 }
@@ -72,6 +75,10 @@ function parseRun() {
       throw new Error(`--${name} must be a positive number, got ${value}`);
     return parsed;
   };
+  const agentLog = values["agent-log"];
+  if (agentLog !== "warn" && agentLog !== "info" && agentLog !== "debug")
+    throw new Error(`--agent-log must be warn, info or debug, got ${agentLog}`);
+  const agentLogLevel: NonNullable<SimOptions["agentLog"]> = agentLog;
   return {
     seeds: Math.floor(number("seeds", values.seeds)),
     first: Math.floor(number("seed", values.seed)),
@@ -81,6 +88,7 @@ function parseRun() {
     trace: values.trace === true,
     faultKinds,
     overlap: values.overlap === true,
+    agentLog: agentLogLevel,
     /** What to add to a replay command. */
     faultArgs: `${values.faults === undefined ? "" : ` --faults ${values.faults}`}${values.overlap === true ? " --overlap" : ""}`,
   };
@@ -136,6 +144,7 @@ async function main(): Promise<void> {
       writesPerSecond: options.writesPerSecond,
       faultKinds: options.faultKinds,
       overlap: options.overlap,
+      agentLog: options.agentLog,
     });
     const mem = memory();
     const line = summary(result, mem);

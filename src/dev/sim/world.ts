@@ -60,6 +60,11 @@ export interface SimOptions {
    * healed, so two or three are active at once (an isolated primary and a slow replica). @default false
    */
   readonly overlap?: boolean;
+  /**
+   * The lowest level of the agents' log lines that go into the trace (`info` and `debug` show the
+   * steps of a chain of events between the warnings; the run is the same). @default "warn"
+   */
+  readonly agentLog?: "debug" | "info" | "warn";
 }
 
 export interface SimResult {
@@ -191,15 +196,18 @@ export class SimWorld {
     this.trace.push(`${(this.sched.elapsed / 1000).toFixed(3).padStart(9)} ${line}`);
   }
 
-  #logger(who: string, minimum: "info" | "warn"): Logger {
+  /** The lowest level of the agents' lines in the trace (`SimOptions.agentLog`). */
+  #agentLog: "debug" | "info" | "warn" = "warn";
+
+  #logger(who: string, minimum: "debug" | "info" | "warn"): Logger {
     const record = (level: string) => (message: string, attributes?: Record<string, unknown>) => {
       this.log(
         `${who} ${level} ${message}${attributes && Object.keys(attributes).length > 0 ? ` ${JSON.stringify(attributes)}` : ""}`,
       );
     };
     return {
-      debug() {},
-      info: minimum === "info" ? record("info") : () => {},
+      debug: minimum === "debug" ? record("debug") : () => {},
+      info: minimum === "warn" ? () => {} : record("info"),
       warn: record("warn"),
       error: record("error"),
     };
@@ -295,7 +303,7 @@ export class SimWorld {
             shards: aws.store.shards,
             commands: aws.bus,
             clock: aws.clock,
-            logger: this.#logger(host, "warn"),
+            logger: this.#logger(host, this.#agentLog),
             monotonicNow: aws.monotonic,
             wake: aws.wake,
           },
@@ -800,6 +808,7 @@ export class SimWorld {
     const minutes = options.minutes ?? 5;
     const faultsUntil = minutes * 60_000;
     const settle = (options.settleSeconds ?? 60) * 1000;
+    this.#agentLog = options.agentLog ?? "warn";
     this.sched.install();
     try {
       for (const node of NODES) new RedisServer(this.cluster, { machine: node, backlogBytes: 1024 * 1024 });
