@@ -266,7 +266,17 @@ export class LocalCluster {
       String(this.#priorityChanges.get(id) ?? this.#priorities[index] ?? 100),
     ];
     const env = { ...this.#labEndpoints(), ...this.#agentEnv?.(id), ...options.env };
-    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args, env, this.netlab && id));
+    this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args, env, this.#labNodeOf(node)));
+  }
+
+  /**
+   * The lab node (namespace) node `node` runs in: its own, or the one its `network` names (a node
+   * replacing another at its address, under a new id, runs in the old one's); none in the loopback mode.
+   */
+  #labNodeOf(node: RedisNode): string | undefined {
+    const lab = this.netlab;
+    if (!lab) return undefined;
+    return lab.nodes.find((candidate) => candidate.namespace === node.network?.namespace)?.name ?? node.id;
   }
 
   /** True while an agent process beside node `id` runs (also when SIGSTOPped). */

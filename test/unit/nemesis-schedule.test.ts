@@ -3,8 +3,11 @@ import { parseGap } from "../../bench/nemesis.ts";
 import {
   BACKGROUND_KINDS,
   capZeros,
+  drawMembershipChange,
   drawPriorities,
   FAULT_KINDS,
+  MEMBERSHIP_CHANGES,
+  MembershipDraws,
   parseFaultKinds,
   scheduleFaults,
 } from "../../src/dev/nemesis/faults.ts";
@@ -195,6 +198,52 @@ describe("nemesis fault schedule", () => {
       );
       expect(fault.durationMs).toBeGreaterThanOrEqual(3000);
       expect(fault.durationMs).toBeLessThanOrEqual(30_000);
+    }
+  });
+
+  it.each([
+    { change: "anonymous", target: "primary", params: [] },
+    { change: "scale", target: "shard", params: ["replicaof"] },
+    { change: "replace", target: "replica", params: ["address", "replicaof"] },
+  ])("draws the membership change $change on $target, with its parameters", ({ change, target, params }) => {
+    // Prepare
+    const faults = scheduleFaults(13, { minutes: 20, nodes: 3, faults: ["membership", "pause-agent"] });
+
+    // Act
+    const drawn = faults.filter((fault) => fault.kind === "membership" && fault.params.change === change);
+
+    // Assess
+    expect(drawn.length).toBeGreaterThanOrEqual(3);
+    for (const fault of drawn) {
+      expect(fault.target).toBe(target);
+      expect(Object.keys(fault.params).sort()).toEqual(["change", ...params].sort());
+      expect(fault.durationMs).toBeGreaterThanOrEqual(10_000);
+      expect(fault.durationMs).toBeLessThanOrEqual(60_000);
+      if (change === "replace") expect(["same", "new"]).toContain(fault.params.address);
+    }
+    if (change === "replace") {
+      expect(new Set(drawn.map((fault) => fault.params.address))).toEqual(new Set(["same", "new"]));
+    }
+  });
+
+  it("draws each membership change several times in a 30-minute run, from the kind's own stream", () => {
+    for (const seed of [1, 7, 12, 4401]) {
+      // Prepare
+      const membership = scheduleFaults(seed, { minutes: 30, nodes: 3 }).filter(
+        (fault) => fault.kind === "membership",
+      );
+      const draws = new MembershipDraws(seed);
+
+      // Act
+      const changes = membership.map((fault) => fault.params.change);
+
+      // Assess: changes and parameters are the stream's, in order (no draw of the run's stream moved them).
+      expect(membership.map((fault) => fault.params)).toEqual(
+        membership.map(() => drawMembershipChange(draws)),
+      );
+      for (const change of MEMBERSHIP_CHANGES) {
+        expect(changes.filter((drawn) => drawn === change).length).toBeGreaterThanOrEqual(3);
+      }
     }
   });
 

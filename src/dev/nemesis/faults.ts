@@ -66,7 +66,9 @@ export interface ScheduledFault {
    * priorities: `priority`; store-throttle: `error` (throttle | 500), `fraction`; operator:
    * `action` (switchover | pause | recover), `to` (switchover: named | best); partition-nodes:
    * `shape` (one-way | two-way | split | isolate), `with` (which other node, in [0, 1));
-   * membership: `change` (anonymous).
+   * membership: `change` (anonymous | scale | replace); scale and replace: `replicaof` (the new
+   * redis-server starts as a replica of the primary, or as an empty fenced master its agent
+   * repoints); replace: `address` (same | new).
    */
   readonly params: Readonly<Record<string, string | number | boolean>>;
   /** How long the fault lasts before its heal (kill-redis: the downtime before the restart). */
@@ -125,6 +127,72 @@ export function capZeros(priorities: readonly number[]): number[] {
   });
 }
 
+/**
+ * `membership` changes (docs/runbook.md, "Replacing a failed node" and "Resizing"), each standing
+ * for a production event:
+ * - `anonymous`: a replica with no agent attached to the primary for a while (a database started
+ *   before its agent, a scale-out whose agent lacks its IAM grant): Redis counts it, no node id
+ *   names it (issue 30, finding 3); the heal stops it;
+ * - `scale`: a shard grown 3 → 5 for the fault's duration (two new node ids, each redis-server
+ *   started fenced with its agent), then shrunk back the runbook's way: drain (a primary moves
+ *   away first), stop the agent and redis-server, decommission, undrain;
+ * - `replace`: a replica's machine lost for good (redis-server and agent killed) and, after the
+ *   fault's duration, a new machine under a new node id at the same address or a new one; the old
+ *   id decommissioned. The replacement stays: the run's node set changes for good.
+ */
+export const MEMBERSHIP_CHANGES = ["anonymous", "scale", "replace"] as const;
+export type MembershipChange = (typeof MEMBERSHIP_CHANGES)[number];
+
+/** The target spec each change resolves: the primary to attach to, the shard, a replica to replace. */
+const MEMBERSHIP_TARGETS: Readonly<Record<MembershipChange, TargetSpec>> = {
+  anonymous: "primary",
+  scale: "shard",
+  replace: "replica",
+};
+
+/**
+ * The draws of `membership` faults, in schedule order, from their own stream (seeded from the run's
+ * seed, like `drawPriorities`): a bag of the three changes refilled when empty, so every change is
+ * drawn equally often (a 30-minute run at the defaults draws ~10 membership faults: 3-4 of each).
+ */
+export class MembershipDraws {
+  readonly #random: Random;
+  #bag: MembershipChange[] = [];
+
+  constructor(seed: number) {
+    this.#random = new Random(seed ^ 0x5eed_0002);
+  }
+
+  next(): { change: MembershipChange; random: Random } {
+    if (this.#bag.length === 0) {
+      this.#bag = [...MEMBERSHIP_CHANGES];
+      for (let index = this.#bag.length - 1; index > 0; index--) {
+        const other = this.#random.int(0, index);
+        [this.#bag[index], this.#bag[other]] = [
+          this.#bag[other] as MembershipChange,
+          this.#bag[index] as MembershipChange,
+        ];
+      }
+    }
+    return { change: this.#bag.pop() as MembershipChange, random: this.#random };
+  }
+}
+
+/** The next `membership` change and its parameters, all from the kind's own stream. */
+export function drawMembershipChange(
+  draws: MembershipDraws,
+): { change: MembershipChange } & Record<string, string | boolean> {
+  const { change, random } = draws.next();
+  switch (change) {
+    case "anonymous":
+      return { change };
+    case "scale":
+      return { change, replicaof: random.chance(0.5) };
+    case "replace":
+      return { change, address: random.pick(["same", "new"] as const), replicaof: random.chance(0.5) };
+  }
+}
+
 const NODE_TARGETS_WEIGHTED: readonly TargetSpec[] = ["primary", "primary", "replica", "random-node"];
 const CONTROLLER_TARGETS: readonly TargetSpec[] = [
   "random-controller",
@@ -149,7 +217,7 @@ export function parseFaultKinds(text: string): FaultKind[] {
 function draw(
   kind: FaultKind,
   random: Random,
-  state: { permanentKills: number; nodes: number; totalMs: number },
+  state: { permanentKills: number; nodes: number; totalMs: number; membership: MembershipDraws },
   lockLeaseMs: number,
 ): Pick<ScheduledFault, "target" | "params" | "durationMs"> {
   const ms = (min: number, max: number) => random.int(min, max);
@@ -282,11 +350,13 @@ function draw(
         durationMs: ms(3000, 30_000),
       };
     }
-    case "membership":
-      // A replica with no agent attached to the primary for a while (a database started before its
-      // agent, a scale-out whose agent lacks its IAM grant): Redis counts it, no node id names it
-      // (issue 30, finding 3). Scale-out and node replacement are resize.test.ts's, not drawn here.
-      return { target: "primary", params: { change: "anonymous" }, durationMs: ms(10_000, 60_000) };
+    case "membership": {
+      // The duration is the run's stream's one draw (as before the changes existed); the change and
+      // its parameters come from the kind's own stream, so adding them moved no other fault.
+      const durationMs = ms(10_000, 60_000);
+      const params = drawMembershipChange(state.membership);
+      return { target: MEMBERSHIP_TARGETS[params.change], params, durationMs };
+    }
     case "operator": {
       // The on-call engineer during an incident: a switchover (to a named node or the best one),
       // a pause for some seconds, or a recover (refused unless the shard is offline).
@@ -316,7 +386,7 @@ export function scheduleFaults(seed: number, options: ScheduleOptions): Schedule
   const gapMaxMs = Math.max(gapMinMs, options.gapMaxMs ?? 10_000);
   const maxConcurrent = Math.max(1, options.maxConcurrent ?? 2);
   const lockLeaseMs = options.lockLeaseMs ?? 5000;
-  const state = { permanentKills: 0, nodes: options.nodes, totalMs };
+  const state = { permanentKills: 0, nodes: options.nodes, totalMs, membership: new MembershipDraws(seed) };
   const faults: ScheduledFault[] = [];
   let bag: FaultKind[] = [];
   let atMs = warmupMs;

@@ -9,13 +9,13 @@ import type { Topology } from "../../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../../core/write-guard.ts";
 import { LocalCluster } from "../local-cluster.ts";
 import { freePort, type ManagedProcess } from "../local-stack/processes.ts";
-import { FENCED_START_ARGS, RedisNode } from "../local-stack/redis-nodes.ts";
+import { FENCED_START_ARGS, type NodeNetwork, RedisNode } from "../local-stack/redis-nodes.ts";
 import { type LocalStack, startLocalStack } from "../local-stack/stack.ts";
 import { NetLab, type PartitionSpec } from "../netlab/netlab.ts";
 import { type CheckResult, check } from "./checker.ts";
 import { buildClockShim } from "./clock-shim.ts";
 import { CommandTap } from "./command-tap.ts";
-import { intactCopies } from "./copies.ts";
+import { intactCopies, type RoleRead } from "./copies.ts";
 import {
   capZeros,
   describeFault,
@@ -33,6 +33,7 @@ import {
   NemesisWriter,
   readFinal,
   readRoles,
+  type SampledNode,
   StrayWriter,
   TopologyObserver,
   WritableSampler,
@@ -223,8 +224,8 @@ function percentile(values: readonly number[], p: number): number | undefined {
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)}`;
 
 /** Faults hold resources so two faults never fight over one process or proxy. */
-function resourcesOf(kind: FaultKind, target: string): string[] {
-  switch (kind) {
+function resourcesOf(fault: Pick<ScheduledFault, "kind" | "params">, target: string): string[] {
+  switch (fault.kind) {
     case "kill-redis":
     case "pause-redis":
       return [`redis:${target}`];
@@ -241,7 +242,10 @@ function resourcesOf(kind: FaultKind, target: string): string[] {
     case "operator":
       return ["operator"];
     case "membership":
-      return ["membership"];
+      // One change at a time; a replaced node's processes are the fault's alone.
+      return fault.params.change === "replace"
+        ? ["membership", `redis:${target}`, `agent:${target}`]
+        : ["membership"];
     case "partition-nodes":
       // The lab's heal lifts every cut: one partition at a time.
       return ["netlab"];
@@ -303,21 +307,27 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
 
   const stack = options.stack ?? (await startLocalStack({ onProgress: (text) => line(`stack: ${text}`) }));
   const ownsStack = options.stack === undefined;
-  const nodeIds = Array.from({ length: nodeCount }, (_, index) => `node-${index + 1}`);
+  // The run's node set: what faults target, the workload samples and the checker reads. `membership`
+  // changes it at run time (scale adds two nodes for a while, replace swaps one for good).
+  const nodeIds: string[] = Array.from({ length: nodeCount }, (_, index) => `node-${index + 1}`);
   const agentStore = new Map<string, TcpProxy>();
   const agentSqs = new Map<string, TcpProxy>();
   const controllerStore = new Map<string, TcpProxy>();
   const dynamoUrl = stack.env.AWS_ENDPOINT_URL_DYNAMODB;
   const sqsUrl = stack.env.AWS_ENDPOINT_URL_SQS;
   const received = new Map<string, CommandTap>();
-  for (const id of nodeIds) {
-    agentStore.set(id, TcpProxy.forUrl(dynamoUrl, `${id} -> DynamoDB`));
+  /** A node's agent's own proxies to DynamoDB and SQS (the latter tapped for `dup-commands`). */
+  const addAgentProxies = (id: string): TcpProxy[] => {
+    const storeProxy = TcpProxy.forUrl(dynamoUrl, `${id} -> DynamoDB`);
+    agentStore.set(id, storeProxy);
     const sqsProxy = TcpProxy.forUrl(sqsUrl, `${id} -> SQS`);
     const tap = new CommandTap();
     sqsProxy.tap = (chunk, link) => tap.push(chunk, link);
     agentSqs.set(id, sqsProxy);
     received.set(id, tap);
-  }
+    return [storeProxy, sqsProxy];
+  };
+  for (const id of nodeIds) addAgentProxies(id);
   let duplicatesSent = 0;
   for (let serial = 1; serial <= controllersCount; serial++) {
     controllerStore.set(
@@ -411,6 +421,103 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
     };
     await Promise.all(active.redis.map(enableRdb));
+    /** The redis-server of every node in the run's node set now. */
+    const memberNodes = () => nodeIds.map((id) => redisById.get(id) as RedisNode);
+    const sampledOf = (node: RedisNode): SampledNode => ({
+      id: node.id,
+      address: node.address,
+      alive: () => !dead.has(node.id),
+    });
+    /** What the sampler and the stray writer probe: the node set, read anew every round. */
+    const sampled: SampledNode[] = active.redis.map(sampledOf);
+    /** The lab node (namespace) a node runs in: its own, or the one of the node it replaced at its address. */
+    const labNameOf = (id: string): string =>
+      active.netlab?.nodes.find((lab) => lab.namespace === redisById.get(id)?.network?.namespace)?.name ?? id;
+
+    /**
+     * `membership`: a new node joins as docs/runbook.md says (a new id; redis-server started fenced,
+     * as a replica of `replicaOf` or as an empty master its agent repoints; its agent beside it),
+     * with its own proxies, clock file and, in the lab, its own namespace unless `network` (the
+     * address of the node it replaces) is given. It joins the node set once its agent runs.
+     */
+    const joinNode = async (
+      id: string,
+      options: { port?: number; network?: NodeNetwork; replicaOf?: string | undefined },
+    ): Promise<RedisNode> => {
+      const fresh = addAgentProxies(id);
+      proxies.push(...fresh);
+      await Promise.all(fresh.map((proxy) => proxy.start()));
+      if (labAws) await Promise.all(fresh.map((proxy) => proxy.listenAlso(labAws as string)));
+      currentPriorities.set(id, 100);
+      const lab = active.netlab;
+      let network = options.network;
+      if (lab && network === undefined) {
+        const labNode = await lab.addNode(id);
+        network = { namespace: labNode.namespace, host: labNode.address };
+      }
+      const node = new RedisNode(options.port ?? (await freePort()), id);
+      node.network = network;
+      if (clockShim) {
+        writeFileSync(clockFile(id), "0");
+        node.env = { LD_PRELOAD: clockShim, SHARDGUARD_CLOCK_FILE: clockFile(id) };
+      }
+      active.attach(node);
+      redisById.set(id, node);
+      await node.start({ timeoutMs: 15_000, replicaOf: options.replicaOf, extraArgs: FENCED_START_ARGS });
+      await enableRdb(node);
+      active.startAgent(id);
+      byAddress.set(node.address, id);
+      sampled.push(sampledOf(node));
+      nodeIds.push(id);
+      return node;
+    };
+
+    /** Takes `id` out of the node set: no fault targets it, the workload stops probing it. */
+    const leaveNodeSet = (id: string) => {
+      const index = nodeIds.indexOf(id);
+      if (index >= 0) nodeIds.splice(index, 1);
+      const at = sampled.findIndex((node) => node.id === id);
+      if (at >= 0) sampled.splice(at, 1);
+    };
+
+    /**
+     * Stops node `id`'s agent and redis-server for good (`SIGKILL` for a lost machine, `SIGTERM` for
+     * a shrink) and forgets it; its namespace goes too unless a replacement keeps its address.
+     */
+    const retireNode = async (id: string, signal: "SIGKILL" | "SIGTERM", keepNamespace: boolean) => {
+      leaveNodeSet(id);
+      const node = redisById.get(id) as RedisNode;
+      const labName = labNameOf(id);
+      await active.stopAgent(id, signal);
+      if (signal === "SIGKILL") node.signal("SIGKILL");
+      await node.destroy();
+      dead.delete(id);
+      const at = active.redis.indexOf(node);
+      if (at >= 0) active.redis.splice(at, 1);
+      if (byAddress.get(node.address) === id) byAddress.delete(node.address);
+      if (active.netlab && !keepNamespace) await active.netlab.removeNode(labName);
+    };
+
+    /** `shardguard <args>` until it exits 0 or `timeoutMs` passes; the last line it printed. */
+    const cliUntilDone = async (
+      args: string[],
+      timeoutMs: number,
+    ): Promise<{ ok: boolean; said: string }> => {
+      const deadline = performance.now() + timeoutMs;
+      let said = "";
+      for (;;) {
+        const result = await active.runCli(args);
+        said =
+          (result.code === 0 ? result.stdout : result.stderr || result.stdout).trim().split("\n").pop() ?? "";
+        if (result.code === 0) return { ok: true, said };
+        if (performance.now() > deadline || options.signal?.aborted) return { ok: false, said };
+        await sleep(1000);
+      }
+    };
+
+    /** Roles of the node set now (for the copies rule, src/dev/nemesis/copies.ts). */
+    const memberRoles = (): Promise<Map<string, RoleRead | undefined>> =>
+      readRoles(memberNodes().map((node) => ({ node, alive: !dead.has(node.id) })));
     /** Sends the last (up to) 3 commands `id`'s agent received to its queue again; what was sent. */
     const duplicateCommands = async (id: string): Promise<string[]> => {
       const commands = (received.get(id) as CommandTap).commands.slice(-3);
@@ -442,16 +549,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       nodeOf: (address) => byAddress.get(address),
       keyPrefix,
     });
-    const sampler = new WritableSampler(
-      history,
-      active.redis.map((node) => ({ id: node.id, address: node.address, alive: () => !dead.has(node.id) })),
-      keyPrefix,
-    );
-    const stray = new StrayWriter(
-      history,
-      active.redis.map((node) => ({ id: node.id, address: node.address, alive: () => !dead.has(node.id) })),
-      writer,
-    );
+    const sampler = new WritableSampler(history, () => sampled, keyPrefix);
+    const stray = new StrayWriter(history, () => sampled, writer);
     const observer = new TopologyObserver(history, () => active.topology());
     await observer.poll();
     observer.start();
@@ -521,7 +620,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       let candidates: string[];
       switch (fault.target) {
         case "primary":
-          candidates = primary ? [primary] : [];
+          // Not a node leaving the set (a shrink under way drains it first).
+          candidates = primary && nodeIds.includes(primary) ? [primary] : [];
           break;
         case "replica":
           candidates = liveNodes.filter((id) => id !== primary);
@@ -542,7 +642,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           break;
       }
       candidates = candidates.filter((id) => !(kindNeedsRedis && dead.has(id)));
-      let free = candidates.filter((id) => resourcesOf(fault.kind, id).every((r) => !busy.has(r)));
+      let free = candidates.filter((id) => resourcesOf(fault, id).every((r) => !busy.has(r)));
       if (free.length === 0) {
         return {
           targets: [],
@@ -552,9 +652,24 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               : `${fault.target} busy with another fault`,
         };
       }
+      if (fault.kind === "membership" && fault.params.change === "replace") {
+        // A node lost for good is what a replacement is for: one already dead (kill-redis with no
+        // restart) is replaced first; a live replica only while another node holds the data intact.
+        if (primary === undefined) return { targets: [], why: "no primary to replace a replica of" };
+        free = free.filter((id) => id !== primary);
+        const deadOnes = free.filter((id) => dead.has(id));
+        if (deadOnes.length > 0) free = deadOnes;
+        else {
+          const roles = await memberRoles();
+          free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
+        }
+        if (free.length === 0) {
+          return { targets: [], why: "no replica to replace while another node holds the data intact" };
+        }
+      }
       if (fault.kind === "kill-redis" || fault.kind === "restart-as-replica") {
         // A kill destroys its node's copy: only while another node holds the data (src/dev/nemesis/copies.ts).
-        const roles = await readRoles(active.redis.map((node) => ({ node, alive: !dead.has(node.id) })));
+        const roles = await memberRoles();
         free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
         if (free.length === 0) {
           return {
@@ -571,6 +686,114 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       )
         return { targets: free, primary };
       return { targets: [free[Math.floor(fault.pick * free.length)] as string], primary };
+    };
+
+    /** Heals an active fault before its time (its `runFault` then only releases its resources). */
+    const healNow = async (entry: ActiveFault, note?: string) => {
+      entry.healed = true;
+      await entry.heal().catch((error) => line(`heal #${entry.fault.id}: ${errorMessage(error)}`));
+      const { id, kind, target } = entry.fault;
+      history.append({
+        process: "nemesis",
+        type: "info",
+        f: "heal",
+        value: { id, kind, target, nodes: entry.targets, ...(note ? { note } : {}) },
+      });
+    };
+
+    /**
+     * `membership` scale: two new nodes (`node-<fault id>a`, `-b`) join for the fault's duration; the
+     * heal returned shrinks the shard back.
+     */
+    const scaleOut = async (fault: ScheduledFault): Promise<() => Promise<void>> => {
+      const joined: string[] = [];
+      try {
+        for (const id of [`node-${fault.id}a`, `node-${fault.id}b`]) {
+          const replicaOf =
+            fault.params.replicaof === true
+              ? await active.primaryAddress().catch(() => undefined)
+              : undefined;
+          const node = await joinNode(id, { replicaOf });
+          joined.push(id);
+          line(
+            `  membership: ${id} joined at ${node.address} (${replicaOf ? `started as a replica of ${replicaOf}` : "started as a fenced empty master"}, agent beside it)`,
+          );
+        }
+      } catch (error) {
+        await shrinkBack(fault, joined);
+        throw error;
+      }
+      return () => shrinkBack(fault, joined);
+    };
+
+    /**
+     * docs/runbook.md's shrink, node by node: drain (a primary is switched away from first), stop the
+     * agent and redis-server, decommission, undrain. The nodes leave the set first (no new fault
+     * targets them) and the faults active on them end now, as heal-all would end them. A drain still
+     * refused after 45 s (e.g. no other node eligible: a priority 0, a node dead for good) does not
+     * keep the node: it is stopped as a replica that dies would be, once another node holds the data.
+     */
+    const shrinkBack = async (fault: ScheduledFault, ids: readonly string[]) => {
+      for (const id of ids) {
+        const index = nodeIds.indexOf(id);
+        if (index >= 0) nodeIds.splice(index, 1);
+      }
+      for (const entry of [...activeFaults]) {
+        if (entry.healed || entry.fault.id === fault.id || !entry.targets.some((id) => ids.includes(id)))
+          continue;
+        await healNow(entry, `ended early: membership #${fault.id} removes its node`);
+        line(
+          `  membership: #${entry.fault.id} ${entry.fault.kind} on ${entry.targets.join(",")} healed early`,
+        );
+      }
+      for (const id of ids) {
+        const drained = await cliUntilDone(["drain", "--shard", active.shard, "--node", id], 45_000);
+        let copies = "";
+        for (const deadline = performance.now() + 30_000; performance.now() < deadline; await sleep(500)) {
+          const primary = (await active.topology().catch(() => undefined))?.primary_node_id;
+          const intact = intactCopies(id, await memberRoles(), primary);
+          copies =
+            intact.length > 0
+              ? ""
+              : ` (stopped with no other intact copy seen: primary ${primary ?? "none"})`;
+          if (intact.length > 0) break;
+        }
+        await retireNode(id, "SIGTERM", false);
+        const retired = await cliUntilDone(["decommission", "--shard", active.shard, "--node", id], 15_000);
+        const undrained = await cliUntilDone(["undrain", "--shard", active.shard, "--node", id], 30_000);
+        line(
+          `  membership: ${id} ${drained.ok ? "drained" : `not drained (${drained.said})`}, stopped${copies}, ${retired.ok ? "decommissioned" : `not decommissioned (${retired.said})`}, ${undrained.ok ? "undrained" : `not undrained (${undrained.said})`}`,
+        );
+      }
+    };
+
+    /**
+     * `membership` replace: the replica `id` is lost for good now (its redis-server and agent
+     * killed; it leaves the node set); the heal returned is the replacement arriving after the
+     * fault's duration: `node-<fault id>r` at the same address (port, and namespace in the lab) or a
+     * new one, joining as docs/runbook.md says, and the old id decommissioned. Heal means the new
+     * node is started: it stays for the rest of the run (the node set changed for good), and the
+     * final settle waits for it to follow the primary like any node.
+     */
+    const replaceNode = async (fault: ScheduledFault, id: string): Promise<() => Promise<void>> => {
+      const old = redisById.get(id) as RedisNode;
+      const same = fault.params.address === "same";
+      const { port, network, address } = old;
+      const wasDead = dead.has(id);
+      await retireNode(id, "SIGKILL", same);
+      const newId = `node-${fault.id}r`;
+      line(
+        `  membership: ${id} (${address}) ${wasDead ? "dead for good already, retired" : "lost for good (redis-server and agent killed)"}; ${newId} replaces it at ${same ? "the same address" : "a new address"} in ${seconds(fault.durationMs)} s`,
+      );
+      return async () => {
+        const replicaOf =
+          fault.params.replicaof === true ? await active.primaryAddress().catch(() => undefined) : undefined;
+        const node = await joinNode(newId, same ? { port, network, replicaOf } : { replicaOf });
+        const retired = await cliUntilDone(["decommission", "--shard", active.shard, "--node", id], 15_000);
+        line(
+          `  membership: ${newId} joined at ${node.address} (${replicaOf ? `started as a replica of ${replicaOf}` : "started as a fenced empty master"}); ${id} ${retired.ok ? "decommissioned" : `not decommissioned (${retired.said})`}`,
+        );
+      };
     };
 
     const inject = async (
@@ -715,29 +938,40 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             break;
           }
           case "partition-nodes": {
-            const others = nodeIds.filter((other) => other !== id);
+            // Every node of the set now, added ones included (each has a namespace), by the name of the
+            // namespace it runs in (a node that replaced another at its address runs in the old one's).
+            const others = nodeIds.filter((other) => other !== id).map(labNameOf);
             const other = others[Math.floor(Number(fault.params.with) * others.length)] as string;
             const rest = others.filter((node) => node !== other);
+            const self = labNameOf(id);
             const spec: PartitionSpec =
               fault.params.shape === "one-way"
-                ? { cuts: [{ from: id, to: other, oneWay: true }] }
+                ? { cuts: [{ from: self, to: other, oneWay: true }] }
                 : fault.params.shape === "two-way"
-                  ? { cuts: [{ from: id, to: other }] }
+                  ? { cuts: [{ from: self, to: other }] }
                   : fault.params.shape === "split"
                     ? // An AZ split: this node with one other | the rest with the store and the controllers.
                       {
                         groups: [
-                          [id, other],
+                          [self, other],
                           [...rest, "aws"],
                         ],
                       }
-                    : { groups: [[id], [...others, "aws"]] };
+                    : { groups: [[self], [...others, "aws"]] };
             const cuts = await active.partition(spec);
             line(`  partition-nodes: ${cuts.map((cut) => `${cut.from}->${cut.to}`).join(" ")}`);
             heals.push(() => active.heal());
             break;
           }
           case "membership": {
+            if (fault.params.change === "scale") {
+              heals.push(await scaleOut(fault));
+              break;
+            }
+            if (fault.params.change === "replace") {
+              heals.push(await replaceNode(fault, id));
+              break;
+            }
             // A redis-server with no agent, following the primary from the host side: Redis counts
             // it, no heartbeat names it. It stays on that node after a failover (nobody repoints
             // it), as an unmanaged replica would; the heal stops it.
@@ -888,7 +1122,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       const present = new Set<number>();
       let answered = 0;
       const silent: string[] = [];
-      for (const node of active.redis.filter((candidate) => !dead.has(candidate.id))) {
+      for (const node of memberNodes().filter((candidate) => !dead.has(candidate.id))) {
         if (acked.length === 0) break;
         const client = node.client({
           maxRetriesPerRequest: 0,
@@ -970,7 +1204,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         line(text);
         return;
       }
-      const resources = targets.flatMap((id) => resourcesOf(fault.kind, id));
+      const resources = targets.flatMap((id) => resourcesOf(fault, id));
       for (const resource of resources) busy.add(resource);
       const value: FaultValue = {
         id: fault.id,
@@ -1050,28 +1284,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     // Heal all: whatever is still active, then every process continued, every proxy passing, every
     // agent running, every node not killed for good restarted.
     line(`t=${seconds(history.elapsed())}s healing everything`);
-    for (const entry of [...activeFaults]) {
-      if (entry.healed) continue;
-      entry.healed = true;
-      await entry.heal().catch((error) => line(`heal #${entry.fault.id}: ${errorMessage(error)}`));
-      history.append({
-        process: "nemesis",
-        type: "info",
-        f: "heal",
-        value: {
-          id: entry.fault.id,
-          kind: entry.fault.kind,
-          target: entry.fault.target,
-          nodes: entry.targets,
-        },
-      });
-    }
+    for (const entry of [...activeFaults]) if (!entry.healed) await healNow(entry);
     await Promise.all(tasks);
     for (const proxy of proxies) proxy.heal();
     effects.clear();
     if (active.netlab) await active.heal().catch((error) => line(`lab heal: ${errorMessage(error)}`));
     if (clockShim) for (const id of nodeIds) writeFileSync(clockFile(id), "0");
-    for (const node of active.redis) if (!dead.has(node.id)) node.signal("SIGCONT");
+    for (const node of memberNodes()) if (!dead.has(node.id)) node.signal("SIGCONT");
     for (const proc of controllers) proc.child.kill("SIGCONT");
     for (const id of nodeIds) {
       active.signalAgent(id, "SIGCONT");
@@ -1081,7 +1300,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       process: "nemesis",
       type: "info",
       f: "heal",
-      value: { id: 0, kind: "heal-all", target: "all", nodes: nodeIds },
+      value: { id: 0, kind: "heal-all", target: "all", nodes: [...nodeIds] },
     });
 
     // Settle: one primary, every live node following it, the topology naming it, a write acknowledged.
@@ -1108,7 +1327,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
       if (topology?.status === "online" && topology.primary_node_id) {
         const final = await readFinal(
-          active.redis.map((node) => ({ node, alive: !dead.has(node.id) })),
+          memberNodes().map((node) => ({ node, alive: !dead.has(node.id) })),
           () => undefined,
           `${keyPrefix}none`,
           topology,
@@ -1146,7 +1365,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     await sleep(500);
     const topology = await active.topology().catch(() => undefined);
     const final = await readFinal(
-      active.redis.map((node) => ({ node, alive: !dead.has(node.id) })),
+      memberNodes().map((node) => ({ node, alive: !dead.has(node.id) })),
       (key) => writer.seqOf(key),
       `${keyPrefix}k*`,
       topology,

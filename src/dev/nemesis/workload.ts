@@ -233,7 +233,7 @@ export class NemesisWriter {
  */
 export class StrayWriter {
   readonly #history: History;
-  readonly #nodes: readonly SampledNode[];
+  readonly #nodes: NodeSet;
   readonly #writer: NemesisWriter;
   readonly #intervalMs: number;
   readonly #waitTimeoutMs: number;
@@ -243,7 +243,7 @@ export class StrayWriter {
 
   constructor(
     history: History,
-    nodes: readonly SampledNode[],
+    nodes: NodeSet,
     writer: NemesisWriter,
     options: { intervalMs?: number; waitTimeoutMs?: number } = {},
   ) {
@@ -273,7 +273,7 @@ export class StrayWriter {
     while (!signal.aborted) {
       const started = performance.now();
       await Promise.all(
-        this.#nodes
+        currentNodes(this.#nodes, this.#clients)
           .filter((node) => node.alive() && node.address !== this.#writer.address)
           .map((node) => this.#writeIfMaster(node).catch(() => {})),
       );
@@ -347,23 +347,34 @@ export interface SampledNode {
   readonly alive: () => boolean;
 }
 
+/**
+ * The nodes a workload part talks to: a fixed list, or a function read anew every round (the
+ * nemesis's `membership` fault adds nodes at run time and removes others).
+ */
+export type NodeSet = readonly SampledNode[] | (() => readonly SampledNode[]);
+
+/** The nodes of `set` now; the clients of nodes no longer in it are disconnected and forgotten. */
+function currentNodes(set: NodeSet, clients: Map<string, Redis>): readonly SampledNode[] {
+  const nodes = typeof set === "function" ? set() : set;
+  for (const [id, client] of clients) {
+    if (nodes.some((node) => node.id === id)) continue;
+    client.disconnect();
+    clients.delete(id);
+  }
+  return nodes;
+}
+
 /** Every `intervalMs`, a write to `<prefix>probe` on every live node; records who accepted. */
 export class WritableSampler {
   readonly #history: History;
-  readonly #nodes: readonly SampledNode[];
+  readonly #nodes: NodeSet;
   readonly #key: string;
   readonly #intervalMs: number;
   readonly #timeoutMs: number;
   readonly #clients = new Map<string, Redis>();
   readonly #loop = new BackgroundLoop();
 
-  constructor(
-    history: History,
-    nodes: readonly SampledNode[],
-    keyPrefix: string,
-    intervalMs = 200,
-    timeoutMs = 150,
-  ) {
+  constructor(history: History, nodes: NodeSet, keyPrefix: string, intervalMs = 200, timeoutMs = 150) {
     this.#history = history;
     this.#nodes = nodes;
     this.#key = `${keyPrefix}probe`;
@@ -396,7 +407,7 @@ export class WritableSampler {
     const refused: string[] = [];
     const unreachable: string[] = [];
     await Promise.all(
-      this.#nodes.map(async (node) => {
+      currentNodes(this.#nodes, this.#clients).map(async (node) => {
         if (!node.alive()) {
           unreachable.push(node.id);
           return;
