@@ -251,6 +251,16 @@ describe("decideContinuation: a retarget passes the gates a failover passes (RET
       reason: "p1's last report lists replicas no node id names acknowledging its writes (10.0.0.9:6379)",
     },
     {
+      name: "waits while a replica outside the set followed the old primary after its agent's last report, its own agent unheard since",
+      shard: () =>
+        targetDown()
+          .withNode({ node_id: "p1", ageMs: 30_000 })
+          .withNode({ node_id: "r3", ageMs: 10_000, primary_link: "up", last_txn_id: 900 })
+          .guardedBy(["r1", "r2"]),
+      expected: { kind: "wait", code: "follower_unheard" },
+      reason: "r3, outside p1's replica set, unheard for 10 s",
+    },
+    {
       name: "waits for a replica further ahead that went stale only just now",
       shard: () => targetDown().withNode({ node_id: "r3", ageMs: 5000, last_txn_id: 995 }),
       expected: { kind: "wait", code: "waiting_for_replica" },

@@ -23,6 +23,7 @@ export type NoActionCode =
   | "awaiting_reports"
   | "member_unheard"
   | "outsider_unheard"
+  | "follower_unheard"
   | "store_recovering"
   | "offline_no_candidate"
   | "inconsistent_topology"

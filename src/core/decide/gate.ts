@@ -1,6 +1,7 @@
+import { agentWrittenAt } from "../freshness.ts";
 import type { Heartbeat } from "../model.ts";
 import type { Decision, NoActionCode } from "./decision.ts";
-import { agentAgeMs, describeAgentAge, guardMembers, type ShardView } from "./view.ts";
+import { agentAgeMs, describeAgentAge, guardMembers, MAX_CLOCK_SKEW_MS, type ShardView } from "./view.ts";
 
 /**
  * A wait or refusal rule of the decision. A decision walks its status's ordered gate list; the
@@ -163,6 +164,66 @@ export function unheardMembers(
     .filter(({ node }) => node === undefined || !node.current)
     .map(({ id, node }) => ({ node_id: id, heartbeat: node?.heartbeat }))
     .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+/**
+ * The replicas outside \`primaryId\`'s stored replica set under the guard (\`guardMembers\`; none
+ * without one; members are \`unheardMembers\`'s) other than \`exclude\` whose agent is unheard (its last report past its
+ * keepalive plus the failure timeout) and whose last report, written at or after the old primary's
+ * agent's last one (within the clock bound; any, when the primary left no heartbeat), followed
+ * \`primaryId\` with its link up. The primary's agent demands every replica it sees acknowledging
+ * (a named one joins the set, an unnamed one is an outsider) and records it in its next report;
+ * a replica that followed it after that agent's last report may have resumed acknowledging while
+ * nobody could record it (a member dropped for a moment, then the primary's agent killed: Redis
+ * counts it in \`WAIT\` and in \`min-replicas-to-write\` all the same). Nemesis seed 4401 lost 139
+ * acknowledged writes so. Gates \`follower_unheard\`, \`follower_unheard_offline\`,
+ * \`follower_unheard_retarget\`.
+ */
+export function unheardFollowers(
+  view: ShardView,
+  primaryId: string | undefined,
+  primary: Heartbeat | undefined,
+  exclude: string,
+): Heartbeat[] {
+  // Without a set under the guard nothing is "outside" it (as \`unheardMembers\`, nothing is waited for).
+  const members = guardMembers(view.snapshot, primaryId);
+  if (members === undefined) return [];
+  const since =
+    primary === undefined ? Number.NEGATIVE_INFINITY : agentWrittenAt(primary) - MAX_CLOCK_SKEW_MS * 1000;
+  return view.nodes
+    .filter(
+      ({ heartbeat: node, current }) =>
+        !current &&
+        node.node_id !== primaryId &&
+        node.node_id !== exclude &&
+        !members.includes(node.node_id) &&
+        node.role === "replica" &&
+        node.db_status === "up" &&
+        node.primary_node_id === primaryId &&
+        node.primary_link === "up" &&
+        agentWrittenAt(node) >= since,
+    )
+    .map(({ heartbeat }) => heartbeat)
+    .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+/** Why a change of primary waits for unheard followers (gates \`follower_unheard\`, \`follower_unheard_offline\`, \`follower_unheard_retarget\`). */
+export function followerUnheardReason(
+  followers: readonly Heartbeat[],
+  primaryId: string,
+  now: number,
+): string {
+  const each = followers.map(
+    (node) =>
+      `${node.node_id}, outside ${primaryId}'s replica set, unheard for ${Math.max(0, Math.round(agentAgeMs(node, now) / 1000))} s` +
+      ` (its agent's last report, after ${primaryId}'s agent's last: following ${primaryId} with its link up, last_txn_id ${node.last_txn_id})`,
+  );
+  return (
+    `${each.join("; ")}: Redis counts it in WAIT and in the write guard, and ${primaryId}'s agent reported nothing since` +
+    ` that could have demanded it; it may hold acknowledged writes no other node has; waiting for its agent to report` +
+    ` (restart it), for ${primaryId}'s agent to report, or for ${primaryId} to be found refusing every write` +
+    " (docs/safety.md: after a primary failure, guarantee 3 assumes every replica's agent runs)"
+  );
 }
 
 /**

@@ -7,12 +7,14 @@ import {
   awaitingReason,
   cooldownReason,
   firstGate,
+  followerUnheardReason,
   type Gate,
   HUNG_HOLDER_GRACE,
   LAST_COPY_GRACE,
   memberUnheardReason,
   outsiderUnheardReason,
   quietIds,
+  unheardFollowers,
   unheardMembers,
   unheardOutsiders,
 } from "./gate.ts";
@@ -151,6 +153,26 @@ function priorHoldersAhead(v: OfflineView, best: Candidate, lineage: Lineage): H
  * from its RDB as a replica of node-3, was taken for its own run and brought back while node-3,
  * holding 236 writes node-2 had lost, was unheard).
  */
+/**
+ * A rule judged against the last report of the old primary the stored lineage names: why the shard
+ * is not brought back on the target, or undefined. The old primary itself, back on its own run,
+ * holds everything its replicas acknowledged and is never held by such a rule.
+ */
+function heldByOldPrimaryReport(
+  v: OfflineView,
+  rule: (at: { best: Candidate; oldId: string; old: Heartbeat | undefined }) => string | undefined,
+): string | undefined {
+  if (v.target === undefined) return undefined;
+  const { best, lineage } = v.target;
+  const oldId = lineage.node_id;
+  if (oldId === undefined) return undefined;
+  if (best.node_id === oldId && ownRun(v, best.node_id, lineage)) return undefined;
+  const reason = rule({ best, oldId, old: v.snapshot.nodes.find((node) => node.node_id === oldId) });
+  return reason === undefined
+    ? undefined
+    : `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${reason}`;
+}
+
 function ownRun(v: OfflineView, nodeId: string, lineage: Lineage): boolean {
   const node = v.snapshot.nodes.find((n) => n.node_id === nodeId);
   return (
@@ -268,20 +290,23 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
     // As outsider_unheard, against the last report of the old primary the stored lineage names.
     invariant: [1],
     primaryStale: false,
-    test: (v) => {
-      if (v.target === undefined) return undefined;
-      const { best, lineage } = v.target;
-      if (lineage.node_id === undefined) return undefined;
-      // The old primary back on its own run holds everything its replicas acknowledged.
-      if (best.node_id === lineage.node_id && ownRun(v, best.node_id, lineage)) return undefined;
-      const old = v.snapshot.nodes.find((node) => node.node_id === lineage.node_id);
-      const outsiders = unheardOutsiders(v, old);
-      if (outsiders.length === 0) return undefined;
-      return (
-        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ` +
-        outsiderUnheardReason(outsiders, lineage.node_id)
-      );
-    },
+    test: (v) =>
+      heldByOldPrimaryReport(v, ({ old, oldId }) => {
+        const outsiders = unheardOutsiders(v, old);
+        return outsiders.length === 0 ? undefined : outsiderUnheardReason(outsiders, oldId);
+      }),
+  },
+  {
+    name: "follower_unheard_offline",
+    code: "follower_unheard",
+    // As follower_unheard, against the last report of the old primary the stored lineage names.
+    invariant: [1],
+    primaryStale: false,
+    test: (v) =>
+      heldByOldPrimaryReport(v, ({ old, oldId, best }) => {
+        const followers = unheardFollowers(v, oldId, old, best.node_id);
+        return followers.length === 0 ? undefined : followerUnheardReason(followers, oldId, v.now);
+      }),
   },
   {
     name: "priority_zero_ahead_offline",

@@ -8,12 +8,14 @@ import {
   firstGate,
   type Gate,
   quietIds,
+  unheardFollowers,
   unheardMembers,
   unheardOutsiders,
 } from "./gate.ts";
 import { isPrimaryStale, justHeard, type OnlineView, onlineView, quorumMet } from "./online-view.ts";
 import { describeCandidates } from "./pick-candidate.ts";
 import {
+  followerUnheardRule,
   memberUnheardRule,
   outsiderUnheardRule,
   outsideSetAheadRule,
@@ -155,6 +157,15 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     test: targetTest(outsiderUnheardRule, notPromoting),
   },
   {
+    name: "follower_unheard",
+    code: "follower_unheard",
+    // A replica that followed the primary after its agent's last report may have acknowledged
+    // writes nobody demanded or recorded; what it holds is unknown.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(followerUnheardRule, notPromoting),
+  },
+  {
     name: "replica_ahead",
     code: "waiting_for_replica",
     invariant: [1],
@@ -202,11 +213,13 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
     };
   }
   const { best, lineage } = v.target;
-  // Members or outsiders unheard were set aside by the refusing-primary proof (gates
-  // member_unheard, outsider_unheard): say so.
+  // Members, outsiders or followers unheard were set aside by the refusing-primary proof (gates
+  // member_unheard, outsider_unheard, follower_unheard): say so.
   const proof =
     v.primaryId !== undefined &&
-    (unheardMembers(v, v.primaryId, best.node_id).length > 0 || unheardOutsiders(v, v.primary).length > 0)
+    (unheardMembers(v, v.primaryId, best.node_id).length > 0 ||
+      unheardOutsiders(v, v.primary).length > 0 ||
+      unheardFollowers(v, v.primaryId, v.primary, best.node_id).length > 0)
       ? candidateHoldsRefusingPrimary(v, v.primaryId, best)
       : undefined;
   return {

@@ -1,9 +1,11 @@
 import type { Candidate, Heartbeat, Lineage } from "../model.ts";
 import {
   candidateHoldsRefusingPrimary,
+  followerUnheardReason,
   memberUnheardReason,
   outsiderUnheardReason,
   REPLICA_AHEAD_GRACE,
+  unheardFollowers,
   unheardMembers,
   unheardOutsiders,
 } from "./gate.ts";
@@ -111,6 +113,19 @@ export const outsiderUnheardRule: TargetRule = (v, best) => {
   if (outsiders.length === 0) return undefined;
   if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
   return outsiderUnheardReason(outsiders, v.primaryId);
+};
+
+/**
+ * A replica outside the set that followed the old primary after its agent's last report, its own
+ * agent unheard since: it may have acknowledged writes nobody could demand or record. As for an
+ * unheard member, the crash fast path included; the same proof lets the candidate through.
+ */
+export const followerUnheardRule: TargetRule = (v, best) => {
+  if (v.primaryId === undefined) return undefined;
+  const followers = unheardFollowers(v, v.primaryId, v.primary, best.node_id);
+  if (followers.length === 0) return undefined;
+  if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
+  return followerUnheardReason(followers, v.primaryId, v.now);
 };
 
 export const replicaAheadRule: TargetRule = (v, best, lineage) => {

@@ -2,6 +2,7 @@ import type { Candidate, FailoverState, Heartbeat, Lineage } from "../model.ts";
 import { awaitingReason, type Gate, quietIds } from "./gate.ts";
 import { pickCandidates } from "./pick-candidate.ts";
 import {
+  followerUnheardRule,
   memberUnheardRule,
   outsiderUnheardRule,
   outsideSetAheadRule,
@@ -98,6 +99,14 @@ export const RETARGET_GATES: readonly Gate<RetargetView>[] = [
     invariant: [1],
     primaryStale: true,
     test: targetTest(outsiderUnheardRule, notPromoting),
+  },
+  {
+    name: "follower_unheard_retarget",
+    code: "follower_unheard",
+    // As follower_unheard, against the old primary's last report.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(followerUnheardRule, notPromoting),
   },
   {
     name: "replica_ahead_retarget",
