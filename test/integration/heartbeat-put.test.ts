@@ -24,6 +24,8 @@ interface PutHooks {
   readonly beforePut?: () => Promise<void>;
   /** Sends each PutItem request twice, as an SDK retry after a lost response does. */
   readonly sendPutTwice?: boolean;
+  /** Called with each PutItem's request body once DynamoDB answered; may throw to lose the answer. */
+  readonly afterPut?: (body: string) => void;
 }
 
 /** A heartbeat store on its own client (an agent process). */
@@ -35,6 +37,10 @@ function aStore(hooks: PutHooks = {}): { store: DynamoHeartbeatStore; documents:
       if (isPutItem(args)) {
         await hooks.beforePut?.();
         if (hooks.sendPutTwice) await next(args);
+        const out = await next(args);
+        const body = (args as { request?: { body?: unknown } }).request?.body;
+        hooks.afterPut?.(body instanceof Uint8Array ? new TextDecoder().decode(body) : String(body ?? ""));
+        return out;
       }
       return next(args);
     },
@@ -153,6 +159,36 @@ describe("heartbeat put ordering", () => {
     // Assess
     expect([early, next]).toEqual(["superseded", "written"]);
     expect(await stored(restarted.documents, shard)).toMatchObject({ last_txn_id: 4 });
+  });
+
+  it("registers the node as a member again after a put whose answer was lost re-created its deleted heartbeat", async () => {
+    // Prepare: the node is a member; the controller's cleanup after a failover deletes it
+    // (heartbeat and member item); the next heartbeat put lands but its answer is lost.
+    let loseNextAnswer = false;
+    const { store } = aStore({
+      afterPut: (body) => {
+        if (!loseNextAnswer || !body.includes("written_at")) return;
+        loseNextAnswer = false;
+        throw Object.assign(new Error("the answer did not arrive in time"), { name: "TimeoutError" });
+      },
+    });
+    const shard = uniqueName("hb").slice(0, 24);
+    const t = Date.now() * MS;
+    const members = async () => (await store.snapshot(shard)).nodes.map((node) => node.node_id);
+    await store.putIfNewer(aHeartbeat(shard, t));
+    expect(await members()).toEqual(["n1"]);
+    await store.deleteNode(shard, "n1");
+    expect(await members()).toEqual([]);
+
+    // Act
+    loseNextAnswer = true;
+    await expect(store.putIfNewer(aHeartbeat(shard, t + 1000 * MS))).rejects.toThrow();
+    const next = await store.putIfNewer(aHeartbeat(shard, t + 2000 * MS, { last_txn_id: 9 }));
+
+    // Assess: the heartbeat the lost put created is refreshed, and the node is a member again
+    // (before: out of every snapshot for half the heartbeat TTL, simulator seed 44216).
+    expect(next).toBe("written");
+    expect(await members()).toEqual(["n1"]);
   });
 
   it("replaces a stored heartbeat dated beyond the clock bound, but not one within it", async () => {
