@@ -631,6 +631,42 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "none", code: "offline_no_candidate" },
     },
     {
+      name: "takes the last resort at once when every node, the restarted old primary included, is alive and heard (simulator seeds 45033, 44216: none can return with more)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withTopology({ updated_at: NOW - 2000 })
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r1", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
+          .withNode({ node_id: "r2", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
+          .build(),
+      expected: { kind: "bring_online", target: "p1" },
+    },
+    {
+      name: "waits out the grace before the last resort while one node is not heard (it may return with more)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withTopology({ updated_at: NOW - 2000 })
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r1", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
+          .withNode({ node_id: "r2", ageMs: 9000, agent_updated: (NOW - 9000) * 1000 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
+      name: "waits out the grace before the last resort when the old primary the lineage names has no heartbeat",
+      snapshot: () =>
+        aShard()
+          .offline()
+          .withTopology({ updated_at: NOW - 2000, lineage: { node_id: "p0", repl_id: LINEAGE, last_txn_id: 1000 } })
+          .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r1", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
+          .withNode({ node_id: "r2", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
       name: "does not bring an offline shard online on a node outside the old primary's replica set while that primary's agent is unheard (seed 3113)",
       snapshot: () =>
         aShardWithStalePrimary().offline().guardedBy(["r1"]).withNode({ node_id: "r1", ageMs: 9000 }).build(),

@@ -29,6 +29,24 @@ import {
   type ShardView,
 } from "./view.ts";
 
+/**
+ * Every node of the snapshot, the old primary the lineage names among them, is alive and its agent
+ * heard: none is hung or cut off with writes the snapshot lacks, which is what the last resort's
+ * grace waits for. Its writes past a restart from its RDB died with the old process, and a replica
+ * that held more either still does (it ranks on the lineage itself) or resynced from the restarted
+ * process already. Simulator seeds 45033 and 44216: a primary restarted from its RDB while its
+ * agent had yet to report the restart took the shard offline, and every node heard with its
+ * database up waited the whole grace (111 s and 124 s without a writable primary).
+ */
+function everyNodeAnswers(view: ShardView, lineage: Lineage | undefined): boolean {
+  const { snapshot, config, now } = view;
+  return (
+    lineage?.node_id !== undefined &&
+    snapshot.nodes.some((node) => node.node_id === lineage.node_id) &&
+    snapshot.nodes.every((node) => isAlive(node, config, now) && isAgentHeard(node, config, now))
+  );
+}
+
 /** An offline shard as its gates see it. */
 export interface OfflineView extends ShardView {
   readonly topology: Topology;
@@ -39,7 +57,10 @@ export interface OfflineView extends ShardView {
   readonly lineage: Lineage | undefined;
   readonly quiet: readonly Heartbeat[];
   readonly offlineMs: number;
-  /** Offline for LAST_COPY_GRACE failure timeouts: a node holding the lineage only as its earlier one counts. */
+  /**
+   * Offline for LAST_COPY_GRACE failure timeouts, or every node answers (\`everyNodeAnswers\`): a node
+   * holding the lineage only as its earlier one counts.
+   */
   readonly lastResort: boolean;
   readonly candidates: readonly Candidate[];
   /** The candidate to bring online, with the lineage; undefined when none is eligible. */
@@ -50,7 +71,8 @@ export function offlineView(view: ShardView, topology: Topology): OfflineView {
   const { snapshot, config, now } = view;
   const lineage = topology.lineage;
   const offlineMs = now - topology.updated_at;
-  const lastResort = offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs;
+  const lastResort =
+    offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs || everyNodeAnswers(view, lineage);
   const candidates = pickCandidates(snapshot.nodes, lineage, config, now, { acceptPrior: lastResort });
   const best = candidates[0];
   return {
@@ -146,14 +168,6 @@ function priorHoldersAhead(v: OfflineView, best: Candidate, lineage: Lineage): H
 }
 
 /**
- * The node's database is up on the lineage's own replication run, still its primary: not a restart
- * from its RDB. Redis 7 gives a primary restarted from its RDB a new replication id, but one
- * restarted as a replica (a \`redis.conf\` with \`replicaof\`) keeps the RDB's, at the RDB's older
- * offset: its role tells it apart (nemesis seed 4202: node-2, back
- * from its RDB as a replica of node-3, was taken for its own run and brought back while node-3,
- * holding 236 writes node-2 had lost, was unheard).
- */
-/**
  * A rule judged against the last report of the old primary the stored lineage names: why the shard
  * is not brought back on the target, or undefined. The old primary itself, back on its own run,
  * holds everything its replicas acknowledged and is never held by such a rule.
@@ -173,6 +187,14 @@ function heldByOldPrimaryReport(
     : `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${reason}`;
 }
 
+/**
+ * The node's database is up on the lineage's own replication run, still its primary: not a restart
+ * from its RDB. Redis 7 gives a primary restarted from its RDB a new replication id, but one
+ * restarted as a replica (a \`redis.conf\` with \`replicaof\`) keeps the RDB's, at the RDB's older
+ * offset: its role tells it apart (nemesis seed 4202: node-2, back
+ * from its RDB as a replica of node-3, was taken for its own run and brought back while node-3,
+ * holding 236 writes node-2 had lost, was unheard).
+ */
 function ownRun(v: OfflineView, nodeId: string, lineage: Lineage): boolean {
   const node = v.snapshot.nodes.find((n) => n.node_id === nodeId);
   return (
