@@ -659,7 +659,10 @@ describe("decide: no eligible candidate and offline shards", () => {
       snapshot: () =>
         aShard()
           .offline()
-          .withTopology({ updated_at: NOW - 2000, lineage: { node_id: "p0", repl_id: LINEAGE, last_txn_id: 1000 } })
+          .withTopology({
+            updated_at: NOW - 2000,
+            lineage: { node_id: "p0", repl_id: LINEAGE, last_txn_id: 1000 },
+          })
           .withNode(restartedFromRdb({ node_id: "p1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
           .withNode({ node_id: "r1", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
           .withNode({ node_id: "r2", ageMs: 100, repl_id: "rdb-run", last_txn_id: 990, primary_link: "up" })
