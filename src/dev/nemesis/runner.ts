@@ -498,6 +498,21 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       if (active.netlab && !keepNamespace) await active.netlab.removeNode(labName);
     };
 
+    /**
+     * Whether destroying node `id`'s copy keeps guarantee 1's premise: it is dead already, or the
+     * shard is online (not mid-failover, when the topology's primary may be the deposed one and a
+     * "replica" the promoted one), `id` answers `ROLE` as a replica, and another node holds the
+     * data intact (src/dev/nemesis/copies.ts).
+     */
+    const safeToDestroy = async (id: string): Promise<boolean> => {
+      if (dead.has(id)) return true;
+      const topology = await active.topology().catch(() => undefined);
+      if (topology?.status !== "online" || topology.primary_node_id === undefined) return false;
+      const nodes = new Set([...memberNodes(), redisById.get(id) as RedisNode]);
+      const roles = await readRoles([...nodes].map((each) => ({ node: each, alive: !dead.has(each.id) })));
+      return roles.get(id)?.role === "slave" && intactCopies(id, roles, topology.primary_node_id).length > 0;
+    };
+
     /** `shardguard <args>` until it exits 0 or `timeoutMs` passes; the last line it printed. */
     const cliUntilDone = async (
       args: string[],
@@ -660,8 +675,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         const deadOnes = free.filter((id) => dead.has(id));
         if (deadOnes.length > 0) free = deadOnes;
         else {
-          const roles = await memberRoles();
-          free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
+          const safe = await Promise.all(free.map((id) => safeToDestroy(id)));
+          free = free.filter((_, index) => safe[index]);
         }
         if (free.length === 0) {
           return { targets: [], why: "no replica to replace while another node holds the data intact" };
@@ -731,7 +746,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
      * agent and redis-server, decommission, undrain. The nodes leave the set first (no new fault
      * targets them) and the faults active on them end now, as heal-all would end them. A drain still
      * refused after 45 s (e.g. no other node eligible: a priority 0, a node dead for good) does not
-     * keep the node: it is stopped as a replica that dies would be, once another node holds the data.
+     * keep the node: it is stopped as a replica that dies would be, once it is safe to (see
+     * `safeToDestroy`); a node that is not safe to stop within 60 s stays in the set.
      */
     const shrinkBack = async (fault: ScheduledFault, ids: readonly string[]) => {
       for (const id of ids) {
@@ -748,21 +764,25 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
       for (const id of ids) {
         const drained = await cliUntilDone(["drain", "--shard", active.shard, "--node", id], 45_000);
-        let copies = "";
-        for (const deadline = performance.now() + 30_000; performance.now() < deadline; await sleep(500)) {
-          const primary = (await active.topology().catch(() => undefined))?.primary_node_id;
-          const intact = intactCopies(id, await memberRoles(), primary);
-          copies =
-            intact.length > 0
-              ? ""
-              : ` (stopped with no other intact copy seen: primary ${primary ?? "none"})`;
-          if (intact.length > 0) break;
+        let safe = false;
+        for (const deadline = performance.now() + 60_000; !safe && performance.now() < deadline; ) {
+          safe = await safeToDestroy(id);
+          if (!safe) await sleep(500);
+        }
+        if (!safe) {
+          // Never the last copy: a node that still answers as primary, or holds what no other node
+          // holds, stays in the set for the rest of the run (the settle and the final read count it).
+          nodeIds.push(id);
+          line(
+            `  membership: ${id} ${drained.ok ? "drained" : `not drained (${drained.said})`}, KEPT: not safe to stop within 60 s (a primary, or no other intact copy, or the shard not online)`,
+          );
+          continue;
         }
         await retireNode(id, "SIGTERM", false);
         const retired = await cliUntilDone(["decommission", "--shard", active.shard, "--node", id], 15_000);
         const undrained = await cliUntilDone(["undrain", "--shard", active.shard, "--node", id], 30_000);
         line(
-          `  membership: ${id} ${drained.ok ? "drained" : `not drained (${drained.said})`}, stopped${copies}, ${retired.ok ? "decommissioned" : `not decommissioned (${retired.said})`}, ${undrained.ok ? "undrained" : `not undrained (${undrained.said})`}`,
+          `  membership: ${id} ${drained.ok ? "drained" : `not drained (${drained.said})`}, stopped, ${retired.ok ? "decommissioned" : `not decommissioned (${retired.said})`}, ${undrained.ok ? "undrained" : `not undrained (${undrained.said})`}`,
         );
       }
     };
