@@ -2,7 +2,7 @@ import type { FailoverConfig } from "../config.ts";
 import type { Heartbeat, Lineage, Topology } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 import { firstGate, type Gate } from "./gate.ts";
-import { unfencedOldPrimaryOf } from "./offline.ts";
+import { unfencedOldPrimaryOf } from "./offline-view.ts";
 import { dataLineageOf, describeHeartbeatAge, isAlive, type ShardView, shardView } from "./view.ts";
 
 /**
