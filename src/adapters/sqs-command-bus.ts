@@ -11,7 +11,7 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { describeIssues } from "../core/config.ts";
-import { ConfigurationError, CoordinationUnavailable } from "../core/errors.ts";
+import { ConfigurationError, CoordinationUnavailable, QueueMissing } from "../core/errors.ts";
 import { type Command, commandSchema } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import type { CommandBus, QueueAccess, ReceivedCommand } from "../core/ports.ts";
@@ -201,7 +201,7 @@ export class SqsCommandBus implements CommandBus {
   /**
    * Sends to the node's queue. It does not create a missing queue: the node's agent creates it
    * when it starts, before its first heartbeat, so the controller needs only GetQueueUrl and
-   * SendMessage. A missing queue throws CoordinationUnavailable.
+   * SendMessage. A missing queue throws QueueMissing (a CoordinationUnavailable).
    */
   async send(shard: string, nodeId: string, command: Command): Promise<void> {
     const parsed = commandSchema.safeParse(command);
@@ -340,7 +340,7 @@ export class SqsCommandBus implements CommandBus {
           return found;
         }
         if (create) return this.#create(names.queue, names.deadLetterQueue, access);
-        throw new CoordinationUnavailable(
+        throw new QueueMissing(
           `SQS queue ${names.queue} does not exist: the agent of node ${nodeId} (shard ${shard}) creates it when it starts`,
         );
       });
@@ -462,7 +462,13 @@ export class SqsCommandBus implements CommandBus {
       return await send();
     } catch (error) {
       // The queue was deleted under us: forget its URL so the next call looks it up (or creates it) again.
-      if (classifyAwsError(error) === "missing_resource") this.#urls.delete(`${shard}/${nodeId}`);
+      if (classifyAwsError(error) === "missing_resource") {
+        this.#urls.delete(`${shard}/${nodeId}`);
+        throw new QueueMissing(
+          `SQS ${operation}: the queue of node ${nodeId} (shard ${shard}) no longer exists (its agent re-creates it when it runs; a decommissioned node has none)`,
+          { cause: error },
+        );
+      }
       throw this.#mapError(error, operation);
     }
   }

@@ -27,6 +27,15 @@ export class CoordinationUnavailable extends ShardguardError {
   }
 }
 
+/**
+ * A node's command queue does not exist: its agent never started, or an operator retired the node
+ * (\`shardguard decommission\` deletes its queues). Nothing can be sent to it; retrying will not help
+ * until an agent of that node creates the queue.
+ */
+export class QueueMissing extends CoordinationUnavailable {
+  override name = "QueueMissing";
+}
+
 /** Stored data that does not match its schema; carries the field path and the reason. */
 export class MalformedRecord extends ShardguardError {
   override name = "MalformedRecord";

@@ -1,6 +1,7 @@
 import { setTimeout as pause } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { runShardCycle } from "../../src/controller/orchestrator.ts";
+import { RecordingLogger } from "../support/agent-harness.ts";
 import { cycleUntil } from "../support/controller-cycles.ts";
 import { aScriptedShard, CONFIG, controller, TIMEOUTS } from "../support/scripted-shard.ts";
 import { waitFor } from "../support/wait.ts";
@@ -49,6 +50,57 @@ describe("orchestrator on the local stack", () => {
     expect(metrics.get("failoverCompleted")).toBe(1);
     expect(results.at(-1)?.reason).toMatch(/failover to r1 completed at epoch 2/);
     console.log(`failover: detected and completed ${elapsed} ms after the primary died`);
+  });
+
+  it("has the old primary's other replicas follow the target before it sends PROMOTE (a hung primary that wakes finds none to acknowledge)", async () => {
+    // Prepare: p1 stops answering with no crash report (hung, as far as anyone knows).
+    const shard = aScriptedShard();
+    shard.node("p1", { role: "primary", primary: undefined, primary_link: undefined });
+    shard.node("r1", { txn: 990 });
+    shard.node("r2", { txn: 980 });
+    await shard.start();
+    const { deps } = controller(shard);
+
+    // Act
+    shard.kill("p1");
+    await cycleUntil(deps, shard.shard, (result) => result.outcome === "completed");
+
+    // Assess: r2 followed r1 (REPLICAOF, once) before r1 was promoted; the code before repointed
+    // it only after r1 confirmed.
+    const order = shard.applied.filter((entry) => entry === "r2:REPLICAOF" || entry === "r1:PROMOTE");
+    expect(order).toEqual(["r2:REPLICAOF", "r1:PROMOTE"]);
+    expect(shard.get("r2")).toMatchObject({ role: "replica", primary: "r1", epoch: 2 });
+    expect(await shard.aws.store.topology.read(shard.shard)).toMatchObject({
+      epoch: 2,
+      primary_node_id: "r1",
+    });
+  });
+
+  it("promotes after at most a failure timeout when a replica of the old primary does not apply the REPLICAOF", async () => {
+    // Prepare: r2's agent takes no commands (heard, but its queue is never read).
+    const shard = aScriptedShard();
+    shard.node("p1", { role: "primary", primary: undefined, primary_link: undefined });
+    shard.node("r1", { txn: 990 });
+    shard.node("r2", { txn: 980, responsive: false });
+    await shard.start();
+    const log = new RecordingLogger();
+    const { deps } = controller(shard, { log });
+
+    // Act
+    shard.kill("p1");
+    await cycleUntil(deps, shard.shard, (result) => result.outcome === "completed");
+
+    // Assess: the failover completed without r2, and said so.
+    expect(await shard.aws.store.topology.read(shard.shard)).toMatchObject({
+      epoch: 2,
+      primary_node_id: "r1",
+    });
+    expect(shard.applied).toContain("r1:PROMOTE");
+    expect(shard.applied).not.toContain("r2:REPLICAOF");
+    expect(log.find("promoting before every replica of the old primary followed the target")).toMatchObject({
+      level: "warn",
+      attributes: { target: "r1", followers: ["r2"] },
+    });
   });
 
   it("lets exactly one of five simultaneous controllers fail over, bumping the epoch once", async () => {

@@ -62,6 +62,8 @@ export interface NodeScript {
 export class ScriptedShard {
   readonly shard = uniqueName("s").slice(0, 24);
   readonly nodes = new Map<string, NodeScript>();
+  /** Every command applied, in order, as "<node>:<type>". */
+  readonly applied: string[] = [];
   readonly aws: AwsAdapters;
   readonly #abort = new AbortController();
   readonly #loops: Promise<void>[] = [];
@@ -202,6 +204,7 @@ export class ScriptedShard {
   }
 
   #apply(node: NodeScript, command: Command): void {
+    this.applied.push(`${node.id}:${command.type}`);
     node.applied.add(command.command_id);
     node.epoch = command.epoch;
     if (command.type === "PAUSE_WRITES") {
