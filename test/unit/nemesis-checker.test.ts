@@ -47,6 +47,12 @@ function epoch(t: number, from: number, to: number, primary: string): OpInput & 
   };
 }
 
+/** An epoch op whose topology read had \`forMs\` of cool-down still to run. */
+function epochWithCooldown(t: number, from: number, to: number, primary: string, forMs: number) {
+  const op = epoch(t, from, to, primary);
+  return { ...op, value: { ...(op.value as Record<string, unknown>), cooldownForMs: forMs } };
+}
+
 function healthy(primary: string, seqs: number[], replicas = ["n2", "n3"]): FinalRead {
   const nodes: FinalNodeRead[] = [
     { node: primary, reachable: true, role: "master", seqs },
@@ -260,6 +266,32 @@ describe("nemesis checker", () => {
         final: healthy("n2", [], ["n1", "n3"]),
         valid: false,
         expect: "(e) epoch 1 -> 2",
+      },
+      {
+        rule: "(e) a change the cool-down deferred past the window has its cause: the window counts from the cool-down's end (simulator seed 44331)",
+        history: build([
+          fault(0, "inject", 1),
+          fault(500, "heal", 1),
+          epochWithCooldown(600, 1, 2, "n2", 20_000),
+          fault(1000, "inject", 2),
+          fault(2000, "heal", 2),
+          epoch(20_500, 2, 3, "n3"),
+        ]),
+        final: healthy("n3", [], ["n1", "n2"]),
+        valid: true,
+        expect: null,
+      },
+      {
+        rule: "(e) a cool-down read only after the heal does not stretch the window",
+        history: build([
+          fault(1000, "inject", 1),
+          fault(2000, "heal", 1),
+          epochWithCooldown(3000, 1, 2, "n2", 20_000),
+          epoch(20_500, 2, 3, "n3"),
+        ]),
+        final: healthy("n3", [], ["n1", "n2"]),
+        valid: false,
+        expect: "(e) epoch 2 -> 3",
       },
       {
         rule: "(e) an epoch change right after the nemesis's operator recovery has its cause",

@@ -247,9 +247,22 @@ export function check(
         ([id, fault]) => [`#${id} ${fault.kind} ${fault.target} ${fault.nodes.join(",")}`, fault] as const,
       ),
   );
+  // A cool-down in force when a fault healed defers the change it causes to the cool-down's end
+  // (docs/controller.md rule 3): the window counts from the later of the two (simulator seed 44331).
+  const cooldownEnds = history
+    .filter((op) => op.process === "observer" && op.f === "epoch")
+    .flatMap((op) => {
+      const forMs = (op.value as EpochValue).cooldownForMs;
+      return forMs === undefined ? [] : [{ t: op.t, end: op.t + forMs }];
+    });
+  const causeEnd = (fault: { to: number }) =>
+    Math.max(
+      fault.to,
+      ...cooldownEnds.filter((cooldown) => cooldown.t <= fault.to).map((cooldown) => cooldown.end),
+    );
   for (const change of epochChanges) {
     const cause = [...faults.values()].find(
-      (fault) => fault.from <= change.t && change.t <= fault.to + options.causeWindowMs,
+      (fault) => fault.from <= change.t && change.t <= causeEnd(fault) + options.causeWindowMs,
     );
     if (!cause) {
       violations.push(

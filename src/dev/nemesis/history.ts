@@ -53,6 +53,17 @@ export interface EpochValue {
   readonly status?: string;
   readonly previousEpoch?: number;
   readonly previousPrimary?: string;
+  /**
+   * The topology's cool-down still to run when read (\`cooldown_until\` less the reader's clock, in
+   * ms after this op): no automatic change of primary until it ends, so a fault healed meanwhile
+   * causes a change made when it ends (checker rule e).
+   */
+  readonly cooldownForMs?: number;
+}
+
+/** \`EpochValue.cooldownForMs\` from a topology's \`cooldown_until\` (ms) read at \`now\` (ms). */
+export function cooldownFor(cooldownUntil: number | undefined, now: number): { cooldownForMs?: number } {
+  return cooldownUntil !== undefined && cooldownUntil > now ? { cooldownForMs: cooldownUntil - now } : {};
 }
 
 /** `value` of a nemesis inject/heal op. `id` pairs an inject with its heal. */

@@ -7,7 +7,7 @@ import type { RedisNode } from "../local-stack/redis-nodes.ts";
 import { classifyWriteError } from "../workload/writer.ts";
 import type { FinalNodeRead, FinalRead } from "./checker.ts";
 import type { RoleRead } from "./copies.ts";
-import type { EpochValue, History, ProbeValue } from "./history.ts";
+import { cooldownFor, type EpochValue, type History, type ProbeValue } from "./history.ts";
 
 /**
  * The nemesis's clients, each recording into the shared history:
@@ -491,6 +491,7 @@ export class TopologyObserver {
       primary: topology.primary_node_id,
       status: topology.status,
       ...(previous ? { previousEpoch: previous.epoch, previousPrimary: previous.primary_node_id } : {}),
+      ...cooldownFor(topology.cooldown_until, Date.now()),
     };
     this.#history.append({
       process: "observer",

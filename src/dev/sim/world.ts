@@ -15,7 +15,7 @@ import { errorMessage } from "../../core/errors.ts";
 import type { Logger } from "../../core/observability.ts";
 import { keys } from "../../core/table.ts";
 import { type CheckResult, check, type FinalRead } from "../nemesis/checker.ts";
-import { History } from "../nemesis/history.ts";
+import { cooldownFor, History } from "../nemesis/history.ts";
 import { availabilityLimitMs, FENCE_WINDOW_MS } from "../nemesis/runner.ts";
 import { type CallerFaults, DynamoTable, SimDynamoClient } from "./dynamo-model.ts";
 import { machineOf, Network } from "./network.ts";
@@ -363,7 +363,9 @@ export class SimWorld {
 
   // ---- the workload -----------------------------------------------------------------------
 
-  #topology(): { epoch: number; primary?: string; address?: string; status?: string } | undefined {
+  #topology():
+    | { epoch: number; primary?: string; address?: string; status?: string; cooldownUntil?: number }
+    | undefined {
     const item = this.table.peek({ pk: keys.controlPk(SHARD), sk: keys.topology });
     if (!item) return undefined;
     return {
@@ -371,6 +373,7 @@ export class SimWorld {
       primary: item.primary_node_id as string | undefined,
       address: item.primary_address as string | undefined,
       status: item.status as string | undefined,
+      cooldownUntil: item.cooldown_until === undefined ? undefined : Number(item.cooldown_until),
     };
   }
 
@@ -482,6 +485,7 @@ export class SimWorld {
               status: topology.status,
               previousEpoch: lastEpoch?.epoch,
               previousPrimary: lastEpoch?.primary,
+              ...cooldownFor(topology.cooldownUntil, Date.now()),
             },
           });
           this.log(`topology epoch ${topology.epoch} primary ${topology.primary} status ${topology.status}`);
