@@ -521,15 +521,9 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
   async deleteNode(shard: string, nodeId: string, fence?: WriteFence): Promise<void> {
     this.requireId("shard id", shard);
     this.requireId("node id", nodeId);
-    const own = keys.nodePk(shard, nodeId);
-    const shared = keys.shardPk(shard);
-    const deletes: TransactItem[] = [
-      [own, keys.node(nodeId)],
-      [own, keys.replicas(nodeId)],
-      [shared, keys.member(nodeId)],
-      [shared, keys.node(nodeId)],
-      [shared, keys.replicas(nodeId)],
-    ].map(([pk, sk]) => ({ Delete: { TableName: this.tableName, Key: { pk, sk } } }));
+    const deletes = this.#nodeItemKeys(shard, nodeId).map((Key) => ({
+      Delete: { TableName: this.tableName, Key },
+    }));
     if (fence) {
       await this.fencedTransaction(`delete node ${shard}/${nodeId}`, fence, deletes);
       return;
@@ -538,6 +532,121 @@ export class DynamoHeartbeatStore extends DynamoTable implements HeartbeatStore 
       this.documents.send(new TransactWriteCommand({ TransactItems: deletes })),
     );
   }
+
+  /**
+   * An administrator retires a node for good (`shardguard decommission`): in one transaction, its
+   * items as `deleteNode` deletes them, and its id from each stored replica set `judged.replicaSets`
+   * names, only while the shard is as the refusals judged it: the topology at `judged.epoch` (none:
+   * no topology), no heartbeat of the node written after `judged.heartbeatWrittenAt` (none: still
+   * none), each set at the version read. A versioned set's version is bumped as an agent's own
+   * change bumps it, so a controller's plan decided on the set before the removal fails its
+   * replica-set check (PlanStale) and is decided again. False when a condition failed or a
+   * concurrent transaction conflicted: nothing was written; read again and judge again.
+   *
+   * Why removing the id is safe, though only the primary's agent writes its set otherwise: the
+   * operator declares the node's data gone (its database destroyed or never to serve again), so no
+   * write exists that only it acknowledged, and a failover need not wait for it (gate
+   * `member_unheard`, which would wait for good: a retired node's agent never reports again). The
+   * primary's agent does not depend on the version: it adds and removes ids atomically, reads its set
+   * back with every snapshot, and removing an id already gone is a no-op. A database still running
+   * at the node's address has no heartbeat naming it once this ran: the primary's agent reports it
+   * as an outsider (heartbeat `outsiders`) and a failover waits for it (gate `outsider_unheard`).
+   */
+  async retireNode(shard: string, nodeId: string, judged: NodeRetirement): Promise<boolean> {
+    this.requireId("shard id", shard);
+    this.requireId("node id", nodeId);
+    const [heartbeat, ...others] = this.#nodeItemKeys(shard, nodeId);
+    const items: TransactItem[] = [
+      {
+        ConditionCheck: {
+          TableName: this.tableName,
+          Key: { pk: keys.controlPk(shard), sk: keys.topology },
+          ...(judged.epoch === undefined
+            ? { ConditionExpression: "attribute_not_exists(pk)" }
+            : {
+                ConditionExpression: "epoch = :epoch",
+                ExpressionAttributeValues: { ":epoch": judged.epoch },
+              }),
+        },
+      },
+      {
+        Delete: {
+          TableName: this.tableName,
+          Key: heartbeat,
+          ...(judged.heartbeatWrittenAt === undefined
+            ? { ConditionExpression: "attribute_not_exists(pk)" }
+            : {
+                ConditionExpression: "attribute_not_exists(pk) OR written_at <= :written_at",
+                ExpressionAttributeValues: { ":written_at": judged.heartbeatWrittenAt },
+              }),
+        },
+      },
+      ...others.map((Key) => ({ Delete: { TableName: this.tableName, Key } })),
+      ...judged.replicaSets.map(({ primary, version }): TransactItem => {
+        this.requireId("primary id", primary);
+        return {
+          Update: {
+            TableName: this.tableName,
+            Key: { pk: keys.nodePk(shard, primary), sk: keys.replicas(primary) },
+            // A set written before the guard stays unversioned: a version would put it under the guard.
+            ...(version === undefined
+              ? {
+                  UpdateExpression: "DELETE replicas :ids",
+                  ConditionExpression: "attribute_exists(pk) AND attribute_not_exists(version)",
+                  ExpressionAttributeValues: { ":ids": new Set([nodeId]) },
+                }
+              : {
+                  UpdateExpression: "DELETE replicas :ids ADD version :one",
+                  ConditionExpression: "version = :version",
+                  ExpressionAttributeValues: { ":ids": new Set([nodeId]), ":one": 1, ":version": version },
+                }),
+          },
+        };
+      }),
+    ];
+    const codes = await this.call(`TransactWriteItems (retire node ${shard}/${nodeId})`, async () => {
+      try {
+        await this.documents.send(new TransactWriteCommand({ TransactItems: items }));
+        return [];
+      } catch (error) {
+        const reasons = cancellationCodes(error);
+        if (reasons === undefined) throw error;
+        return reasons;
+      }
+    });
+    if (codes.length === 0) return true;
+    if (codes.every((code) => ["None", "ConditionalCheckFailed", "TransactionConflict"].includes(code)))
+      return false;
+    throw new CoordinationUnavailable(
+      `TransactWriteItems (retire node ${shard}/${nodeId}) cancelled: ${codes.join(", ")}`,
+    );
+  }
+
+  /** The node's heartbeat first, then its replica set and member item, and their copies of an older layout. */
+  #nodeItemKeys(
+    shard: string,
+    nodeId: string,
+  ): [{ pk: string; sk: string }, ...{ pk: string; sk: string }[]] {
+    const own = keys.nodePk(shard, nodeId);
+    const shared = keys.shardPk(shard);
+    return [
+      { pk: own, sk: keys.node(nodeId) },
+      { pk: own, sk: keys.replicas(nodeId) },
+      { pk: shared, sk: keys.member(nodeId) },
+      { pk: shared, sk: keys.node(nodeId) },
+      { pk: shared, sk: keys.replicas(nodeId) },
+    ];
+  }
+}
+
+/** What `retireNode` was judged on (see there). */
+export interface NodeRetirement {
+  /** The topology's epoch read; undefined: the shard had no topology. */
+  readonly epoch: number | undefined;
+  /** The node's heartbeat as read (µs: its \`agent_updated\`, else \`last_updated\`); undefined: none stored. */
+  readonly heartbeatWrittenAt: number | undefined;
+  /** Every other node's stored set that lists the node, with the version read (undefined: written before the guard). */
+  readonly replicaSets: ReadonlyArray<{ readonly primary: string; readonly version: number | undefined }>;
 }
 
 /** The node ids the member items of a shard partition name (by sort key; nothing else is read). */
