@@ -95,3 +95,80 @@ describe("a primary restarted from its RDB when no other copy is left", () => {
     );
   });
 });
+
+describe("a primary restarted from its RDB while every node answers", () => {
+  it("brings the offline shard back at once, not after the last resort's grace (simulator seed 45033)", {
+    timeout: 150_000,
+  }, async () => {
+    // Prepare: keys on every node; a cool-down holds the controller, as after the failover of seed
+    // 45033 (the primary died inside it).
+    cluster = await startChaosCluster();
+    const active = cluster;
+    const primary = active.node("node-1");
+    await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
+    await writeKeys(primary, "acked", KEYS, 2);
+    const online = (await active.topology()) as Topology;
+    expect(
+      await active.aws.store.topology.compareAndSet(active.shard, online.epoch, {
+        ...online,
+        cooldown_until: Date.now() + 10 * GRACE_MS,
+      }),
+    ).toBe(true);
+    const before = active.heartbeatOf(await active.snapshot(), "node-1");
+    const lineage = {
+      node_id: "node-1",
+      repl_id: before?.repl_id ?? "",
+      last_txn_id: before?.last_txn_id ?? 0,
+    };
+
+    // Act: node-1's database dies and comes back from its RDB (a new replication id, the old one as
+    // replid2); its replicas unpark and resync onto the new run. Then the shard is marked offline,
+    // as the controller did in seed 45033 when its read caught node-1's heartbeat before its agent
+    // reported the restart.
+    await withClient(primary, (client) => client.save());
+    primary.signal("SIGKILL");
+    await primary.stop();
+    await primary.start({ extraArgs: FENCED_START_ARGS });
+    await active.waitFor(
+      "node-2 and node-3 following node-1's new run, every agent heard",
+      async () => {
+        const snapshot = await active.snapshot();
+        const restarted = active.heartbeatOf(snapshot, "node-1");
+        if (restarted?.repl_id === undefined || restarted.repl_id === lineage.repl_id) return false;
+        return ["node-2", "node-3"].every((id) => {
+          const node = active.heartbeatOf(snapshot, id);
+          return node?.primary_link === "up" && node.repl_id === restarted.repl_id;
+        });
+      },
+      WAIT_MS,
+    );
+    const current = (await active.topology()) as Topology;
+    const offlineAt = Date.now();
+    expect(
+      await active.aws.store.topology.compareAndSet(active.shard, current.epoch, {
+        shard: active.shard,
+        epoch: current.epoch + 1,
+        status: "offline",
+        updated_at: offlineAt,
+        lineage,
+      }),
+    ).toBe(true);
+
+    // Assess: every node alive and heard, none can return with more: online well inside the grace
+    // (the code before waited all of it), with every key.
+    let back: Topology | undefined;
+    await active.waitFor(
+      "the shard online again",
+      async () => {
+        const topology = await active.topology();
+        if (topology?.status === "online" && topology.epoch > current.epoch + 1) back = topology;
+        return back !== undefined;
+      },
+      GRACE_MS + WAIT_MS,
+    );
+    const tookMs = (back?.updated_at ?? 0) - offlineAt;
+    console.log(`offline -> online on ${back?.primary_node_id} in ${tookMs} ms (grace ${GRACE_MS} ms)`);
+    expect(tookMs).toBeLessThan(GRACE_MS / 3);
+    expect(await countKeys(active.node(back?.primary_node_id ?? "node-1"), "acked", KEYS)).toBe(KEYS);
+  });
+});
