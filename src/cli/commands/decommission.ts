@@ -62,7 +62,8 @@ export function registerDecommission(program: Command): void {
         "other node's stored replica set, and its SQS queue; refused, with no override, while its agent is heard " +
         "(stop its agent and redis-server first; its last report lapses within its keepalive plus the failure " +
         "timeout), while it is the primary (drain it first), the old primary or target of a failover under way, " +
-        "or the old primary of an offline shard (recover first). Or, after cdk destroy, delete every queue under " +
+        "or the old primary of an offline shard (recover first), and in a shard not migrated (migrate-layout first). " +
+        "Or, after cdk destroy, delete every queue under " +
         "SHARDGUARD_QUEUE_PREFIX (--all-queues). Administrator credentials (sqs:DeleteQueue, every node's partition)",
     )
     .option("--shard <id>", "the node's shard")
