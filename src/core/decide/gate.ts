@@ -1,7 +1,7 @@
 import { agentWrittenAt } from "../freshness.ts";
 import type { Heartbeat } from "../model.ts";
 import type { Decision, NoActionCode } from "./decision.ts";
-import { agentAgeMs, describeAgentAge, guardMembers, MAX_CLOCK_SKEW_MS, type ShardView } from "./view.ts";
+import { agentAgeMs, describeAgentAge, guardMembers, type ShardView } from "./view.ts";
 
 /**
  * A wait or refusal rule of the decision. A decision walks its status's ordered gate list; the
@@ -169,8 +169,9 @@ export function unheardMembers(
 /**
  * The replicas outside \`primaryId\`'s stored replica set under the guard (\`guardMembers\`; none
  * without one; members are \`unheardMembers\`'s) other than \`exclude\` whose agent is unheard (its last report past its
- * keepalive plus the failure timeout) and whose last report, written at or after the old primary's
- * agent's last one (within the clock bound; any, when the primary left no heartbeat), followed
+ * keepalive plus the failure timeout) and whose last report, written after the old primary's
+ * agent's last one (any, when the primary left no heartbeat; compared as written, with no clock
+ * allowance: an allowance held failovers whose follower had been dropped by that very report), followed
  * \`primaryId\` with its link up. The primary's agent demands every replica it sees acknowledging
  * (a named one joins the set, an unnamed one is an outsider) and records it in its next report;
  * a replica that followed it after that agent's last report may have resumed acknowledging while
@@ -188,8 +189,7 @@ export function unheardFollowers(
   // Without a set under the guard nothing is "outside" it (as \`unheardMembers\`, nothing is waited for).
   const members = guardMembers(view.snapshot, primaryId);
   if (members === undefined) return [];
-  const since =
-    primary === undefined ? Number.NEGATIVE_INFINITY : agentWrittenAt(primary) - MAX_CLOCK_SKEW_MS * 1000;
+  const since = primary === undefined ? Number.NEGATIVE_INFINITY : agentWrittenAt(primary);
   return view.nodes
     .filter(
       ({ heartbeat: node, current }) =>
@@ -201,7 +201,7 @@ export function unheardFollowers(
         node.db_status === "up" &&
         node.primary_node_id === primaryId &&
         node.primary_link === "up" &&
-        agentWrittenAt(node) >= since,
+        agentWrittenAt(node) > since,
     )
     .map(({ heartbeat }) => heartbeat)
     .sort((a, b) => a.node_id.localeCompare(b.node_id));
