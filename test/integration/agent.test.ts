@@ -134,12 +134,14 @@ describe("agent heartbeats", () => {
   });
 
   it("admits a replica to the replica set only after its full sync and drops it when it disappears", async () => {
-    // Prepare: the primary holds a new replica in wait_bgsave for 2 s before it sends the data.
+    // Prepare: the primary holds a new replica in wait_bgsave for 5 s before it sends the data (2 s
+    // was not enough on a loaded host: the wait for r1's heartbeat below ate the rest of it, and the
+    // sync legitimately finished inside the negative check).
     fixture = new AgentFixture();
     const [primaryNode, lateNode] = await fixture.startRedis(2);
     if (!primaryNode || !lateNode) throw new Error("redis nodes missing");
     const admin = primaryNode.client();
-    await admin.config("SET", "repl-diskless-sync-delay", "2");
+    await admin.config("SET", "repl-diskless-sync-delay", "5");
     const lateClient = lateNode.client();
     await lateClient.replicaof("NO", "ONE");
     await fixture.startAgent(primaryNode, { nodeId: "p1" });
@@ -152,7 +154,7 @@ describe("agent heartbeats", () => {
       (hb) => hb.role === "replica" && hb.primary_node_id === "p1",
       "r1 replica",
     );
-    // Negative check: r1 must stay out while the primary holds it in wait_bgsave (2 s); 800 ms of
+    // Negative check: r1 must stay out while the primary holds it in wait_bgsave (5 s); 800 ms of
     // that is several heartbeats (200 ms) in which the agents could wrongly admit it.
     await holdsFor(
       async () => !((await fixture.snapshot()).replicaSets.p1 ?? []).includes("r1"),
