@@ -119,7 +119,7 @@ describe.runIf(unavailable === undefined)(
       // node-3's agent is silent (the code before promoted node-2 here).
       const held = await waitForHold(active, "follower_unheard", "the controller holding for node-3");
       expect(String(held.reason ?? held.message)).toContain(
-        "node-3, outside node-1's replica set, unheard for",
+        "node-3, outside node-1's replica set, its agent last heard",
       );
       const holdFrom = Date.now();
       while (Date.now() - holdFrom < HOLD_MS) {

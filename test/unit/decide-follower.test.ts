@@ -88,6 +88,25 @@ describe("decide: a replica outside the set followed the old primary after its a
       expected: { kind: "none", code: "awaiting_reports" },
     },
     {
+      name: "holds while the follower's agent is heard but its last report, behind the member's offset and not a fresh vote, had its link up (no final offset: a fresh-clone CI run promoted the member 0.9 s after such a report)",
+      build: () => split(40_000).withNode({ ...follower("r2", 900, { last_txn_id: 990 }), ageMs: 3_500 }),
+      expected: { kind: "none", code: "follower_unheard" },
+    },
+    {
+      name: "a heard follower fewer than the members cut off from the primary cannot meet its guard: failover",
+      build: () =>
+        split(40_000)
+          .guardedBy(["r1", "r3"])
+          .withNode(member("r3", 1000))
+          .withNode({ ...follower("r2", 900, { last_txn_id: 990 }), ageMs: 3_500 }),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
+      name: "an unheard follower holds however many members are cut off (its acknowledgements are unknown)",
+      build: () => split(40_000).guardedBy(["r1", "r3"]).withNode(member("r3", 1000)),
+      expected: { kind: "none", code: "follower_unheard" },
+    },
+    {
       name: "once its agent reports again this gate lets go: ahead of the member and outside the set, gate outside_set_ahead waits",
       build: () => split(40_000).withNode(follower("r2", 200, { primary_link: "down" })),
       expected: { kind: "none", code: "waiting_for_replica" },
@@ -150,9 +169,9 @@ describe("decide: a replica outside the set followed the old primary after its a
     // Assess
     expect(decision).toMatchObject({ kind: "none", code: "follower_unheard", primaryStale: true });
     expect(decision.reason).toContain("not promoting r1");
-    expect(decision.reason).toContain("r2, outside p1's replica set, unheard for 40 s");
+    expect(decision.reason).toContain("r2, outside p1's replica set, its agent last heard 40 s ago");
     expect(decision.reason).toContain("following p1 with its link up, last_txn_id 1010");
-    expect(decision.reason).toContain("waiting for its agent to report");
+    expect(decision.reason).toContain("waiting for its agent to report its link down");
     expect(decision.reason).toContain("docs/safety.md");
   });
 });

@@ -258,7 +258,7 @@ describe("decideContinuation: a retarget passes the gates a failover passes (RET
           .withNode({ node_id: "r3", ageMs: 10_000, primary_link: "up", last_txn_id: 900 })
           .guardedBy(["r1", "r2"]),
       expected: { kind: "wait", code: "follower_unheard" },
-      reason: "r3, outside p1's replica set, unheard for 10 s",
+      reason: "r3, outside p1's replica set, its agent last heard 10 s ago",
     },
     {
       name: "waits for a replica further ahead that went stale only just now",

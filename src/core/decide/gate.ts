@@ -1,7 +1,7 @@
 import { agentWrittenAt } from "../freshness.ts";
 import type { Heartbeat } from "../model.ts";
 import type { Decision, NoActionCode } from "./decision.ts";
-import { agentAgeMs, describeAgentAge, guardMembers, type ShardView } from "./view.ts";
+import { agentAgeMs, describeAgentAge, guardMembers, type NodeView, type ShardView } from "./view.ts";
 
 /**
  * A wait or refusal rule of the decision. A decision walks its status's ordered gate list; the
@@ -186,14 +186,55 @@ export function unheardFollowers(
   primary: Heartbeat | undefined,
   exclude: string,
 ): Heartbeat[] {
+  return followersAfter(view, primaryId, primary, exclude)
+    .filter(({ current }) => !current)
+    .map(({ heartbeat }) => heartbeat);
+}
+
+/**
+ * \`unheardFollowers\` and, besides, such followers whose agent is still heard, when they may be
+ * what keeps the old primary writable: a report with the link up is no final offset (the replica
+ * acknowledges on after it; a fresh-clone CI run promoted the member 0.9 s after such a report, past
+ * a follower that had acknowledged 700 ms of writes the member lacked). The old primary's guard
+ * asks at least as many acknowledgements as its set has members; the members its own fresh report
+ * shows cut off from it (link down, another primary, database down) acknowledge none, so heard
+ * followers fewer than those cannot meet the guard and are no reason to hold. Any unheard follower
+ * holds, as before. The hold ends with a report of the link down or another primary, the old
+ * primary's agent reporting, or the refusing-primary proof. Gates \`follower_unheard\`,
+ * \`follower_unheard_retarget\` (an offline shard's gate keeps to unheard followers: its
+ * target is deposed or a member of the set, docs/safety.md).
+ */
+export function linkedFollowers(
+  view: ShardView,
+  primaryId: string | undefined,
+  primary: Heartbeat | undefined,
+  exclude: string,
+): Heartbeat[] {
+  const all = followersAfter(view, primaryId, primary, exclude).map(({ heartbeat }) => heartbeat);
+  if (all.length === 0 || unheardFollowers(view, primaryId, primary, exclude).length > 0) return all;
+  const members = guardMembers(view.snapshot, primaryId) ?? [];
+  const cut = view.nodes.filter(
+    ({ heartbeat: node, heard }) =>
+      heard &&
+      members.includes(node.node_id) &&
+      (node.db_status !== "up" || node.primary_node_id !== primaryId || node.primary_link !== "up"),
+  );
+  return all.length >= cut.length ? all : [];
+}
+
+function followersAfter(
+  view: ShardView,
+  primaryId: string | undefined,
+  primary: Heartbeat | undefined,
+  exclude: string,
+): NodeView[] {
   // Without a set under the guard nothing is "outside" it (as \`unheardMembers\`, nothing is waited for).
   const members = guardMembers(view.snapshot, primaryId);
   if (members === undefined) return [];
   const since = primary === undefined ? Number.NEGATIVE_INFINITY : agentWrittenAt(primary);
   return view.nodes
     .filter(
-      ({ heartbeat: node, current }) =>
-        !current &&
+      ({ heartbeat: node }) =>
         node.node_id !== primaryId &&
         node.node_id !== exclude &&
         !members.includes(node.node_id) &&
@@ -203,8 +244,7 @@ export function unheardFollowers(
         node.primary_link === "up" &&
         agentWrittenAt(node) > since,
     )
-    .map(({ heartbeat }) => heartbeat)
-    .sort((a, b) => a.node_id.localeCompare(b.node_id));
+    .sort((a, b) => a.heartbeat.node_id.localeCompare(b.heartbeat.node_id));
 }
 
 /** Why a change of primary waits for unheard followers (gates \`follower_unheard\`, \`follower_unheard_offline\`, \`follower_unheard_retarget\`). */
@@ -215,13 +255,13 @@ export function followerUnheardReason(
 ): string {
   const each = followers.map(
     (node) =>
-      `${node.node_id}, outside ${primaryId}'s replica set, unheard for ${Math.max(0, Math.round(agentAgeMs(node, now) / 1000))} s` +
+      `${node.node_id}, outside ${primaryId}'s replica set, its agent last heard ${Math.max(0, Math.round(agentAgeMs(node, now) / 1000))} s ago` +
       ` (its agent's last report, after ${primaryId}'s agent's last: following ${primaryId} with its link up, last_txn_id ${node.last_txn_id})`,
   );
   return (
     `${each.join("; ")}: Redis counts it in WAIT and in the write guard, and ${primaryId}'s agent reported nothing since` +
-    ` that could have demanded it; it may hold acknowledged writes no other node has; waiting for its agent to report` +
-    ` (restart it), for ${primaryId}'s agent to report, or for ${primaryId} to be found refusing every write` +
+    ` that could have demanded it; it may hold acknowledged writes no other node has, and a report with its link up is no final offset;` +
+    ` waiting for its agent to report its link down or another primary (restart it if it is silent), for ${primaryId}'s agent to report, or for ${primaryId} to be found refusing every write` +
     " (docs/safety.md: after a primary failure, guarantee 3 assumes every replica's agent runs)"
   );
 }

@@ -7,8 +7,8 @@ import {
   cooldownReason,
   firstGate,
   type Gate,
+  linkedFollowers,
   quietIds,
-  unheardFollowers,
   unheardMembers,
   unheardOutsiders,
 } from "./gate.ts";
@@ -219,7 +219,7 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
     v.primaryId !== undefined &&
     (unheardMembers(v, v.primaryId, best.node_id).length > 0 ||
       unheardOutsiders(v, v.primary).length > 0 ||
-      unheardFollowers(v, v.primaryId, v.primary, best.node_id).length > 0)
+      linkedFollowers(v, v.primaryId, v.primary, best.node_id).length > 0)
       ? candidateHoldsRefusingPrimary(v, v.primaryId, best)
       : undefined;
   return {

@@ -2,10 +2,10 @@ import type { Candidate, Heartbeat, Lineage } from "../model.ts";
 import {
   candidateHoldsRefusingPrimary,
   followerUnheardReason,
+  linkedFollowers,
   memberUnheardReason,
   outsiderUnheardReason,
   REPLICA_AHEAD_GRACE,
-  unheardFollowers,
   unheardMembers,
   unheardOutsiders,
 } from "./gate.ts";
@@ -122,7 +122,7 @@ export const outsiderUnheardRule: TargetRule = (v, best) => {
  */
 export const followerUnheardRule: TargetRule = (v, best) => {
   if (v.primaryId === undefined) return undefined;
-  const followers = unheardFollowers(v, v.primaryId, v.primary, best.node_id);
+  const followers = linkedFollowers(v, v.primaryId, v.primary, best.node_id);
   if (followers.length === 0) return undefined;
   if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
   return followerUnheardReason(followers, v.primaryId, v.now);
