@@ -37,3 +37,30 @@ describe("the redis-server model", () => {
     });
   });
 });
+
+describe("the redis-server model's answer to the sampler", () => {
+  it("refuses a write sent after a hung primary wakes once its replicas left during the hang (its overdue cron runs first; seed 48242)", async () => {
+    // Prepare: a primary demanding both replicas within 2 s, as the write guard sets it.
+    const model = new ModelDriver();
+    await model.start();
+    try {
+      const a = model.cluster.servers.get("a");
+      if (!a) throw new Error("no server a");
+      await model.command("a", ["CONFIG", "SET", "min-replicas-max-lag", "2"]);
+      await model.command("a", ["CONFIG", "SET", "min-replicas-to-write", "2"]);
+      await model.sleep(1500);
+      const before = a.acceptsWrites();
+      // Act: a hangs 12 s; its replicas follow another node meanwhile; a wakes.
+      await model.pause("a");
+      await model.replicaOf("c", "b");
+      await model.command("b", ["REPLICAOF", "NO", "ONE"]);
+      await model.sleep(12_000);
+      await model.resume("a");
+      // Assess: in the tick it resumes a fresh write is refused (before: its count of before the hang admitted it).
+      expect(before).toBe(true);
+      expect(a.acceptsWrites()).toBe(false);
+    } finally {
+      model.stop();
+    }
+  });
+});
