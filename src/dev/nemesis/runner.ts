@@ -27,6 +27,7 @@ import {
   scheduleFaults,
 } from "./faults.ts";
 import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
+import { OnCallOperator } from "./on-call.ts";
 import { Random } from "./random.ts";
 import { DYNAMODB_INTERNAL_ERROR, DYNAMODB_THROTTLED, PASS, type ProxyMode, TcpProxy } from "./tcp-proxy.ts";
 import {
@@ -73,14 +74,28 @@ export function availabilityLimitMs(config: FailoverConfig): number {
   return 4 * config.failureTimeoutMs + PROMOTION_FENCE_WINDOW_MS + config.tickIntervalMs + 2000;
 }
 
+/** The priority the operator gives a priority-0 node that holds the most data. */
+const OPERATOR_PRIORITY = 100;
+
+/** How long the on-call operator takes to act on a page (OnCallOperator). */
+const OPERATOR_PAGE_MS = 10_000;
+
 /** How long the shard may stay offline after heal-all before the nemesis recovers it as an operator. */
 const OPERATOR_PATIENCE_MS = 20_000;
 
 /**
  * `shardguard recover` on the live node with the most data, when the controller reports the
- * offline shard has no candidate; what was done (or why nothing), as one sentence.
+ * offline shard has no candidate; what was done (or why nothing), as one sentence. When that node
+ * has priority 0 the operator does what the hold's reason says instead (gate
+ * `priority_zero_ahead_offline`): restarts its agent with a priority, and the controller brings the
+ * shard back on it. Recovering on a node with less would drop what only it holds (nemesis seed
+ * 4711: `recover --to node-3`, restarted from an older RDB, lost 3 writes node-1 held at priority 0).
  */
-async function recoverAsOperator(active: LocalCluster, config: FailoverConfig): Promise<string> {
+async function recoverAsOperator(
+  active: LocalCluster,
+  config: FailoverConfig,
+  givePriority: (id: string) => void,
+): Promise<string> {
   const snapshot = await active.snapshot();
   const decision = decide(snapshot, config, active.aws.clock.now());
   if (decision.kind !== "none" || decision.code !== "offline_no_candidate") {
@@ -90,11 +105,23 @@ async function recoverAsOperator(active: LocalCluster, config: FailoverConfig): 
   // earlier lineage (`prior_lineage`), and may hold more than any node that answers as itself.
   const now = active.aws.clock.now();
   const alive = snapshot.nodes
-    .filter((node) => isAlive(node, config, now) && node.priority > 0)
+    .filter((node) => isAlive(node, config, now))
     .map((node) => ({ node, data: dataLineageOf(node) }))
-    .sort((a, b) => b.data.last_txn_id - a.data.last_txn_id || a.node.node_id.localeCompare(b.node.node_id));
+    .sort(
+      (a, b) =>
+        b.data.last_txn_id - a.data.last_txn_id ||
+        Number(b.node.priority > 0) - Number(a.node.priority > 0) ||
+        a.node.node_id.localeCompare(b.node.node_id),
+    );
   const keep = alive[0];
   if (keep === undefined) return "not recovered: no live node";
+  if (keep.node.priority === 0) {
+    givePriority(keep.node.node_id);
+    return (
+      `operator: ${keep.node.node_id} holds the most data (lineage ${keep.data.repl_id} up to ${keep.data.last_txn_id}) ` +
+      `at priority 0: its agent restarted with --priority ${OPERATOR_PRIORITY}, for the controller to bring the shard back on it`
+    );
+  }
   const result = await active.runCli([
     "recover",
     "--shard",
@@ -206,6 +233,8 @@ export interface NemesisReport {
   readonly settled: boolean;
   /** What the nemesis did as an operator when the shard stayed offline after heal-all, if anything. */
   readonly operatorRecovery: string | undefined;
+  /** How often the on-call operator was paged: a priority-0 node alone held the data (OnCallOperator). */
+  readonly operatorPages: number;
   /** Commands an agent had received that `dup-commands` sent to its queue again. */
   readonly duplicatedCommands: number;
   readonly settleMs: number;
@@ -572,6 +601,19 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     writer.start();
     stray.start();
     sampler.start();
+    const onCall = new OnCallOperator({
+      history,
+      snapshot: () => active.snapshot(),
+      now: () => active.aws.clock.now(),
+      config,
+      givePriority: (id) => {
+        currentPriorities.set(id, OPERATOR_PRIORITY);
+        active.startAgent(id, { priority: OPERATOR_PRIORITY });
+      },
+      pageAfterMs: OPERATOR_PAGE_MS,
+      log: line,
+    });
+    onCall.start();
     line(
       `shard ${active.shard} online, primary ${observer.last?.primary_node_id} at epoch ${observer.last?.epoch}; logs in ${active.logDir}`,
     );
@@ -1339,9 +1381,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         // an operator would (docs/controller.md rule 7), keep the most data, and say so. Recorded
         // before it runs too: the epoch change it causes may be observed before it returns.
         history.append({ process: "nemesis", type: "invoke", f: "recover" });
-        operatorRecovery = await recoverAsOperator(active, config).catch(
-          (error) => `failed: ${errorMessage(error)}`,
-        );
+        operatorRecovery = await recoverAsOperator(active, config, (id) => {
+          currentPriorities.set(id, OPERATOR_PRIORITY);
+          active.startAgent(id, { priority: OPERATOR_PRIORITY });
+        }).catch((error) => `failed: ${errorMessage(error)}`);
         line(`shard offline after heal-all: ${operatorRecovery}`);
         history.append({ process: "nemesis", type: "info", f: "recover", value: { note: operatorRecovery } });
       }
@@ -1377,6 +1420,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     line(
       settled ? `settled in ${seconds(settleMs)} s` : `did NOT settle within ${seconds(settleTimeoutMs)} s`,
     );
+    onCall.stop();
     await writer.stop();
     await stray.stop();
     await sampler.stop();
@@ -1463,6 +1507,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       twoWritableInWindow: result.stats.twoWritableInWindow,
       settled,
       operatorRecovery,
+      operatorPages: onCall.pages,
       duplicatedCommands: duplicatesSent,
       settleMs,
       valid: result.valid,
@@ -1522,6 +1567,11 @@ export function formatReport(report: NemesisReport): string {
     `settled after heal-all:             ${report.settled ? `yes, in ${seconds(report.settleMs)} s` : "NO"}`,
     `commands sent again (dup-commands): ${report.duplicatedCommands}`,
     ...(report.operatorRecovery ? [`operator action:                    ${report.operatorRecovery}`] : []),
+    ...(report.operatorPages > 0
+      ? [
+          `operator paged (priority-0 holder): ${report.operatorPages} (given a priority after ${OPERATOR_PAGE_MS / 1000} s)`,
+        ]
+      : []),
     `verdict:                            ${report.valid === true ? "valid" : report.valid === false ? "INVALID" : "UNKNOWN"}`,
     ...report.violations.map((violation) => `  violation: ${violation}`),
     `history: ${report.historyPath}`,

@@ -1,0 +1,130 @@
+import type { FailoverConfig } from "../../core/config.ts";
+import { dataLineageOf, decide, isAlive } from "../../core/decide.ts";
+import { errorMessage } from "../../core/errors.ts";
+import type { ShardSnapshot } from "../../core/ports.ts";
+import type { FaultValue, History } from "./history.ts";
+
+/**
+ * The on-call engineer of a nemesis run, paged by one hold only: the controller keeps the shard
+ * from a node with priority 0 because that node alone holds writes the others lack (gates
+ * `priority_zero_ahead`, `priority_zero_ahead_offline`: "priority 0 is never promoted … or for an
+ * operator to give that node a priority"). Nothing but an operator lifts that hold, so the run
+ * plays one: `pageAfterMs` after the hold is first seen (the time to read the page), it restarts
+ * that node's agent with a priority and the controller takes it from there.
+ *
+ * The hold is recorded in the history as a fault of kind `operator-paged` (a negative id), from
+ * the first sight to the operator's act: the checker then judges guarantee 3 from the act on, as
+ * after any heal, and names the page as the cause of the stretch before it. Without this the
+ * priorities fault left a shard offline for 20 minutes (nemesis seed 4601) and the settle step's
+ * `recover` kept a node with less data (seeds 4601 and 4711: 549 and 3 writes lost).
+ */
+export class OnCallOperator {
+  readonly #history: History;
+  readonly #snapshot: () => Promise<ShardSnapshot>;
+  readonly #now: () => number;
+  readonly #config: FailoverConfig;
+  readonly #givePriority: (id: string) => void;
+  readonly #pageAfterMs: number;
+  readonly #log: (text: string) => void;
+  #timer: NodeJS.Timeout | undefined;
+  #busy = false;
+  #page: { readonly value: FaultValue; readonly seenAt: number } | undefined;
+  #pages = 0;
+
+  constructor(options: {
+    readonly history: History;
+    readonly snapshot: () => Promise<ShardSnapshot>;
+    readonly now: () => number;
+    readonly config: FailoverConfig;
+    readonly givePriority: (id: string) => void;
+    readonly pageAfterMs: number;
+    readonly log: (text: string) => void;
+  }) {
+    this.#history = options.history;
+    this.#snapshot = options.snapshot;
+    this.#now = options.now;
+    this.#config = options.config;
+    this.#givePriority = options.givePriority;
+    this.#pageAfterMs = options.pageAfterMs;
+    this.#log = options.log;
+  }
+
+  /** How many times the operator was paged. */
+  get pages(): number {
+    return this.#pages;
+  }
+
+  start(intervalMs = 1000): void {
+    this.#timer = setInterval(() => {
+      if (this.#busy) return;
+      this.#busy = true;
+      this.tick()
+        .catch((error) => this.#log(`on-call: ${errorMessage(error)}`))
+        .finally(() => {
+          this.#busy = false;
+        });
+    }, intervalMs);
+  }
+
+  /** Stops paging; an open page is closed as it stands (the final heal takes over). */
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+    if (this.#page) this.#close("the run ended");
+  }
+
+  /** One look at the shard, as the on-call engineer's dashboard shows it. */
+  async tick(): Promise<void> {
+    const snapshot = await this.#snapshot();
+    const now = this.#now();
+    const holder = priorityZeroHolder(snapshot, this.#config, now);
+    if (holder === undefined) {
+      if (this.#page) this.#close("the hold ended by itself");
+      return;
+    }
+    if (this.#page === undefined) {
+      this.#pages++;
+      const value: FaultValue = {
+        id: -1000 - this.#pages,
+        kind: "operator-paged",
+        target: "shard",
+        nodes: [holder],
+        note: `the controller holds for ${holder}, priority 0, the only node with all the data`,
+      };
+      this.#page = { value, seenAt: performance.now() };
+      this.#history.append({ process: "nemesis", type: "info", f: "inject", value });
+      this.#log(`  on-call: paged: the controller holds for ${holder} (priority 0, the most data)`);
+      return;
+    }
+    if (performance.now() - this.#page.seenAt < this.#pageAfterMs) return;
+    this.#givePriority(holder);
+    this.#close(`${holder}'s agent restarted with a priority`);
+  }
+
+  #close(note: string): void {
+    const page = this.#page;
+    if (!page) return;
+    this.#page = undefined;
+    this.#history.append({ process: "nemesis", type: "info", f: "heal", value: { ...page.value, note } });
+    this.#log(`  on-call: ${note}`);
+  }
+}
+
+/**
+ * The priority-0 node the controller holds for, when its decision is a priority-0 hold: the live
+ * priority-0 node with the most data. Undefined otherwise.
+ */
+export function priorityZeroHolder(
+  snapshot: ShardSnapshot,
+  config: FailoverConfig,
+  now: number,
+): string | undefined {
+  const decision = decide(snapshot, config, now);
+  if (decision.kind !== "none" || !decision.reason.includes("priority 0 is never promoted")) return undefined;
+  return snapshot.nodes
+    .filter((node) => node.priority === 0 && isAlive(node, config, now))
+    .sort(
+      (a, b) =>
+        dataLineageOf(b).last_txn_id - dataLineageOf(a).last_txn_id || a.node_id.localeCompare(b.node_id),
+    )[0]?.node_id;
+}

@@ -1,0 +1,65 @@
+import { describe, expect, it } from "vitest";
+import { History } from "../../src/dev/nemesis/history.ts";
+import { OnCallOperator, priorityZeroHolder } from "../../src/dev/nemesis/on-call.ts";
+import { aConfig, aShardWithStalePrimary, NOW } from "../support/builders.ts";
+
+/**
+ * The nemesis's on-call operator (seeds 4601 and 4711): a priority-0 node alone holding the data
+ * kept a shard offline until the settle step's `recover` kept a node with less (549 and 3 writes
+ * lost). The operator is paged by that hold only and gives the node a priority.
+ */
+
+/** Offline; r1, priority 0, holds more than r2. */
+function heldForPriorityZero() {
+  return aShardWithStalePrimary()
+    .offline()
+    .withNode({ node_id: "p1", ageMs: 20_000 })
+    .withNode({ node_id: "r1", priority: 0, last_txn_id: 1000 })
+    .withNode({ node_id: "r2", last_txn_id: 990 })
+    .build();
+}
+
+describe("the nemesis's on-call operator", () => {
+  it.each([
+    { name: "a priority-0 node alone holding the data", build: heldForPriorityZero, expected: "r1" },
+    {
+      name: "a priority-0 node behind the others (no hold)",
+      build: () =>
+        aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0, last_txn_id: 980 }).build(),
+      expected: undefined,
+    },
+  ])("names the node the controller holds for: $name", ({ build, expected }) => {
+    // Act
+    const holder = priorityZeroHolder(build(), aConfig(), NOW);
+    // Assess
+    expect(holder).toBe(expected);
+  });
+
+  it("records the page as a fault, gives the node a priority once the page delay passed, and records the act as its heal", async () => {
+    // Prepare
+    const history = new History();
+    const given: string[] = [];
+    const snapshot = heldForPriorityZero();
+    const onCall = new OnCallOperator({
+      history,
+      snapshot: async () => snapshot,
+      now: () => NOW,
+      config: aConfig(),
+      givePriority: (id) => given.push(id),
+      pageAfterMs: 0,
+      log: () => {},
+    });
+    // Act
+    await onCall.tick();
+    const afterPage = history.ops.map((op) => op.f);
+    await onCall.tick();
+    // Assess
+    expect(afterPage).toEqual(["inject"]);
+    expect(given).toEqual(["r1"]);
+    expect(history.ops.map((op) => `${op.f} ${(op.value as { kind: string }).kind}`)).toEqual([
+      "inject operator-paged",
+      "heal operator-paged",
+    ]);
+    expect(onCall.pages).toBe(1);
+  });
+});
