@@ -23,6 +23,17 @@ describe("the nemesis's on-call operator", () => {
   it.each([
     { name: "a priority-0 node alone holding the data", build: heldForPriorityZero, expected: "r1" },
     {
+      name: "a priority-0 node the only one on the shard's lineage (no eligible node)",
+      build: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withNode({ node_id: "p1", ageMs: 20_000 })
+          .withNode({ node_id: "r1", priority: 0, last_txn_id: 1000 })
+          .withNode({ node_id: "r2", repl_id: "other", primary_link: "down" })
+          .build(),
+      expected: "r1",
+    },
+    {
       name: "a priority-0 node behind the others (no hold)",
       build: () =>
         aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0, last_txn_id: 980 }).build(),

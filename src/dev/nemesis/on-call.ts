@@ -111,20 +111,36 @@ export class OnCallOperator {
 }
 
 /**
- * The priority-0 node the controller holds for, when its decision is a priority-0 hold: the live
- * priority-0 node with the most data. Undefined otherwise.
+ * The priority-0 node the controller holds for: the decision is a hold, and the same snapshot with
+ * that node given a priority is a promotion of it (whichever gate held: `priority_zero_ahead*`, or
+ * `no_eligible_node` when it is the only node on the lineage). Undefined otherwise.
  */
 export function priorityZeroHolder(
   snapshot: ShardSnapshot,
   config: FailoverConfig,
   now: number,
 ): string | undefined {
-  const decision = decide(snapshot, config, now);
-  if (decision.kind !== "none" || !decision.reason.includes("priority 0 is never promoted")) return undefined;
-  return snapshot.nodes
+  if (decide(snapshot, config, now).kind !== "none") return undefined;
+  const zeros = snapshot.nodes
     .filter((node) => node.priority === 0 && isAlive(node, config, now))
     .sort(
       (a, b) =>
         dataLineageOf(b).last_txn_id - dataLineageOf(a).last_txn_id || a.node_id.localeCompare(b.node_id),
-    )[0]?.node_id;
+    );
+  for (const zero of zeros) {
+    const given = {
+      ...snapshot,
+      nodes: snapshot.nodes.map((node) => (node === zero ? { ...node, priority: OPERATOR_GIVES } : node)),
+    };
+    const decision = decide(given, config, now);
+    if (
+      (decision.kind === "failover" || decision.kind === "bring_online") &&
+      decision.target.node_id === zero.node_id
+    )
+      return zero.node_id;
+  }
+  return undefined;
 }
+
+/** The priority the operator gives (the runner restarts the agent with it). */
+export const OPERATOR_GIVES = 100;

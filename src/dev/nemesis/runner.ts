@@ -27,7 +27,7 @@ import {
   scheduleFaults,
 } from "./faults.ts";
 import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
-import { OnCallOperator } from "./on-call.ts";
+import { OnCallOperator, OPERATOR_GIVES } from "./on-call.ts";
 import { Random } from "./random.ts";
 import { DYNAMODB_INTERNAL_ERROR, DYNAMODB_THROTTLED, PASS, type ProxyMode, TcpProxy } from "./tcp-proxy.ts";
 import {
@@ -74,9 +74,6 @@ export function availabilityLimitMs(config: FailoverConfig): number {
   return 4 * config.failureTimeoutMs + PROMOTION_FENCE_WINDOW_MS + config.tickIntervalMs + 2000;
 }
 
-/** The priority the operator gives a priority-0 node that holds the most data. */
-const OPERATOR_PRIORITY = 100;
-
 /** How long the on-call operator takes to act on a page (OnCallOperator). */
 const OPERATOR_PAGE_MS = 10_000;
 
@@ -119,7 +116,7 @@ async function recoverAsOperator(
     givePriority(keep.node.node_id);
     return (
       `operator: ${keep.node.node_id} holds the most data (lineage ${keep.data.repl_id} up to ${keep.data.last_txn_id}) ` +
-      `at priority 0: its agent restarted with --priority ${OPERATOR_PRIORITY}, for the controller to bring the shard back on it`
+      `at priority 0: its agent restarted with --priority ${OPERATOR_GIVES}, for the controller to bring the shard back on it`
     );
   }
   const result = await active.runCli([
@@ -155,6 +152,12 @@ export interface NemesisOptions {
   readonly causeWindowMs?: number;
   /** How long the final heal waits for one primary with every live node following it. @default 60000 */
   readonly settleTimeoutMs?: number;
+  /**
+   * How long a fault whose every target is busy with another fault waits for one to be free before
+   * it is skipped (a scale-down's drains can hold the primary for 30-50 s). 0 keeps the recorded
+   * runs' replays. @default 0
+   */
+  readonly busyWaitMs?: number;
   /** Passed to the schedule (gaps, concurrency, warm-up). */
   readonly schedule?: Partial<Pick<ScheduleOptions, "gapMinMs" | "gapMaxMs" | "maxConcurrent" | "warmupMs">>;
   /** Keep the agents' and controllers' logs (their temp dir) after the run. @default true */
@@ -607,8 +610,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       now: () => active.aws.clock.now(),
       config,
       givePriority: (id) => {
-        currentPriorities.set(id, OPERATOR_PRIORITY);
-        active.startAgent(id, { priority: OPERATOR_PRIORITY });
+        currentPriorities.set(id, OPERATOR_GIVES);
+        active.startAgent(id, { priority: OPERATOR_GIVES });
       },
       pageAfterMs: OPERATOR_PAGE_MS,
       log: line,
@@ -661,7 +664,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
 
     const resolveTargets = async (
       fault: ScheduledFault,
-    ): Promise<{ targets: string[]; why?: string; primary?: string }> => {
+    ): Promise<{ targets: string[]; why?: string; primary?: string; busy?: boolean }> => {
       const topology: Topology | undefined = await active.topology().catch(() => undefined);
       const primary = topology?.primary_node_id;
       const kindNeedsRedis =
@@ -707,6 +710,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             candidates.length === 0
               ? `no ${fault.target} (primary ${primary ?? "none"})`
               : `${fault.target} busy with another fault`,
+          busy: candidates.length > 0,
         };
       }
       if (fault.kind === "membership" && fault.params.change === "replace") {
@@ -1229,7 +1233,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     };
 
     const runFault = async (fault: ScheduledFault): Promise<void> => {
-      const { targets, why, primary: primaryAtInject } = await resolveTargets(fault);
+      let resolved = await resolveTargets(fault);
+      // Never past the run's end: the final heal takes over there.
+      const waitUntil = Math.min(
+        performance.now() + (options.busyWaitMs ?? 0),
+        started + options.minutes * 60_000,
+      );
+      while (resolved.busy && performance.now() < waitUntil && !options.signal?.aborted) {
+        await sleep(500);
+        resolved = await resolveTargets(fault);
+      }
+      const { targets, why, primary: primaryAtInject } = resolved;
       if (targets.length === 0) {
         skippedByKind.set(fault.kind, (skippedByKind.get(fault.kind) ?? 0) + 1);
         const text = `t=${seconds(history.elapsed())}s #${fault.id} ${describeFault(fault)} skipped: ${why}`;
@@ -1382,8 +1396,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         // before it runs too: the epoch change it causes may be observed before it returns.
         history.append({ process: "nemesis", type: "invoke", f: "recover" });
         operatorRecovery = await recoverAsOperator(active, config, (id) => {
-          currentPriorities.set(id, OPERATOR_PRIORITY);
-          active.startAgent(id, { priority: OPERATOR_PRIORITY });
+          currentPriorities.set(id, OPERATOR_GIVES);
+          active.startAgent(id, { priority: OPERATOR_GIVES });
         }).catch((error) => `failed: ${errorMessage(error)}`);
         line(`shard offline after heal-all: ${operatorRecovery}`);
         history.append({ process: "nemesis", type: "info", f: "recover", value: { note: operatorRecovery } });
