@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { FAULT_KINDS, type FaultKind, scheduleFaults } from "../../src/dev/nemesis/faults.ts";
-import { runNemesis } from "../../src/dev/nemesis/runner.ts";
+import { FAULT_KINDS, type FaultKind } from "../../src/dev/nemesis/faults.ts";
 import { NetLab } from "../../src/dev/netlab/netlab.ts";
+import { runSuiteNemesis } from "../support/suite-nemesis.ts";
 
 /**
  * A short nemesis run in the suite: 90 s of seeded, overlapping faults of every kind (but one, below) against a
@@ -27,30 +27,15 @@ describe("nemesis", () => {
   it("a 90-second fixed-seed run of combined faults of every kind keeps every guarantee the checker checks", {
     timeout: 420_000,
   }, async () => {
-    // Prepare
-    const schedule = scheduleFaults(SEED, {
-      minutes: MINUTES,
-      nodes: 3,
-      faults: FAULTS,
-      lockLeaseMs: 5000,
-      ...SCHEDULE,
-    });
-    const lines: string[] = [];
-    const started = performance.now();
-
-    // Act
-    const report = await runNemesis({
+    // Prepare, Act
+    const { schedule, report, log } = await runSuiteNemesis({
       seed: SEED,
       minutes: MINUTES,
       faults: FAULTS,
       schedule: SCHEDULE,
-      settleTimeoutMs: 45_000,
-      keepLogs: false,
-      onLine: (line) => lines.push(line),
     });
 
     // Assess
-    const log = `${lines.join("\n")}\n(${Math.round((performance.now() - started) / 1000)} s)`;
     const counts = Object.values(report.faultsByKind);
     const injected = counts.reduce((sum, kind) => sum + kind.injected, 0);
     expect(report.violations, `${log}\nviolations`).toEqual([]);
