@@ -24,6 +24,13 @@ export interface ShardguardStackProps extends StackProps {
   readonly alarmTopicArn?: string;
 }
 
+/**
+ * The most `nodes` one stack takes: each is an output (its policy's ARN), and CloudFormation allows
+ * 200 outputs a stack, 9 of which are the stack's own. A larger fleet gives the rest of its nodes
+ * their policies in another stack (`ShardguardController.addNode` or `grantAgent`, docs/deploy.md).
+ */
+export const MAX_STACK_NODES = 190;
+
 /** The deployable Shardguard stack: the controller construct plus what operators and agents need to find. */
 export class ShardguardStack extends Stack {
   public readonly controller: ShardguardController;
@@ -32,6 +39,12 @@ export class ShardguardStack extends Stack {
 
   constructor(scope: Construct, id: string, props: ShardguardStackProps = {}) {
     super(scope, id, props);
+    if ((props.nodes?.length ?? 0) > MAX_STACK_NODES) {
+      throw new ConfigurationError(
+        `nodes: ${props.nodes?.length} entries, but one stack takes at most ${MAX_STACK_NODES} (each is an output; ` +
+          "CloudFormation allows 200 a stack): give the rest their policies in another stack with addNode or grantAgent (docs/deploy.md)",
+      );
+    }
     const alarmActions = props.alarmTopicArn
       ? [new SnsAction(sns.Topic.fromTopicArn(this, "AlarmTopic", props.alarmTopicArn))]
       : [];

@@ -154,8 +154,10 @@ describe("crash fast path: a crash", () => {
 
     // Assess
     expect(after.primary_node_id).toBe(writable);
-    // The slow path needs the failure timeout (4 s) plus up to the 3 s promotion window.
-    expect(outageMs).toBeLessThan(CONFIG.failureTimeoutMs / 2);
+    // The slow path needs the failure timeout (4 s) plus up to the 3 s promotion window: anything
+    // shorter is the fast path (quiet: 1.2-1.4 s for the whole test; a loaded fresh-clone CI run
+    // measured a 2.09 s outage, past the half timeout this bound had been).
+    expect(outageMs).toBeLessThan(CONFIG.failureTimeoutMs);
     const record = await historyAt(cluster, after.epoch);
     expect(record.reason).toMatch(/saw its database die \((refused|reset)/);
     const promoted = linesWith(

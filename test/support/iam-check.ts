@@ -3,7 +3,7 @@ import path from "node:path";
 import { runSimulation, type Simulation } from "@cloud-copilot/iam-simulate";
 import { Template } from "aws-cdk-lib/assertions";
 import type { AgentIdentity } from "../../cdk/agent-policy.ts";
-import { ShardguardStack } from "../../cdk/shardguard-stack.ts";
+import { MAX_STACK_NODES, ShardguardStack } from "../../cdk/shardguard-stack.ts";
 import {
   type AwsCallRecord,
   type AwsPrincipal,
@@ -71,15 +71,32 @@ export class SynthesizedPolicies {
   readonly #agents = new Map<string, PolicyDocument[]>();
 
   constructor(nodes: readonly AgentIdentity[]) {
-    const stack = new ShardguardStack(cdkApp({ bundle: false }), "ShardguardIam", {
-      env: { account: ACCOUNT, region: REGION },
-      controller: { controllerEntry: FIXTURE_ENTRY, tableName: TABLE, queuePrefix: PREFIX },
-      nodes,
-    });
-    const template = Template.fromStack(stack).toJSON() as {
-      Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }>;
-    };
-    this.#resources = template.Resources;
+    // One stack holds at most MAX_STACK_NODES nodes (CloudFormation's 200 outputs): the suite's
+    // agents are synthesized in as many stacks as they need; the shared resources' logical ids are
+    // the same in each (the same construct paths), the node policies' differ.
+    const chunks: AgentIdentity[][] = [];
+    for (let from = 0; from < nodes.length || chunks.length === 0; from += MAX_STACK_NODES)
+      chunks.push(nodes.slice(from, from + MAX_STACK_NODES));
+    const stacks = chunks.map(
+      (chunk, index) =>
+        new ShardguardStack(cdkApp({ bundle: false }), `ShardguardIam${index}`, {
+          env: { account: ACCOUNT, region: REGION },
+          controller: { controllerEntry: FIXTURE_ENTRY, tableName: TABLE, queuePrefix: PREFIX },
+          nodes: chunk,
+        }),
+    );
+    this.#resources = Object.assign(
+      {},
+      ...stacks.map(
+        (stack) =>
+          (
+            Template.fromStack(stack).toJSON() as {
+              Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }>;
+            }
+          ).Resources,
+      ),
+    );
+    const stack = stacks[0] as ShardguardStack;
     const logicalId = (construct: { node: { defaultChild?: unknown } }) =>
       stack.getLogicalId(construct.node.defaultChild as never);
     this.#controller = this.#rolePolicies(logicalId(stack.controller.controllerRole));
