@@ -215,7 +215,13 @@ describe("agent commands", () => {
     expect(await redisRole(newNode)).toBe("master");
     expect(await redisRole(oldNode)).toBe("slave");
     expect(candidate.logger.find("command applied")?.attributes).toMatchObject({ commandType: "PROMOTE" });
-    expect(oldPrimary.logger.find("command applied")?.attributes).toMatchObject({ commandType: "REPLICAOF" });
+    // The heartbeat that shows the new role may be written before the command's log line (a
+    // fresh-clone CI run read the log in between): wait for the line, do not race it.
+    const applied = await waitFor(
+      () => oldPrimary.logger.find("command applied"),
+      "n1's command applied line",
+    );
+    expect(applied?.attributes).toMatchObject({ commandType: "REPLICAOF" });
   });
 
   it("ignores a command whose epoch is below the highest applied, with a log line", async () => {
