@@ -210,8 +210,9 @@ export function linkedFollowers(
   primary: Heartbeat | undefined,
   exclude: string,
 ): Heartbeat[] {
-  const all = followersAfter(view, primaryId, primary, exclude).map(({ heartbeat }) => heartbeat);
-  if (all.length === 0 || unheardFollowers(view, primaryId, primary, exclude).length > 0) return all;
+  const after = followersAfter(view, primaryId, primary, exclude);
+  const all = after.map(({ heartbeat }) => heartbeat);
+  if (all.length === 0 || after.some(({ current }) => !current)) return all;
   const members = guardMembers(view.snapshot, primaryId) ?? [];
   const cut = view.nodes.filter(
     ({ heartbeat: node, heard }) =>

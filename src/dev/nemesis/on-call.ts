@@ -1,6 +1,7 @@
 import type { FailoverConfig } from "../../core/config.ts";
 import { dataLineageOf, decide, isAlive } from "../../core/decide.ts";
 import { errorMessage } from "../../core/errors.ts";
+import type { Heartbeat } from "../../core/model.ts";
 import type { ShardSnapshot } from "../../core/ports.ts";
 import type { FaultValue, History } from "./history.ts";
 
@@ -121,12 +122,7 @@ export function priorityZeroHolder(
   now: number,
 ): string | undefined {
   if (decide(snapshot, config, now).kind !== "none") return undefined;
-  const zeros = snapshot.nodes
-    .filter((node) => node.priority === 0 && isAlive(node, config, now))
-    .sort(
-      (a, b) =>
-        dataLineageOf(b).last_txn_id - dataLineageOf(a).last_txn_id || a.node_id.localeCompare(b.node_id),
-    );
+  const zeros = mostDataFirst(snapshot, config, now).filter((node) => node.priority === 0);
   for (const zero of zeros) {
     const given = {
       ...snapshot,
@@ -144,3 +140,19 @@ export function priorityZeroHolder(
 
 /** The priority the operator gives (the runner restarts the agent with it). */
 export const OPERATOR_GIVES = 100;
+
+/**
+ * The live nodes, the one holding the most data first (a fenced node restarted from its RDB counts
+ * by the lineage it holds, \`dataLineageOf\`); among equals, a node with a priority first, then by id.
+ * What an operator reads in \`shardguard status\` to choose whose data to keep.
+ */
+export function mostDataFirst(snapshot: ShardSnapshot, config: FailoverConfig, now: number): Heartbeat[] {
+  return snapshot.nodes
+    .filter((node) => isAlive(node, config, now))
+    .sort(
+      (a, b) =>
+        dataLineageOf(b).last_txn_id - dataLineageOf(a).last_txn_id ||
+        Number(b.priority > 0) - Number(a.priority > 0) ||
+        a.node_id.localeCompare(b.node_id),
+    );
+}

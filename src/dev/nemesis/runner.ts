@@ -27,7 +27,7 @@ import {
   scheduleFaults,
 } from "./faults.ts";
 import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
-import { OnCallOperator, OPERATOR_GIVES } from "./on-call.ts";
+import { mostDataFirst, OnCallOperator, OPERATOR_GIVES } from "./on-call.ts";
 import { Random } from "./random.ts";
 import { DYNAMODB_INTERNAL_ERROR, DYNAMODB_THROTTLED, PASS, type ProxyMode, TcpProxy } from "./tcp-proxy.ts";
 import {
@@ -100,18 +100,9 @@ async function recoverAsOperator(
   }
   // What an operator reads in `shardguard status`: a fenced node restarted from its RDB holds its
   // earlier lineage (`prior_lineage`), and may hold more than any node that answers as itself.
-  const now = active.aws.clock.now();
-  const alive = snapshot.nodes
-    .filter((node) => isAlive(node, config, now))
-    .map((node) => ({ node, data: dataLineageOf(node) }))
-    .sort(
-      (a, b) =>
-        b.data.last_txn_id - a.data.last_txn_id ||
-        Number(b.node.priority > 0) - Number(a.node.priority > 0) ||
-        a.node.node_id.localeCompare(b.node.node_id),
-    );
-  const keep = alive[0];
-  if (keep === undefined) return "not recovered: no live node";
+  const node = mostDataFirst(snapshot, config, active.aws.clock.now())[0];
+  if (node === undefined) return "not recovered: no live node";
+  const keep = { node, data: dataLineageOf(node) };
   if (keep.node.priority === 0) {
     givePriority(keep.node.node_id);
     return (
@@ -604,15 +595,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     writer.start();
     stray.start();
     sampler.start();
+    // The operator gives a priority-0 node that alone holds the data a priority (on-call.ts).
+    const givePriority = (id: string) => {
+      currentPriorities.set(id, OPERATOR_GIVES);
+      active.startAgent(id, { priority: OPERATOR_GIVES });
+    };
     const onCall = new OnCallOperator({
       history,
       snapshot: () => active.snapshot(),
       now: () => active.aws.clock.now(),
       config,
-      givePriority: (id) => {
-        currentPriorities.set(id, OPERATOR_GIVES);
-        active.startAgent(id, { priority: OPERATOR_GIVES });
-      },
+      givePriority,
       pageAfterMs: OPERATOR_PAGE_MS,
       log: line,
     });
@@ -1395,10 +1388,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         // an operator would (docs/controller.md rule 7), keep the most data, and say so. Recorded
         // before it runs too: the epoch change it causes may be observed before it returns.
         history.append({ process: "nemesis", type: "invoke", f: "recover" });
-        operatorRecovery = await recoverAsOperator(active, config, (id) => {
-          currentPriorities.set(id, OPERATOR_GIVES);
-          active.startAgent(id, { priority: OPERATOR_GIVES });
-        }).catch((error) => `failed: ${errorMessage(error)}`);
+        operatorRecovery = await recoverAsOperator(active, config, givePriority).catch(
+          (error) => `failed: ${errorMessage(error)}`,
+        );
         line(`shard offline after heal-all: ${operatorRecovery}`);
         history.append({ process: "nemesis", type: "info", f: "recover", value: { note: operatorRecovery } });
       }

@@ -24,6 +24,8 @@ const REPL_TIMEOUT_MS = 60_000;
 const PING_MS = 10_000;
 /** A handshake that gets no answer is abandoned after this (connect + PSYNC). */
 const HANDSHAKE_TIMEOUT_MS = 5_000;
+/** The replication cron's period (Redis runs replicationCron once a second). */
+const CRON_MS = 1000;
 const ZERO_ID = "0".repeat(40);
 
 export type Reply = string | number | string[] | { readonly error: string };
@@ -195,12 +197,12 @@ export class RedisServer {
     this.runId = this.cluster.newReplid();
     this.syncFull = 0;
     this.syncPartialOk = 0;
-    this.sched.schedule(1000 * this.sched.random.next(), () => this.#cronLoop(), this.host);
+    this.sched.schedule(CRON_MS * this.sched.random.next(), () => this.#cronLoop(), this.host);
     this.onLifecycle("start");
   }
 
   #cronLoop(): void {
-    this.sched.schedule(1000, () => this.#cronLoop());
+    this.sched.schedule(CRON_MS, () => this.#cronLoop());
     this.cron();
   }
 
@@ -713,7 +715,7 @@ export class RedisServer {
     if (!this.up || this.sched.isPaused(this.host) || this.role !== "master") return false;
     if (this.pausedUntil > this.sched.now) return false;
     const min = Number(this.config.get("min-replicas-to-write") ?? 0);
-    const good = this.sched.now - this.#cronAt > 1000 ? this.#countGoodReplicas() : this.goodReplicas;
+    const good = this.sched.now - this.#cronAt > CRON_MS ? this.#countGoodReplicas() : this.goodReplicas;
     return !(min > 0 && good < min);
   }
 
