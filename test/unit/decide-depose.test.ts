@@ -31,7 +31,14 @@ describe("decide: a deposing promotion of a node outside the old primary's set",
       r1: { primary_probe: "fenced" as const },
       depose: "p1",
     },
-    { name: "it is a member of the set (no deposing needed)", r1: {}, members: ["r1"], depose: undefined },
+    {
+      name: "it is a member of the set (no deposing needed)",
+      r1: {},
+      // r2 a member too: a heard replica outside the set with its link up would hold a member's
+      // promotion (gate follower_unheard_offline, decide-follower.test.ts).
+      members: ["r1", "r2"],
+      depose: undefined,
+    },
   ])("brings the shard online on r1 when $name", ({ r1, members, depose }) => {
     // Prepare
     const snapshot = aShardWithOutsider(r1, members);

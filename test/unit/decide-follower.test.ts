@@ -49,6 +49,16 @@ function split(followerAgeMs: number, extra: Partial<HeartbeatInput> = {}) {
     .withNode(follower("r2", followerAgeMs, extra));
 }
 
+/** Offline, p1's agent killed 60 s ago, r1 its one member and the target, cut off from it; `r2` outside the set. */
+function offlineOnMember(r2: Partial<HeartbeatInput> & { node_id: string; ageMs?: number }) {
+  return aShardWithStalePrimary(60_000)
+    .offline()
+    .guardedBy(["r1"])
+    .withNode({ node_id: "p1", ageMs: 60_000, agent_updated: (NOW - 60_000) * 1000 })
+    .withNode(member("r1", 1000))
+    .withNode(r2);
+}
+
 function outcome(decision: Decision): Record<string, unknown> {
   return decision.kind === "none"
     ? { kind: "none", code: decision.code }
@@ -143,6 +153,33 @@ describe("decide: a replica outside the set followed the old primary after its a
           .withNode({ node_id: "r1", last_txn_id: 1000, keepalive_ms: KEEPALIVE })
           .withNode(follower("r2", 40_000)),
       expected: { kind: "none", code: "follower_unheard" },
+    },
+    {
+      name: "an offline shard is not brought back on a member while a heard follower's last report had its link up (no final offset; the residual closed after the fifth session)",
+      build: () => offlineOnMember({ ...follower("r2", 900, { last_txn_id: 990 }), ageMs: 3_500 }),
+      expected: { kind: "none", code: "follower_unheard" },
+    },
+    {
+      name: "an offline shard is brought back on the member once that heard follower reports its link down",
+      build: () => offlineOnMember(follower("r2", 200, { last_txn_id: 990, primary_link: "down" })),
+      expected: { kind: "bring_online", target: "r1" },
+    },
+    {
+      name: "an offline shard is brought back on a deposing target past a heard follower (it fences the old primary and catches up with its final offset first)",
+      build: () =>
+        aShardWithStalePrimary(60_000)
+          .offline()
+          .guardedBy([])
+          .withNode({ node_id: "p1", ageMs: 60_000, agent_updated: (NOW - 60_000) * 1000 })
+          .withNode({
+            node_id: "r1",
+            last_txn_id: 1000,
+            primary_link: "up",
+            primary_probe: "ok",
+            keepalive_ms: KEEPALIVE,
+          })
+          .withNode({ ...follower("r2", 900, { last_txn_id: 990 }), ageMs: 3_500 }),
+      expected: { kind: "bring_online", target: "r1" },
     },
     {
       name: "a healthy primary with an unheard follower is healthy (the rule costs nothing while nothing fails)",

@@ -201,8 +201,8 @@ export function unheardFollowers(
  * followers fewer than those cannot meet the guard and are no reason to hold. Any unheard follower
  * holds, as before. The hold ends with a report of the link down or another primary, the old
  * primary's agent reporting, or the refusing-primary proof. Gates \`follower_unheard\`,
- * \`follower_unheard_retarget\` (an offline shard's gate keeps to unheard followers: its
- * target is deposed or a member of the set, docs/safety.md).
+ * \`follower_unheard_retarget\`, and \`follower_unheard_offline\` for a member's promotion (a
+ * deposing one catches up with the fenced old primary's final offset: unheard followers only).
  */
 export function linkedFollowers(
   view: ShardView,

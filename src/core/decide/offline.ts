@@ -8,6 +8,7 @@ import {
   firstGate,
   followerUnheardReason,
   type Gate,
+  linkedFollowers,
   memberUnheardReason,
   outsiderUnheardReason,
   quietIds,
@@ -146,12 +147,19 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
   {
     name: "follower_unheard_offline",
     code: "follower_unheard",
-    // As follower_unheard, against the last report of the old primary the stored lineage names.
+    // As follower_unheard, against the last report of the old primary the stored lineage names. A
+    // deposing promotion (the target outside the old primary's set) fences the old primary and
+    // catches up with its final offset before it detaches, so what a heard follower acknowledged is
+    // in that offset: only unheard followers hold it. Any other target (a member) detaches while a
+    // heard follower with its link up may keep the old primary's guard met: it holds, as online.
     invariant: [1],
     primaryStale: false,
     test: (v) =>
       heldByOldPrimaryReport(v, ({ old, oldId, best }) => {
-        const followers = unheardFollowers(v, oldId, old, best.node_id);
+        const followers =
+          v.target !== undefined && unfencedOldPrimary(v, best, v.target.lineage) !== undefined
+            ? unheardFollowers(v, oldId, old, best.node_id)
+            : linkedFollowers(v, oldId, old, best.node_id);
         return followers.length === 0 ? undefined : followerUnheardReason(followers, oldId, v.now);
       }),
   },
