@@ -249,7 +249,8 @@ async function unfence(ctx: AgentContext, plan: WriteGuardPlan, minReplicas: num
 
 /**
  * Brings the database in line with the plan and, under the guard, the stored replica set: a
- * joiner is demanded by the database before the store lists it; a leaver is removed from the store
+ * joiner is demanded by the database before the store lists it, except that a fence is lifted only
+ * after the store lists the joiners (nothing is writable until then); a leaver is removed from the store
  * (only while the topology still names this primary) before the database stops demanding it.
  */
 export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo): Promise<WriteGuardPlan> {
@@ -265,6 +266,15 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
   }
   let minReplicas = plan.kind === "guard" ? plan.minReplicas : 0;
   const epoch = ctx.lastTopology?.epoch;
+  // A fence is lifted only once the store lists every member the guard will demand. The
+  // controller waits for an unheard member it knows of (gate member_unheard); one the database
+  // demands but the store does not list may acknowledge writes nobody waits for (nemesis seed
+  // 5103: a new primary lifted its promotion fence with {node-1, node-2} demanded while its
+  // "replica set add" timed out, an AZ split put node-1 on its side, and node-2 was promoted past
+  // 100 writes node-1 acknowledged). While fenced nothing is writable, so listing first cannot make
+  // the controller count on a demand the database lacks; an open primary keeps the order below.
+  const lifting = ctx.state.state.fence !== undefined || ctx.appliedGuard === "fence";
+  if (lifting) await storeJoiners(ctx, plan);
   if (
     ctx.appliedGuard !== appliedKey(plan, minReplicas) ||
     ctx.appliedGuardEpoch !== epoch ||
@@ -278,15 +288,7 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
     ctx.appliedGuardEpoch = epoch;
   }
   const topology = ctx.lastTopology;
-  if (plan.join.length > 0) {
-    await withStoreTimeout(
-      ctx.deps.replicaSets.add(ctx.shard, ctx.nodeId, plan.join),
-      ctx.storeTimeoutMs,
-      "replica set add",
-    );
-    ctx.guardMembers = [...new Set([...ctx.guardMembers, ...plan.join])].sort();
-    ctx.logger.info("replicas joined the replica set", { replicas: plan.join, ...ctx.epochContext });
-  }
+  if (!lifting) await storeJoiners(ctx, plan);
   if (plan.leave.length > 0 && ctx.confirmed === true) {
     const removed = await withStoreTimeout(
       ctx.deps.replicaSets.removeWhilePrimary(ctx.shard, ctx.nodeId, plan.leave, topology?.epoch),
@@ -313,6 +315,18 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
     });
   }
   return plan;
+}
+
+/** Lists the plan's joiners in the stored replica set (a store call under the store timeout). */
+async function storeJoiners(ctx: AgentContext, plan: WriteGuardPlan): Promise<void> {
+  if (plan.kind === "fence" || plan.kind === "replica" || plan.join.length === 0) return;
+  await withStoreTimeout(
+    ctx.deps.replicaSets.add(ctx.shard, ctx.nodeId, plan.join),
+    ctx.storeTimeoutMs,
+    "replica set add",
+  );
+  ctx.guardMembers = [...new Set([...ctx.guardMembers, ...plan.join])].sort();
+  ctx.logger.info("replicas joined the replica set", { replicas: plan.join, ...ctx.epochContext });
 }
 
 /** Like `enforceWriteGuard`, logging instead of throwing (loops and timers). */

@@ -155,7 +155,7 @@ describe("decide: a replica outside the set followed the old primary after its a
       expected: { kind: "none", code: "follower_unheard" },
     },
     {
-      name: "an offline shard is not brought back on a member while a heard follower's last report had its link up (no final offset; the residual closed after the fifth session)",
+      name: "an offline shard is not brought back on a member while a heard follower's last report had its link up",
       build: () => offlineOnMember({ ...follower("r2", 900, { last_txn_id: 990 }), ageMs: 3_500 }),
       expected: { kind: "none", code: "follower_unheard" },
     },
@@ -165,7 +165,7 @@ describe("decide: a replica outside the set followed the old primary after its a
       expected: { kind: "bring_online", target: "r1" },
     },
     {
-      name: "an offline shard is brought back on a deposing target past a heard follower (it fences the old primary and catches up with its final offset first)",
+      name: "an offline shard is brought back on a deposing target past a heard follower",
       build: () =>
         aShardWithStalePrimary(60_000)
           .offline()
