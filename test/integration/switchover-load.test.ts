@@ -91,6 +91,17 @@ describe("switchover under a steady WAIT 1 writer (default timings)", () => {
           40_000,
           100,
         ).catch(() => false));
+      // A switchover targets a member of the primary's replica set (the CLI refuses
+      // "not in <primary>'s replica set" otherwise). The old primary of the last round joins the
+      // new one's set once it has synced; a fresh-clone CI run under load started round 2 before
+      // that and was refused. Wait for it, as an operator reading `shardguard status` would.
+      if (current !== undefined) {
+        await waitFor(
+          async () => ((await active.snapshot()).replicaSets[current] ?? []).includes(to) || undefined,
+          `${to} in ${current}'s replica set`,
+          30_000,
+        );
+      }
       const startedAt = performance.now();
       const result = await shardguard(active, "switchover", "--shard", active.shard, "--to", to, "--json");
       const returnedAt = performance.now();

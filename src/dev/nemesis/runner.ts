@@ -723,8 +723,15 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
       if (fault.kind === "kill-redis" || fault.kind === "restart-as-replica") {
         // A kill destroys its node's copy: only while another node holds the data (src/dev/nemesis/copies.ts).
+        // A replica keeps its copy through the primary's restart only while its agent runs, free
+        // to park it: Redis resyncs a replica from the restarted (older) process (docs/safety.md,
+        // guarantee 1's assumption; seed 5103: primary node-1 restarted from its RDB while both
+        // replicas' agents were dead, and both replicas resynced from it).
         const roles = await memberRoles();
-        free = free.filter((id) => intactCopies(id, roles, primary).length > 0);
+        const parkable = (id: string) => active.agentRunning(id) && !busy.has(`agent:${id}`);
+        free = free.filter((id) =>
+          intactCopies(id, roles, primary).some((copy) => copy === primary || parkable(copy)),
+        );
         if (free.length === 0) {
           return {
             targets: [],
