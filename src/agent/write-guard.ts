@@ -273,7 +273,8 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
   // "replica set add" timed out, an AZ split put node-1 on its side, and node-2 was promoted past
   // 100 writes node-1 acknowledged). While fenced nothing is writable, so listing first cannot make
   // the controller count on a demand the database lacks; an open primary keeps the order below.
-  const lifting = ctx.state.state.fence !== undefined || ctx.appliedGuard === "fence";
+  // (\`state.fence\` is set with every fence, by this file and the crash watch, and survives restarts.)
+  const lifting = ctx.state.state.fence !== undefined;
   if (lifting) await storeJoiners(ctx, plan);
   if (
     ctx.appliedGuard !== appliedKey(plan, minReplicas) ||
@@ -318,8 +319,8 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
 }
 
 /** Lists the plan's joiners in the stored replica set (a store call under the store timeout). */
-async function storeJoiners(ctx: AgentContext, plan: WriteGuardPlan): Promise<void> {
-  if (plan.kind === "fence" || plan.kind === "replica" || plan.join.length === 0) return;
+async function storeJoiners(ctx: AgentContext, plan: { readonly join: readonly string[] }): Promise<void> {
+  if (plan.join.length === 0) return;
   await withStoreTimeout(
     ctx.deps.replicaSets.add(ctx.shard, ctx.nodeId, plan.join),
     ctx.storeTimeoutMs,

@@ -30,34 +30,7 @@ afterEach(async () => {
   await fixture.close();
 });
 
-/**
- * What a controller writes before it sends a change's commands (an agent obeys a command only when
- * it fits the topology): the shard `kind` from `from` to `to` at `epoch`, with no topology before.
- */
-async function planChange(
-  kind: "failover" | "switchover",
-  epoch: number,
-  from: { readonly id: string; readonly address: string },
-  to: { readonly id: string; readonly address: string },
-): Promise<void> {
-  await fixture.setTopology(undefined, {
-    epoch,
-    primary_node_id: from.id,
-    primary_address: from.address,
-    status: "failing_over",
-    phase: kind === "switchover" ? "catch_up" : "promote",
-    failover: {
-      kind,
-      old_primary_node_id: from.id,
-      new_primary_node_id: to.id,
-      new_primary_address: to.address,
-      reason: "test",
-      started_at: Date.now(),
-      candidates: [],
-      phase_started: {},
-    },
-  });
-}
+const planChange: AgentFixture["planChange"] = (...args) => fixture.planChange(...args);
 
 const failoverAt1 = (from: RedisNode, to: RedisNode) =>
   planChange("failover", 1, { id: "n1", address: from.address }, { id: "n2", address: to.address });

@@ -1,13 +1,13 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { type AgentHandle, startAgent } from "../../src/agent/agent.ts";
 import type { ReplicaSetStore } from "../../src/core/ports.ts";
-import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   AgentFixture,
   FAST_TIMINGS,
   RecordingHeartbeatStore,
   RecordingLogger,
 } from "../support/agent-harness.ts";
+import { probeWrite } from "../support/chaos-cluster.ts";
 import { waitFor } from "../support/wait.ts";
 
 /**
@@ -29,39 +29,6 @@ afterEach(async () => {
   candidate = undefined;
   await fixture.close();
 });
-
-async function planFailover(from: RedisNode, to: RedisNode): Promise<void> {
-  await fixture.setTopology(undefined, {
-    epoch: 1,
-    primary_node_id: "n1",
-    primary_address: from.address,
-    status: "failing_over",
-    phase: "promote",
-    failover: {
-      kind: "failover",
-      old_primary_node_id: "n1",
-      new_primary_node_id: "n2",
-      new_primary_address: to.address,
-      reason: "test",
-      started_at: Date.now(),
-      candidates: [],
-      phase_started: {},
-    },
-  });
-}
-
-/** Whether a write to `node` is taken now (false: refused by its guard). */
-async function takesWrites(node: RedisNode, key: string): Promise<boolean> {
-  const client = node.client({ maxRetriesPerRequest: 0 });
-  try {
-    await client.set(key, "x");
-    return true;
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
 
 describe("a new primary's promotion fence", () => {
   it("stays up while the store does not list the members its guard demands, and lifts once it does", {
@@ -96,7 +63,12 @@ describe("a new primary's promotion fence", () => {
       { ...fixture.depsFrom(fixture.aws, heartbeats, logger), replicaSets },
     );
     await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "replica link up");
-    await planFailover(oldNode, newNode);
+    await fixture.planChange(
+      "failover",
+      1,
+      { id: "n1", address: oldNode.address },
+      { id: "n2", address: newNode.address },
+    );
 
     // Act: n2 promoted; n1 repointed to it (the member its guard will demand).
     await fixture.send("n2", fixture.command("PROMOTE", 1));
@@ -127,7 +99,7 @@ describe("a new primary's promotion fence", () => {
     // Assess: n2 refuses writes while n1 is demanded but not listed; opens once the store answers.
     const stored = (await fixture.snapshot()).replicaSets.n2 ?? [];
     expect(stored).not.toContain("n1");
-    expect(await takesWrites(newNode, "while-unlisted")).toBe(false);
+    expect((await probeWrite(newNode, "while-unlisted")).accepted).toBe(false);
     expect(logger.find("write fence lifted")).toBeUndefined();
     storeAnswers = true;
     await waitFor(
@@ -135,7 +107,7 @@ describe("a new primary's promotion fence", () => {
       "n1 listed in n2's replica set",
     );
     await waitFor(
-      async () => ((await takesWrites(newNode, "after-listed")) ? true : undefined),
+      async () => (await probeWrite(newNode, "after-listed")).accepted || undefined,
       "n2 taking writes",
     );
     expect(logger.find("write fence lifted")).toBeDefined();

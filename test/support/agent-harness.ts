@@ -207,6 +207,35 @@ export class AgentFixture {
     if (!written) throw new Error(`topology of ${this.shard} is not at epoch ${expectedEpoch}`);
   }
 
+  /**
+   * What a controller writes before it sends a change's commands (an agent obeys a command only
+   * when it fits the topology): the shard `kind` from `from` to `to` at `epoch`, with no topology before.
+   */
+  async planChange(
+    kind: "failover" | "switchover",
+    epoch: number,
+    from: { readonly id: string; readonly address: string },
+    to: { readonly id: string; readonly address: string },
+  ): Promise<void> {
+    await this.setTopology(undefined, {
+      epoch,
+      primary_node_id: from.id,
+      primary_address: from.address,
+      status: "failing_over",
+      phase: kind === "switchover" ? "catch_up" : "promote",
+      failover: {
+        kind,
+        old_primary_node_id: from.id,
+        new_primary_node_id: to.id,
+        new_primary_address: to.address,
+        reason: "test",
+        started_at: Date.now(),
+        candidates: [],
+        phase_started: {},
+      },
+    });
+  }
+
   /** One redis-server node, primary `nodeId` of the shard's topology: online at epoch 0. */
   async onlinePrimary(nodeId = "n1"): Promise<RedisNode> {
     const [node] = await this.startRedis(1);

@@ -154,14 +154,19 @@ export function priorHoldersAhead(v: OfflineView, best: Candidate, lineage: Line
  */
 export function heldByOldPrimaryReport(
   v: OfflineView,
-  rule: (at: { best: Candidate; oldId: string; old: Heartbeat | undefined }) => string | undefined,
+  rule: (at: {
+    best: Candidate;
+    lineage: Lineage;
+    oldId: string;
+    old: Heartbeat | undefined;
+  }) => string | undefined,
 ): string | undefined {
   if (v.target === undefined) return undefined;
   const { best, lineage } = v.target;
   const oldId = lineage.node_id;
   if (oldId === undefined) return undefined;
   if (best.node_id === oldId && ownRun(v, best.node_id, lineage)) return undefined;
-  const reason = rule({ best, oldId, old: v.snapshot.nodes.find((node) => node.node_id === oldId) });
+  const reason = rule({ best, lineage, oldId, old: v.snapshot.nodes.find((node) => node.node_id === oldId) });
   return reason === undefined
     ? undefined
     : `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${reason}`;

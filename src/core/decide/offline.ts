@@ -155,9 +155,9 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
     invariant: [1],
     primaryStale: false,
     test: (v) =>
-      heldByOldPrimaryReport(v, ({ old, oldId, best }) => {
+      heldByOldPrimaryReport(v, ({ old, oldId, best, lineage }) => {
         const followers =
-          v.target !== undefined && unfencedOldPrimary(v, best, v.target.lineage) !== undefined
+          unfencedOldPrimary(v, best, lineage) !== undefined
             ? unheardFollowers(v, oldId, old, best.node_id)
             : linkedFollowers(v, oldId, old, best.node_id);
         return followers.length === 0 ? undefined : followerUnheardReason(followers, oldId, v.now);
