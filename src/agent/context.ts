@@ -203,6 +203,11 @@ export class AgentContext {
     return this.schedule.lastHeartbeat;
   }
 
+  /** The last heartbeat built from a database answer, written or not (\`schedule\`). */
+  get lastAnswered(): HeartbeatInput | undefined {
+    return this.schedule.lastAnswered;
+  }
+
   /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */
   get lastHeartbeatWrittenAt(): number {
     return this.schedule.lastWrittenAt;

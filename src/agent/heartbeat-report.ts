@@ -69,10 +69,12 @@ function priorLineageOf(info: ReplicationInfo): HeartbeatInput["prior_lineage"] 
 
 /**
  * The heartbeat of a database that does not answer, or answers as a process that restarted
- * without its data (fenced): the agent is alive, the database it served is not. `last_updated`
- * keeps its old value so the controller sees the database's age, never the agent's; `repl_id` and
- * `last_txn_id` stay the dead process's. `prior_lineage` is what the restarted process answering
- * now (`restarted`) holds of an earlier lineage: read this cycle, never carried over.
+ * without its data (fenced): the agent is alive, the database it served is not. Built on the
+ * report of the database's last answer, written or not (\`lastAnswered\`): \`last_updated\` keeps
+ * that answer's time so the controller sees the database's age, never the agent's; \`repl_id\` and
+ * \`last_txn_id\` stay the dead process's last (what it may have acknowledged: gate
+ * \`replica_down_ahead\`). \`prior_lineage\` is what the restarted process answering now
+ * (\`restarted\`) holds of an earlier lineage: read this cycle, never carried over.
  */
 function downHeartbeat(
   ctx: AgentContext,
@@ -80,7 +82,8 @@ function downHeartbeat(
   nowMs: number,
   restarted?: ReplicationInfo,
 ): HeartbeatInput | undefined {
-  const previous = ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
+  const previous =
+    ctx.lastAnswered ?? ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
   if (previous === undefined) return undefined;
   const { prior_lineage: _carried, store_resumed_at: _resumed, outsiders, ...kept } = previous;
   const heartbeat: HeartbeatInput = {
@@ -119,10 +122,10 @@ export function buildHeartbeat(
   answeredFrom: number | undefined,
 ): HeartbeatInput | undefined {
   // A restarted primary reports itself down with its old lineage: its new data is nobody's.
-  const heartbeat =
-    info && !ctx.dbRestarted
-      ? heartbeatFromInfo(ctx, info, now, probed, answeredFrom)
-      : downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
+  const answered =
+    info && !ctx.dbRestarted ? heartbeatFromInfo(ctx, info, now, probed, answeredFrom) : undefined;
+  if (answered !== undefined) ctx.schedule.lastAnswered = answered;
+  const heartbeat = answered ?? downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
   const resumedAt = ctx.store.resumedAtFor(now);
   if (heartbeat !== undefined && resumedAt !== undefined) heartbeat.store_resumed_at = resumedAt;
   return heartbeat;

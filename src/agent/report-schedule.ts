@@ -13,8 +13,15 @@ export class ReportSchedule {
    * failed store call, when woken or asked by a command.
    */
   storeRequested = true;
-  /** The last heartbeat written, the template for `db_status: down` heartbeats. */
+  /** The last heartbeat written. */
   lastHeartbeat: HeartbeatInput | undefined;
+  /**
+   * The last heartbeat built from a database answer, written or not (a store cut off, a quiet
+   * cycle): the template for \`db_status: down\` heartbeats, so that they carry the dead process's
+   * last offset, not the one of the last write (nemesis 5301: a replica cut off from the store
+   * acknowledged writes, died, and its down report showed the offset of before the cut).
+   */
+  lastAnswered: HeartbeatInput | undefined;
   /** What the last heartbeat written said, volatile fields left out (`reportSignature`). */
   writtenSignature: string | undefined;
   /** Monotonic ms of the last heartbeat write that succeeded (start time before the first). */

@@ -3,13 +3,14 @@ import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { NetLab } from "../../src/dev/netlab/netlab.ts";
 import {
   CHAOS_CONFIG,
-  countKeys,
+  expectKeysEverywhere,
   shortenReplicationTimeout,
   startChaosCluster,
   WAIT_MS,
   waitForFollowers,
   waitForHold,
   waitForMembers,
+  waitForSettled,
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
@@ -134,32 +135,13 @@ describe.runIf(unavailable === undefined)(
       active.startAgent("node-1");
       // The shard settles on whichever primary the controller keeps or chooses once node-1's agent
       // is back (a later failover to a node holding everything is allowed; the count below judges it).
-      await active.waitFor(
-        "every node following the shard's primary",
-        async () => {
-          const topology = await active.topology();
-          const primary = topology?.primary_node_id;
-          if (topology?.status !== "online" || primary === undefined) return false;
-          const snapshot = await active.snapshot();
-          return ["node-1", "node-2", "node-3"]
-            .filter((id) => id !== primary)
-            .every((id) => {
-              const heartbeat = active.heartbeatOf(snapshot, id);
-              return (
-                heartbeat?.role === "replica" &&
-                heartbeat.primary_node_id === primary &&
-                heartbeat.primary_link === "up"
-              );
-            });
-        },
-        WAIT_MS,
-      );
+      await waitForSettled(active);
 
       // Assess: every write node-3 alone acknowledged is on the primary and on every replica.
-      for (const id of ["node-1", "node-2", "node-3"]) {
-        expect(await countKeys(active.node(id), `${PREFIX}:ahead`, acked), id).toBe(acked);
-        expect(await countKeys(active.node(id), `${PREFIX}:before`, BEFORE), id).toBe(BEFORE);
-      }
+      await expectKeysEverywhere(active, [
+        [`${PREFIX}:ahead`, acked],
+        [`${PREFIX}:before`, BEFORE],
+      ]);
     });
   },
 );

@@ -1,4 +1,5 @@
 import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../../src/core/config.ts";
+import type { Decision } from "../../src/core/decide.ts";
 import {
   type FailoverPhase,
   type FailoverState,
@@ -172,4 +173,11 @@ export function aHealthyShard(): ShardBuilder {
 
 export function aShardWithStalePrimary(ageMs = 10_000): ShardBuilder {
   return new ShardBuilder().withStalePrimary(ageMs);
+}
+
+/** A decision as a table row compares it: the code of a hold, or the kind and target of an action. */
+export function outcome(decision: Decision): Record<string, unknown> {
+  return decision.kind === "none"
+    ? { kind: "none", code: decision.code }
+    : { kind: decision.kind, target: "target" in decision ? decision.target.node_id : undefined };
 }

@@ -227,6 +227,50 @@ export async function countKeys(node: RedisNode, prefix: string, count: number):
   });
 }
 
+/**
+ * Waits until the shard is online and every node but its primary reports itself its replica with
+ * the link up: whichever primary the controller kept or chose (the tests judge it by the data).
+ */
+export async function waitForSettled(
+  cluster: LocalCluster,
+  ids: readonly string[] = ["node-1", "node-2", "node-3"],
+): Promise<void> {
+  await cluster.waitFor(
+    "every node following the shard's primary",
+    async () => {
+      const topology = await cluster.topology();
+      const primary = topology?.primary_node_id;
+      if (topology?.status !== "online" || primary === undefined) return false;
+      const snapshot = await cluster.snapshot();
+      return ids
+        .filter((id) => id !== primary)
+        .every((id) => {
+          const heartbeat = cluster.heartbeatOf(snapshot, id);
+          return (
+            heartbeat?.role === "replica" &&
+            heartbeat.primary_node_id === primary &&
+            heartbeat.primary_link === "up"
+          );
+        });
+    },
+    WAIT_MS,
+  );
+}
+
+/** Asserts that each of \`ids\` holds every key \`<prefix>:0..count-1\` of each \`[prefix, count]\`. */
+export async function expectKeysEverywhere(
+  cluster: LocalCluster,
+  sets: ReadonlyArray<readonly [string, number]>,
+  ids: readonly string[] = ["node-1", "node-2", "node-3"],
+): Promise<void> {
+  for (const id of ids) {
+    for (const [prefix, count] of sets) {
+      const held = await countKeys(cluster.node(id), prefix, count);
+      if (held !== count) throw new Error(`${id} holds ${held} of ${count} ${prefix} keys`);
+    }
+  }
+}
+
 /** Log records (from `LocalCluster.logLines`) whose `message` matches. */
 export function linesWith(
   lines: ReadonlyArray<Record<string, unknown>>,

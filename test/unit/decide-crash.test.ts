@@ -1,9 +1,9 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { CRASH_CONFIRM_MS, promotionWindow } from "../../src/core/crash.ts";
-import { type Decision, decide } from "../../src/core/decide.ts";
+import { decide } from "../../src/core/decide.ts";
 import type { CrashState, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
-import { aConfig, aHeartbeat, aShard, NOW, type ShardBuilder } from "../support/builders.ts";
+import { aConfig, aHeartbeat, aShard, NOW, outcome, type ShardBuilder } from "../support/builders.ts";
 
 /**
  * The crash fast path of decide(): a fresh primary is failed over before the failure timeout only
@@ -40,12 +40,6 @@ function aCrashedShard(crash: Crash = {}, linkDown: readonly string[] = ["r1", "
   const shard = aShard().withNode(crashedPrimary(crash));
   for (const id of linkDown) shard.withNode({ node_id: id, primary_link: "down" });
   return shard;
-}
-
-function outcome(decision: Decision): Record<string, unknown> {
-  return decision.kind === "none"
-    ? { kind: "none", code: decision.code }
-    : { kind: decision.kind, target: "target" in decision ? decision.target.node_id : undefined };
 }
 
 describe("decide: the crash fast path", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { type Decision, decide } from "../../src/core/decide.ts";
+import { decide } from "../../src/core/decide.ts";
 import type { HeartbeatInput } from "../../src/core/model.ts";
-import { aConfig, aShard, aShardWithStalePrimary, NOW } from "../support/builders.ts";
+import { aConfig, aShard, aShardWithStalePrimary, NOW, outcome } from "../support/builders.ts";
 
 /**
  * Nemesis seed 4401 (guarantee 1; issue 30, finding 1 family): the primary's agent dropped r2 from
@@ -57,12 +57,6 @@ function offlineOnMember(r2: Partial<HeartbeatInput> & { node_id: string; ageMs?
     .withNode({ node_id: "p1", ageMs: 60_000, agent_updated: (NOW - 60_000) * 1000 })
     .withNode(member("r1", 1000))
     .withNode(r2);
-}
-
-function outcome(decision: Decision): Record<string, unknown> {
-  return decision.kind === "none"
-    ? { kind: "none", code: decision.code }
-    : { kind: decision.kind, target: "target" in decision ? decision.target.node_id : undefined };
 }
 
 describe("decide: a replica outside the set followed the old primary after its agent's last report (nemesis 4401)", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { type Decision, decide } from "../../src/core/decide.ts";
+import { decide } from "../../src/core/decide.ts";
 import type { HeartbeatInput } from "../../src/core/model.ts";
-import { aConfig, aShard, aShardWithStalePrimary, NOW } from "../support/builders.ts";
+import { aConfig, aShard, aShardWithStalePrimary, NOW, outcome } from "../support/builders.ts";
 
 /**
  * Issue 30, findings 1(b) and 3 (guarantee 1): `WAIT` and the write guard count every replica that
@@ -75,12 +75,6 @@ function refusingPrimary() {
       keepalive_ms: KEEPALIVE,
     })
     .withNode(linkDown("r2", 990));
-}
-
-function outcome(decision: Decision): Record<string, unknown> {
-  return decision.kind === "none"
-    ? { kind: "none", code: decision.code }
-    : { kind: decision.kind, target: "target" in decision ? decision.target.node_id : undefined };
 }
 
 describe("decide: a replica without an agent acknowledged the old primary's writes (issue 30, finding 1(b))", () => {

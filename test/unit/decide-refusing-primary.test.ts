@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { candidateHoldsRefusingPrimary } from "../../src/core/decide/gate.ts";
 import { shardView } from "../../src/core/decide/view.ts";
-import { type Decision, decide } from "../../src/core/decide.ts";
+import { decide } from "../../src/core/decide.ts";
 import type { HeartbeatInput } from "../../src/core/model.ts";
 import { FENCED_MIN_REPLICAS, refusesWrites } from "../../src/core/write-guard.ts";
-import { aConfig, aShardWithStalePrimary, NOW } from "../support/builders.ts";
+import { aConfig, aShardWithStalePrimary, NOW, outcome } from "../support/builders.ts";
 
 /**
  * Issue 30, finding 7 (guarantees 1 and 3): the primary's agent is cut from the store and one of its
@@ -37,12 +37,6 @@ function build(r1: Partial<HeartbeatInput>) {
     .guardedBy(["r1", "r2"])
     .withNode({ node_id: "r1", primary_link: "up", keepalive_ms: KEEPALIVE, last_txn_id: 1000, ...r1 })
     .withNode(deadMember());
-}
-
-function outcome(decision: Decision): Record<string, unknown> {
-  return decision.kind === "none"
-    ? { kind: "none", code: decision.code }
-    : { kind: decision.kind, target: "target" in decision ? decision.target.node_id : undefined };
 }
 
 describe("decide: a primary that refuses every write, a member dead (issue 30, finding 7)", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { type Decision, decide } from "../../src/core/decide.ts";
+import { decide } from "../../src/core/decide.ts";
 import type { HeartbeatInput } from "../../src/core/model.ts";
-import { aConfig, aShard, aShardWithStalePrimary, NOW } from "../support/builders.ts";
+import { aConfig, aShard, aShardWithStalePrimary, NOW, outcome } from "../support/builders.ts";
 
 /**
  * Issue 30, finding 1 (guarantee 1): a member of the old primary's replica set whose agent is
@@ -34,12 +34,6 @@ function crashedPrimary(): Partial<HeartbeatInput> & { node_id: string; ageMs: n
       last_seen: (NOW - 250) * 1000,
     },
   };
-}
-
-function outcome(decision: Decision): Record<string, unknown> {
-  return decision.kind === "none"
-    ? { kind: "none", code: decision.code }
-    : { kind: decision.kind, target: "target" in decision ? decision.target.node_id : undefined };
 }
 
 describe("decide: a member of the replica set whose agent is unheard (issue 30, finding 1)", () => {
@@ -91,11 +85,18 @@ describe("decide: a member of the replica set whose agent is unheard (issue 30, 
       expected: { kind: "failover", target: "r2" },
     },
     {
+      // Its offset no more than r2's (one that held more holds the failover: decide-down-ahead.test.ts).
       name: "a member whose agent reports its database dead is heard: its offset is known, no hold",
       build: () =>
         aShardWithStalePrimary(8000)
           .guardedBy(["r1", "r2"])
-          .withNode({ node_id: "r1", ageMs: 30_000, db_status: "down", agent_updated: (NOW - 500) * 1000 })
+          .withNode({
+            node_id: "r1",
+            ageMs: 30_000,
+            db_status: "down",
+            last_txn_id: 980,
+            agent_updated: (NOW - 500) * 1000,
+          })
           .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 980, keepalive_ms: KEEPALIVE }),
       expected: { kind: "failover", target: "r2" },
     },

@@ -476,8 +476,13 @@ describe("decide: eligible candidates and their order", () => {
       expected: { kind: "failover", target: "r1" },
     },
     {
+      // As far as r2 (a down replica that held more holds the failover: decide-down-ahead.test.ts).
       name: "skips a candidate whose agent reports its database down",
-      snapshot: () => aShardWithStalePrimary().withNode({ node_id: "r1", db_status: "down" }).build(),
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", db_status: "down" })
+          .withNode({ node_id: "r2", primary_link: "down", last_txn_id: 990 })
+          .build(),
       expected: { kind: "failover", target: "r2" },
     },
   ]);

@@ -19,8 +19,10 @@ import {
   memberUnheardRule,
   outsiderUnheardRule,
   outsideSetAheadRule,
+  passedOverDown,
   priorityZeroAheadRule,
   replicaAheadRule,
+  replicaDownAheadRule,
   targetTest,
 } from "./replacing.ts";
 import { describeHeartbeatAge, heartbeatAgeMs, type ShardView } from "./view.ts";
@@ -189,6 +191,15 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     test: targetTest(priorityZeroAheadRule, notPromoting),
   },
   {
+    name: "replica_down_ahead",
+    code: "waiting_for_replica",
+    // A replica whose database went down holding more than the candidate: the old primary may be
+    // the only copy of what it acknowledged past the candidate (nemesis 5301).
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(replicaDownAheadRule, notPromoting),
+  },
+  {
     name: "lock_held_online",
     code: "locked",
     invariant: [4],
@@ -232,6 +243,6 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
     ...(v.crash !== undefined ? { crash: v.crash } : {}),
     reason: `${v.staleness}, ${v.quorumText}; promoting ${best.node_id} (priority ${best.priority}, last_txn_id ${best.last_txn_id})${
       proof === undefined ? "" : `; ${proof}`
-    }`,
+    }${passedOverDown(v, best, lineage)}`,
   };
 }

@@ -2,6 +2,7 @@ import type { Candidate, Heartbeat, Lineage } from "../model.ts";
 import {
   candidateHoldsRefusingPrimary,
   followerUnheardReason,
+  LAST_COPY_GRACE,
   linkedFollowers,
   memberUnheardReason,
   outsiderUnheardReason,
@@ -139,6 +140,74 @@ export const replicaAheadRule: TargetRule = (v, best, lineage) => {
     )
     .join(", ")}, further ahead, may still answer`;
 };
+
+/**
+ * Failure timeouts a replica whose database is down, but whose last answer held more than the best
+ * candidate, is waited for (gate \`replica_down_ahead\`): a database restarts from its RDB or AOF
+ * within seconds, and the old primary, stale, may return. Past it the failover goes ahead, and its
+ * reason names the node passed over.
+ */
+export const DOWN_AHEAD_GRACE = LAST_COPY_GRACE;
+
+/**
+ * Replicas of the lineage (not the old primary, not \`best\`) whose database is down (dead,
+ * restarting, or a new process its agent keeps fenced) and whose last answer held more than \`best\`:
+ * its agent reports the dead process's last offset (src/agent/heartbeat-report.ts). What it held past
+ * \`best\` it may have acknowledged (\`WAIT 1\`), and with its database gone the old primary may be
+ * the only copy left (nemesis 5301). \`within\`: the ones whose database answered within
+ * \`DOWN_AHEAD_GRACE\` failure timeouts (waited for); otherwise the ones past it (passed over).
+ */
+export function downAhead(v: Replacing, best: Candidate, lineage: Lineage, within: boolean): Heartbeat[] {
+  const graceMs = DOWN_AHEAD_GRACE * v.config.failureTimeoutMs;
+  return v.snapshot.nodes
+    .filter(
+      (node) =>
+        node.node_id !== v.primaryId &&
+        node.node_id !== best.node_id &&
+        node.db_status === "down" &&
+        node.repl_id === lineage.repl_id &&
+        node.last_txn_id > best.last_txn_id &&
+        // A report dated beyond the clock bound is no evidence.
+        heartbeatAgeMs(node, v.now) >= -MAX_CLOCK_SKEW_MS &&
+        heartbeatAgeMs(node, v.now) <= graceMs === within,
+    )
+    .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+function describeDownAhead(nodes: readonly Heartbeat[], now: number): string {
+  return nodes
+    .map(
+      (node) =>
+        `${node.node_id} (database down, last answered ${describeHeartbeatAge(node, now, "ago")}, last_txn_id ${node.last_txn_id})`,
+    )
+    .join(", ");
+}
+
+/**
+ * A replica whose database went down holding more than the candidate: what it acknowledged past the
+ * candidate's offset may be on the old primary alone now. Waits up to \`DOWN_AHEAD_GRACE\` for its
+ * database to answer again (then the other rules judge it as any replica) or the primary to return.
+ */
+export const replicaDownAheadRule: TargetRule = (v, best, lineage) => {
+  const down = downAhead(v, best, lineage, true);
+  if (down.length === 0) return undefined;
+  return (
+    `${describeDownAhead(down, v.now)} held more when its database last answered and may have acknowledged writes it lacks,` +
+    ` which only ${v.primaryId ?? "the old primary"} may still hold: waiting up to ${DOWN_AHEAD_GRACE} failure timeouts for its database` +
+    ` to answer again (its RDB or AOF may hold them) or for ${v.returning} to return`
+  );
+};
+
+/** The tail of a failover's reason for replicas \`replicaDownAheadRule\` waited for in vain, or "". */
+export function passedOverDown(v: Replacing, best: Candidate, lineage: Lineage): string {
+  const down = downAhead(v, best, lineage, false);
+  if (down.length === 0) return "";
+  return (
+    `; passing over ${describeDownAhead(down, v.now)}, down longer than ${DOWN_AHEAD_GRACE} failure timeouts:` +
+    ` writes only it and ${v.primaryId ?? "the old primary"} held are lost unless ${v.primaryId ?? "the old primary"} returns` +
+    " (docs/safety.md, guarantee 1's assumptions)"
+  );
+}
 
 /** The replica ahead cannot be promoted (nothing would fence the old primary); the member lacks its writes. */
 export const outsideSetAheadRule: TargetRule = (v, best, lineage) => {
