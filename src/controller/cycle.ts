@@ -42,7 +42,15 @@ export async function runShardCycle(
   options: CycleOptions = {},
 ): Promise<CycleResult> {
   const snapshot = await deps.store.heartbeats.snapshot(shard);
-  const decision = decide(snapshot, deps.config, deps.clock.now());
+  // A lock this controller may hold without knowing it (an acquire whose answer was lost, a release
+  // that failed) does not stop it: its next acquire takes it again (lock.ts).
+  const own = ShardLock.unsettledOwner(deps, shard);
+  const decision = decide(
+    snapshot,
+    deps.config,
+    deps.clock.now(),
+    own === undefined ? {} : { lockOwner: own },
+  );
   const base = { shard, decision };
   if (decision.kind !== "none" && options.act === false) {
     return {

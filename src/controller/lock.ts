@@ -28,6 +28,23 @@ import {
  * controller cut off by its timeout thus leaves a lock that expires when it stopped.
  */
 
+/**
+ * Per controller (its deps), per shard: the owner token of the last acquire whose outcome is
+ * unknown (no write was made under it: the controller never knew it held the lock), or of a lock
+ * it could not release. The store's acquire succeeds for the token that holds the lock already,
+ * so using it again settles the doubt either way.
+ */
+const UNSETTLED = new WeakMap<ControllerDeps, Map<string, string>>();
+
+function unsettledOf(deps: ControllerDeps): Map<string, string> {
+  let tokens = UNSETTLED.get(deps);
+  if (tokens === undefined) {
+    tokens = new Map();
+    UNSETTLED.set(deps, tokens);
+  }
+  return tokens;
+}
+
 /** Why no lock was taken: another controller holds it, or the invocation is too near its end. */
 export type NotLocked = Outcome & { readonly outcome: "lost_race" | "deferred" };
 
@@ -56,9 +73,31 @@ export class ShardLock {
     if (leaseMs === undefined) {
       return { outcome: "deferred", reason: tooLate(shard, remainingMs, "take") };
     }
-    const lease = await deps.store.locks.acquire(shard, newOwnerOf(deps), leaseMs, options.forPrimary);
+    // An acquire whose answer was lost (a timeout, a 5xx) may have committed: this controller would
+    // hold the lock without knowing, and every controller, itself included, would wait out the
+    // lease (simulator seed 52929: 60 s without a failover after a flaky store healed). Its token
+    // is used again for the shard's next acquire, which the store grants to the same owner.
+    const unsettled = unsettledOf(deps);
+    const owner = unsettled.get(shard) ?? newOwnerOf(deps);
+    let lease: LockLease | false;
+    try {
+      lease = await deps.store.locks.acquire(shard, owner, leaseMs, options.forPrimary);
+    } catch (error) {
+      unsettled.set(shard, owner);
+      throw error;
+    }
+    unsettled.delete(shard);
     if (!lease) return { outcome: "lost_race", reason: "another controller holds the shard's lock" };
     return new ShardLock(deps, lease, remainingMs);
+  }
+
+  /**
+   * The owner token this controller may hold \`shard\`'s lock under without knowing (an acquire
+   * whose answer was lost, a release that failed): its decision does not wait for that lock, and
+   * its next acquire takes it again.
+   */
+  static unsettledOwner(deps: ControllerDeps, shard: string): string | undefined {
+    return UNSETTLED.get(deps)?.get(shard);
   }
 
   get shard(): string {
@@ -113,15 +152,20 @@ export class ShardLock {
     return this.deps.store.heartbeats.deleteNode(this.shard, nodeId, { lease: this.lease });
   }
 
-  /** Ends the lease; a failure only delays the next controller by the rest of the lease. */
+  /**
+   * Ends the lease. A release that failed (or whose answer was lost) leaves the lock with this
+   * controller: its next acquire of the shard uses the same token and gets it at once; other
+   * controllers wait for the rest of the lease.
+   */
   async release(): Promise<void> {
     try {
       await this.deps.store.locks.release(this.shard, this.owner);
     } catch (error) {
-      this.deps.log.warn("could not release the lock; it expires with its lease", {
-        shard: this.shard,
-        error: errorMessage(error),
-      });
+      unsettledOf(this.deps).set(this.shard, this.owner);
+      this.deps.log.warn(
+        "could not release the lock; it expires with its lease, or this controller takes it again at its next pass",
+        { shard: this.shard, error: errorMessage(error) },
+      );
     }
   }
 }
