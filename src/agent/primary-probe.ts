@@ -1,6 +1,6 @@
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
-import { holdsAllOf } from "../core/identity.ts";
+import { holdsThroughLinks } from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { refusesWrites } from "../core/write-guard.ts";
@@ -189,11 +189,14 @@ export class PrimaryProbe {
     if (answer === undefined) return "unreachable";
     const primary = answer.info;
     const parked = isParked(mine);
-    const continues = primary.role === "primary" && holdsAllOf(primary, mine);
+    // The primary continues this replica's data also through either one's earlier lineage
+    // (`holdsAllOf`), or through the shard's recorded lineage history (`topology.ancestry`: a
+    // replica restarted from an RDB saved before a later promotion; simulator seed 52256).
+    const continues =
+      primary.role === "primary" && holdsThroughLinks(primary, mine, this.#ctx.lastTopology?.ancestry ?? []);
     // Only a replica that still holds the lineage it was linked on can say its primary lost it (and
     // has data a sync could destroy): one whose own database restarted empty has a new replication
-    // id that is no evidence against the primary, and nothing to keep parked. The primary
-    // continues this replica's data also through either one's earlier lineage (`holdsAllOf`).
+    // id that is no evidence against the primary, and nothing to keep parked.
     const lostOwnData =
       this.#linkedReplId !== undefined &&
       mine.replId !== this.#linkedReplId &&

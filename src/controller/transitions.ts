@@ -1,5 +1,7 @@
 import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
-import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "../core/model.ts";
+import { errorMessage } from "../core/errors.ts";
+import { appendLink } from "../core/identity.ts";
+import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { aborted, type ControllerDeps, type Outcome, type PhaseTimeouts, publish } from "./deps.ts";
 import type { ShardLock } from "./lock.ts";
@@ -40,9 +42,15 @@ export function stateOf(run: Run): FailoverState {
 
 /** A fenced topology write; with `guard`, also conditioned on the old primary's replica-set version read there. */
 async function write(run: Run, expectedEpoch: number, planned: Topology, guard?: ShardSnapshot) {
-  // Drained nodes stay drained through every change of primary: only undrain lifts it.
+  // Drained nodes stay drained through every change of primary: only undrain lifts it. The
+  // lineage history is kept too (links are facts: they never go stale, only out of the window).
   const drained = planned.drained ?? run.topology.drained;
-  const next = drained === undefined ? planned : { ...planned, drained };
+  const ancestry = planned.ancestry ?? run.topology.ancestry;
+  const next = {
+    ...planned,
+    ...(drained === undefined ? {} : { drained }),
+    ...(ancestry === undefined ? {} : { ancestry }),
+  };
   const primary = next.failover?.old_primary_node_id;
   const replicaSet =
     guard !== undefined && primary !== undefined
@@ -115,7 +123,9 @@ export async function complete(run: Run): Promise<Outcome> {
     phase_timings: phaseTimings(state, now),
   });
   const paused = run.topology.paused_reason !== undefined;
+  const ancestry = await ancestryAfter(run, state.new_primary_node_id);
   await write(run, epoch, {
+    ...(ancestry === undefined ? {} : { ancestry }),
     shard: run.shard,
     epoch,
     primary_node_id: state.new_primary_node_id,
@@ -138,6 +148,33 @@ export async function complete(run: Run): Promise<Outcome> {
     primary: state.new_primary_node_id,
     reason: `${state.kind} to ${state.new_primary_node_id} completed at epoch ${epoch} in ${now - state.started_at} ms: ${state.reason}`,
   };
+}
+
+/**
+ * The lineage history with the link the new primary's report shows (its lineage continues its
+ * \`prior_lineage\` up to that offset: \`LineageLink\`), the oldest dropped past
+ * \`MAX_LINEAGE_LINKS\`; undefined when there is nothing new to record. A failed read only loses the
+ * link (the history serves liveness: a parked replica's unpark).
+ */
+async function ancestryAfter(run: Run, newPrimary: string): Promise<Topology["ancestry"]> {
+  let heartbeat: Heartbeat | undefined;
+  try {
+    const snapshot = await run.deps.store.heartbeats.snapshot(run.shard);
+    heartbeat = snapshot.nodes.find((node) => node.node_id === newPrimary);
+  } catch (error) {
+    run.deps.log.warn("could not read the new primary's report: its lineage link is not recorded", {
+      shard: run.shard,
+      error: errorMessage(error),
+    });
+    return undefined;
+  }
+  const prior = heartbeat?.prior_lineage;
+  if (heartbeat === undefined || heartbeat.role !== "primary" || prior === undefined) return undefined;
+  return appendLink(run.topology.ancestry ?? [], {
+    repl_id: prior.repl_id,
+    until: prior.last_txn_id,
+    by: heartbeat.repl_id,
+  });
 }
 
 export interface OfflineCause {

@@ -136,7 +136,63 @@ export function holdsAllOf(holder: ReplicationPoint, data: ReplicationPoint): bo
 }
 
 /**
- * `holdsAllOf` without its empty-database rule: `holder` continues `data`'s lineage (or the one
+ * A fact of the shard's lineage history: the lineage \`by\` continues \`repl_id\` up to offset
+ * \`until\` (a node promoted at that offset: Redis's \`master_replid2\` and \`second_repl_offset\` - 1
+ * in its first report as primary). The controller records one per change of primary
+ * (\`topology.ancestry\`); Redis itself shows one earlier lineage only.
+ */
+export interface LineageLink {
+  readonly repl_id: string;
+  readonly until: number;
+  readonly by: string;
+}
+
+/** The most links \`topology.ancestry\` keeps: the oldest go first. */
+export const MAX_LINEAGE_LINKS = 32;
+
+/** \`links\` with \`link\` appended (once: a link already there is not repeated), the oldest dropped past the bound. */
+export function appendLink(links: readonly LineageLink[], link: LineageLink): LineageLink[] | undefined {
+  if (link.repl_id === "" || link.by === "" || link.repl_id === link.by) return undefined;
+  if (
+    links.some(
+      (known) => known.repl_id === link.repl_id && known.by === link.by && known.until === link.until,
+    )
+  )
+    return undefined;
+  return [...links, link].slice(-MAX_LINEAGE_LINKS);
+}
+
+/**
+ * \`holdsAllOf\` through the shard's recorded lineage history: \`data\`'s writes, on a lineage
+ * older than any \`holder\` shows (a database restarted from an RDB saved before a later promotion:
+ * simulator seed 52256, a replica parked for good), are held by \`holder\` when a chain of links
+ * leads from that lineage, each at or past the offset reached, to a lineage \`holder\` holds that far.
+ */
+export function holdsThroughLinks(
+  holder: ReplicationPoint,
+  data: ReplicationPoint,
+  links: readonly LineageLink[],
+): boolean {
+  if (holdsAllOf(holder, data)) return true;
+  let points: Array<{ replId: string; offset: number }> = [{ replId: data.replId, offset: data.offset }];
+  if (data.prior !== undefined && data.offset <= data.prior.offset) points.push({ ...data.prior });
+  const seen = new Set<string>();
+  // Each step follows one link; a chain never needs more steps than there are links.
+  for (let step = 0; step < links.length && points.length > 0; step++) {
+    points = points.flatMap((point) =>
+      links
+        .filter((link) => link.repl_id === point.replId && link.until >= point.offset && link.repl_id !== "")
+        .filter((link) => !seen.has(`${link.by}:${link.until}`) && seen.add(`${link.by}:${link.until}`))
+        .map((link) => ({ replId: link.by, offset: link.until })),
+    );
+    if (points.some((point) => holdsEveryWrite(holder, { replId: point.replId, offset: point.offset })))
+      return true;
+  }
+  return false;
+}
+
+/**
+ * \`holdsAllOf\` without its empty-database rule: `holder` continues `data`'s lineage (or the one
  * `data` continues, while it took nothing since) at least as far. A restarted database continues
  * the old process only so: an offset of 0 is no proof of an empty dataset (a Redis primary
  * counts no offset before its first replica attached).

@@ -215,6 +215,22 @@ export const topologySchema = z.object({
    * (they count as priority 0: core/drain.ts), while they go on replicating.
    */
   drained: z.array(idSchema).optional(),
+  /**
+   * The shard's lineage history, most recent last (at most \`MAX_LINEAGE_LINKS\`, src/core/identity.ts): each change of
+   * primary records that the new primary's lineage continues the one before up to its offset
+   * (\`LineageLink\`, src/core/identity.ts). A replica restarted from an RDB older than the last
+   * promotion holds an ancestor of the primary's lineage; only this history shows it.
+   */
+  ancestry: z
+    .array(
+      z.object({
+        repl_id: z.string().min(1).max(64),
+        until: z.number().int().nonnegative(),
+        by: z.string().min(1).max(64),
+      }),
+    )
+    .max(64)
+    .optional(),
 });
 export type Topology = z.output<typeof topologySchema>;
 

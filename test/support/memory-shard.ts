@@ -32,6 +32,10 @@ interface NodeState {
   primary: string | undefined;
   txn: number;
   epoch: number;
+  /** Its replication id, when the shard tracks lineages (\`trackLineages\`). */
+  replId?: string;
+  /** The lineage it continues (Redis \`master_replid2\`), after a promotion. */
+  prior?: { repl_id: string; last_txn_id: number };
 }
 
 export class MemoryShard {
@@ -55,6 +59,11 @@ export class MemoryShard {
   beforeTopologyWrite: (() => void) | undefined;
   /** Rewrites what a snapshot read returns (a heartbeat late for one read, say). */
   onSnapshot: ((snapshot: ShardSnapshot) => ShardSnapshot) | undefined;
+  /**
+   * A promotion gives the node a new replication id, the old one kept as its \`prior_lineage\`, as
+   * Redis does (REPLICAOF NO ONE); off by default: every node stays on LINEAGE.
+   */
+  trackLineages = false;
   /** Offset ms added to `Date.now()` (tests without fake timers move time by hand). */
   #skew = 0;
 
@@ -101,7 +110,8 @@ export class MemoryShard {
         role: node.role,
         last_updated: this.now() * 1000,
         last_txn_id: node.txn,
-        repl_id: LINEAGE,
+        repl_id: node.replId ?? LINEAGE,
+        ...(node.prior === undefined ? {} : { prior_lineage: node.prior }),
         primary_node_id: node.primary,
         primary_link: node.primary ? "up" : undefined,
         epoch: node.epoch,
@@ -212,6 +222,10 @@ export class MemoryShard {
     if (command.type === "PAUSE_WRITES") {
       for (const other of this.nodes.values()) if (other.primary === id) other.txn = node.txn;
     } else if (command.type === "PROMOTE") {
+      if (this.trackLineages && node.role !== "primary") {
+        node.prior = { repl_id: node.replId ?? LINEAGE, last_txn_id: node.txn };
+        node.replId = `${LINEAGE}-e${command.epoch}`;
+      }
       node.role = "primary";
       node.primary = undefined;
     } else {

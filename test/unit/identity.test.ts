@@ -1,10 +1,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  appendLink,
   type DatabaseIdentity,
   holdsAllOf,
   holdsSomeOf,
+  holdsThroughLinks,
   judgeRestart,
+  MAX_LINEAGE_LINKS,
   peerPointOf,
   type ReplicationPoint,
   type RestartContext,
@@ -497,5 +500,81 @@ describe("what a stored heartbeat says its node holds", () => {
     },
   ])("$name", ({ heartbeat, point }) => {
     expect(peerPointOf(heartbeat)).toEqual(point);
+  });
+});
+
+describe("holdsThroughLinks: the shard's recorded lineage history (simulator seed 52256)", () => {
+  // L0 -> L1 at 600 (node A promoted), L1 -> L2 at 900 (node B promoted); B is the primary now.
+  const links = [
+    { repl_id: "L0", until: 600, by: "L1" },
+    { repl_id: "L1", until: 900, by: "L2" },
+  ];
+  const primary = { replId: "L2", offset: 950, prior: { replId: "L1", offset: 900 } };
+
+  it.each([
+    {
+      name: "a replica restarted from an RDB of L0 at 550 is held (two links back)",
+      data: { replId: "L0", offset: 550 },
+      held: true,
+    },
+    {
+      name: "a master restarted from that RDB (a new id, L0 as its earlier one, nothing since) is held",
+      data: { replId: "R9", offset: 550, prior: { replId: "L0", offset: 550 } },
+      held: true,
+    },
+    {
+      name: "writes on L0 past where L1 took over are not held (a primary that served on after the promotion)",
+      data: { replId: "L0", offset: 650 },
+      held: false,
+    },
+    {
+      name: "a lineage no link names is not held",
+      data: { replId: "L7", offset: 10 },
+      held: false,
+    },
+    {
+      name: "a master that took writes on its new id since the restart is not held",
+      data: { replId: "R9", offset: 560, prior: { replId: "L0", offset: 550 } },
+      held: false,
+    },
+  ])("$name", ({ data, held }) => {
+    expect(holdsThroughLinks(primary, data, links)).toBe(held);
+    // Without the history, Redis's one earlier lineage does not show it.
+    if (held) expect(holdsAllOf(primary, data)).toBe(false);
+  });
+
+  it("needs the holder to hold each link's continuing lineage at least to where it took over", () => {
+    const behind = { replId: "L2", offset: 880 };
+    expect(holdsThroughLinks(behind, { replId: "L0", offset: 550 }, links)).toBe(false);
+    const unrelated = { replId: "L5", offset: 2000, prior: { replId: "L4", offset: 1500 } };
+    expect(holdsThroughLinks(unrelated, { replId: "L0", offset: 550 }, links)).toBe(false);
+  });
+
+  it("never finds more than holdsAllOf without links", () => {
+    fc.assert(
+      fc.property(
+        fc.record({ replId: fc.constantFrom("A", "B", "C"), offset: fc.nat(1000) }),
+        fc.record({ replId: fc.constantFrom("A", "B", "C"), offset: fc.nat(1000) }),
+        (holder, data) => holdsThroughLinks(holder, data, []) === holdsAllOf(holder, data),
+      ),
+    );
+  });
+});
+
+describe("appendLink", () => {
+  it("appends a new link once, keeps the most recent MAX_LINEAGE_LINKS, and ignores a link to itself", () => {
+    const link = { repl_id: "L0", until: 600, by: "L1" };
+    expect(appendLink([], link)).toEqual([link]);
+    expect(appendLink([link], link)).toBeUndefined();
+    expect(appendLink([], { repl_id: "L1", until: 5, by: "L1" })).toBeUndefined();
+    const many = Array.from({ length: MAX_LINEAGE_LINKS }, (_, index) => ({
+      repl_id: `L${index}`,
+      until: index,
+      by: `L${index + 1}`,
+    }));
+    const next = appendLink(many, { repl_id: "X", until: 99, by: "Y" });
+    expect(next).toHaveLength(MAX_LINEAGE_LINKS);
+    expect(next?.[0]?.repl_id).toBe("L1");
+    expect(next?.at(-1)?.by).toBe("Y");
   });
 });

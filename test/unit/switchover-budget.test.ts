@@ -160,3 +160,25 @@ describe("pause and resume within the invocation's time", () => {
     expect(shard.topology).toBe(before);
   });
 });
+
+describe("the lineage history a change of primary records", () => {
+  it("appends the new primary's link (its lineage continues the old one at its offset), carried through later writes", async () => {
+    // Prepare: promotions give new replication ids, as in Redis.
+    const shard = new MemoryShard();
+    shard.trackLineages = true;
+
+    // Act: a switchover to r1.
+    const result = await requestSwitchover(shard.deps(), "s1", { to: "r1" });
+
+    // Assess
+    expect(result.outcome).toBe("completed");
+    expect(shard.topology?.primary_node_id).toBe("r1");
+    expect(shard.topology?.ancestry).toEqual([
+      {
+        repl_id: "lineage-a",
+        until: shard.nodes.get("r1")?.prior?.last_txn_id,
+        by: `lineage-a-e${shard.topology?.epoch}`,
+      },
+    ]);
+  });
+});
