@@ -107,6 +107,12 @@ export class AgentContext {
    * (`peerPointOf`): a restarted primary is fenced when one of them may hold its data (`judgeRestart`).
    */
   othersHold: readonly PeerPoint[] = [];
+  /**
+   * When the snapshot \`othersHold\` comes from was read (AWS-aligned ms, before the request) and
+   * when each other node's agent last wrote by it (ms): a restart is judged on peers' reports
+   * written after it (src/agent/db-identity.ts, \`pendingRestart\`).
+   */
+  othersRead: { readonly from: number; readonly writtenMs: ReadonlyMap<string, number> } | undefined;
   /** What the write guard last set on the database ("fence", "open", "guard:<n>", "replica"). */
   appliedGuard: string | undefined;
   /**

@@ -27,7 +27,10 @@ export async function readInfo(
     if (ctx.dbRecord.roleSeen?.role !== info.role)
       ctx.dbRecord.roleSeen = { role: info.role, since: answeredFrom };
     // A restarted primary is harmless once it follows a primary (a command or a step-down did it).
-    if (info.role === "replica") ctx.dbRecord.restarted = false;
+    if (info.role === "replica") {
+      ctx.dbRecord.restarted = false;
+      ctx.dbRecord.pendingRestart = undefined;
+    }
     // While connected, the replica acknowledges every second: the primary counts it until then.
     if (info.role === "replica" && info.primary?.link === "up") ctx.primaryContactAt = ctx.monotonicNow();
     const previousRunId = ctx.dbRecord.identity?.runId;
@@ -90,12 +93,40 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     prior: info.prior,
   };
   ctx.dbRecord.identity = current;
-  const verdict = judgeRestart(previous, current, {
-    named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
-    guardMembers: ctx.guardMembers,
-    others: ctx.othersHold,
-  });
+  const verdict = judgeRestart(previous, current, restartContext(ctx));
   if (verdict.kind === "lost-data") ctx.dbRecord.restarted = true;
+  if (verdict.kind !== "same") ctx.dbRecord.pendingRestart = undefined;
+  // "It continues" rests on what the other nodes reported holding. Reports read before this
+  // restart may lack what a replica acknowledged since (nemesis seed 5101: a snapshot 25 s old
+  // during a store outage showed the replicas behind the RDB; the new process opened, the shard
+  // came back on it, and the replicas resynced 67 acknowledged writes away). A primary's new
+  // process stays fenced until a snapshot read after it, with every member reporting since,
+  // judges it again (\`rejudgeRestart\`).
+  const wasPrimary = previous?.role === "primary" || restartContext(ctx).named;
+  if (verdict.kind === "harmless" && verdict.continues && wasPrimary && current.role === "primary") {
+    const seenAt = ctx.deps.clock.now();
+    if (!peersReportedSince(ctx, seenAt) && previous !== undefined) {
+      ctx.dbRecord.restarted = true;
+      ctx.dbRecord.pendingRestart = { previous, seenAt };
+      ctx.appliedGuard = undefined;
+      // Every cycle reads the shard until the restart is judged.
+      ctx.schedule.request();
+      persistIdentity(ctx, current);
+      ctx.logger.warn(
+        "database restarted: fenced until the other nodes' reports written since confirm it continues its lineage",
+        {
+          ...ctx.epochContext,
+          runId: info.runId,
+          replId: info.replId,
+          offset: info.offset,
+          prior: info.prior,
+          previousOffset: previous.offset,
+          members: ctx.guardMembers,
+        },
+      );
+      return;
+    }
+  }
   // The new identity and the verdict on it are written together, in one atomic update: an agent
   // killed between the two would leave its successor judging the empty process "the same" and
   // opening it (data-safety's seed-3102 test caught it under load).
@@ -128,6 +159,65 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     previousPrior: previous?.prior,
     why: verdict.reason,
   });
+}
+
+function restartContext(ctx: AgentContext) {
+  return {
+    named: ctx.lastTopology ? topologyPrimary(ctx.lastTopology)?.node_id === ctx.nodeId : false,
+    guardMembers: ctx.guardMembers,
+    others: ctx.othersHold,
+  };
+}
+
+/**
+ * The last snapshot was read after \`seenAt\` (AWS-aligned ms) and every member of this node's
+ * replica set had written a report since: what they hold is known as of after the restart.
+ */
+function peersReportedSince(ctx: AgentContext, seenAt: number): boolean {
+  const read = ctx.othersRead;
+  if (read === undefined || read.from < seenAt) return false;
+  return ctx.guardMembers.every((id) => (read.writtenMs.get(id) ?? Number.NEGATIVE_INFINITY) >= seenAt);
+}
+
+/**
+ * A restart held pending (\`pendingRestart\`), judged again once the peers have reported since it: the
+ * new process opens (the guard then set as for any primary) if it continues its lineage by those
+ * reports, and stays fenced and reported down if another node holds writes it lacks.
+ */
+export function rejudgeRestart(ctx: AgentContext): void {
+  const pending = ctx.dbRecord.pendingRestart;
+  const current = ctx.dbRecord.identity;
+  if (pending === undefined || current === undefined) return;
+  if (!peersReportedSince(ctx, pending.seenAt)) {
+    ctx.schedule.request();
+    return;
+  }
+  ctx.dbRecord.pendingRestart = undefined;
+  const verdict = judgeRestart(pending.previous, current, restartContext(ctx));
+  ctx.appliedGuard = undefined;
+  if (verdict.kind === "lost-data") {
+    ctx.logger.error("database restarted without its data: fenced until it follows the shard's primary", {
+      ...ctx.epochContext,
+      runId: current.runId,
+      replId: current.replId,
+      offset: current.offset,
+      previousOffset: pending.previous.offset,
+      prior: current.prior,
+      why: `${verdict.reason} (judged on the other nodes' reports written since the restart)`,
+    });
+    return;
+  }
+  ctx.dbRecord.restarted = false;
+  persistRestarted(ctx);
+  ctx.logger.warn(
+    "database restart judged on the other nodes' reports written since: it continues its lineage",
+    {
+      ...ctx.epochContext,
+      runId: current.runId,
+      offset: current.offset,
+      why: verdict.kind === "harmless" ? verdict.reason : "the same process",
+    },
+  );
 }
 
 /** Longest the state dir's copy of the database's offset lags behind (it is only written then). */

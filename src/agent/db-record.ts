@@ -13,6 +13,13 @@ export class DatabaseRecord {
   identity: DatabaseIdentity | undefined;
   /** The database restarted without continuing its lineage while it was primary: fenced until it follows. */
   restarted: boolean;
+  /**
+   * A primary's restart that would continue its lineage by the peers' reports the agent had, but
+   * those were read before the restart: the process is held fenced (\`restarted\`) until a snapshot
+   * read after \`seenAt\` (AWS-aligned ms), with every member of the replica set reporting since,
+   * judges it again (nemesis seed 5101).
+   */
+  pendingRestart: { readonly previous: DatabaseIdentity; readonly seenAt: number } | undefined;
   /** Monotonic ms when `identity` was last written to the state dir. */
   persistedAt = Number.NEGATIVE_INFINITY;
   /**

@@ -4,6 +4,7 @@ import { peerPointOf } from "../core/identity.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { nodeIdsByAddress } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
+import { rejudgeRestart } from "./db-identity.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked } from "./primary-probe.ts";
@@ -41,6 +42,8 @@ export function reportNamedReplica(ctx: AgentContext, snapshot: ShardSnapshot, i
 }
 
 export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | undefined> {
+  // AWS-aligned ms before the read: a snapshot tells nothing of reports written after this.
+  const readFrom = ctx.deps.clock.now();
   try {
     const snapshot = await withStoreTimeout(
       ctx.deps.heartbeats.snapshot(ctx.shard),
@@ -66,7 +69,15 @@ export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | u
     for (const [address, id] of known) ctx.knownNodes.set(address, id);
     // Every other node's heartbeat, however stale: one may hold the data of a database that
     // restarts without it (`judgeRestart`, sim seed 7011).
-    ctx.othersHold = snapshot.nodes.filter((node) => node.node_id !== ctx.nodeId).map(peerPointOf);
+    const others = snapshot.nodes.filter((node) => node.node_id !== ctx.nodeId);
+    ctx.othersHold = others.map(peerPointOf);
+    ctx.othersRead = {
+      from: readFrom,
+      writtenMs: new Map(
+        others.map((node) => [node.node_id, (node.agent_updated ?? node.last_updated) / 1000]),
+      ),
+    };
+    rejudgeRestart(ctx);
     const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
     if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
     return snapshot;
