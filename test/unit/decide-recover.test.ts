@@ -107,4 +107,21 @@ describe("planRecover: shardguard recover keeps the replica-set rule", () => {
     expect(onStale.kind).toBe("refused");
     expect(onStale.reason).toMatch(/r2 is not alive/);
   });
+
+  it("refuses a drained node (it ranks as priority 0: the shard would stay offline after the recover; nemesis seed 5102)", () => {
+    // Prepare: r1, a member, drained.
+    const snapshot = anOfflineShardWithAnUnheardOldPrimary()
+      .guardedBy(["r1"])
+      .withTopology({ epoch: 3, drained: ["r1"] })
+      .build();
+
+    // Act
+    const plan = planRecover(snapshot, aConfig(), NOW, { to: "r1" });
+
+    // Assess
+    expect(plan).toEqual({
+      kind: "refused",
+      reason: "r1 is drained (never promoted until undrained): run `shardguard undrain --shard s1 --node r1` first",
+    });
+  });
 });

@@ -1,4 +1,5 @@
 import type { FailoverConfig } from "../config.ts";
+import { drainedOf } from "../drain.ts";
 import type { Heartbeat, Lineage, Topology } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 import { firstGate, type Gate } from "./gate.ts";
@@ -72,6 +73,14 @@ export function planRecover(
     };
   }
   if (node.priority === 0) return { kind: "refused", reason: `${request.to} has priority 0 (never promote)` };
+  // A drained node ranks as priority 0: the shard would go on refusing it after the recover
+  // (nemesis seed 5102: "recover --to" a drained sole holder accepted, then never brought online).
+  if (drainedOf(topology).includes(request.to)) {
+    return {
+      kind: "refused",
+      reason: `${request.to} is drained (never promoted until undrained): run \`shardguard undrain --shard ${topology.shard} --node ${request.to}\` first`,
+    };
+  }
   const stopped = firstGate(RECOVER_GATES, { ...shardView(snapshot, config, now), topology, node });
   if (stopped !== undefined) return { kind: "refused", reason: stopped.reason };
   const data = dataLineageOf(node);
