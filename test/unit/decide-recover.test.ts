@@ -121,7 +121,8 @@ describe("planRecover: shardguard recover keeps the replica-set rule", () => {
     // Assess
     expect(plan).toEqual({
       kind: "refused",
-      reason: "r1 is drained (never promoted until undrained): run `shardguard undrain --shard s1 --node r1` first",
+      reason:
+        "r1 is drained (never promoted until undrained): run `shardguard undrain --shard s1 --node r1` first",
     });
   });
 });
