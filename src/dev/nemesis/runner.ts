@@ -527,11 +527,16 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
      * "replica" the promoted one), `id` answers `ROLE` as a replica, and another node holds the
      * data intact (src/dev/nemesis/copies.ts).
      */
-    const safeToDestroy = async (id: string): Promise<boolean> => {
+    const safeToDestroy = async (id: string, leaving: readonly string[] = []): Promise<boolean> => {
       if (dead.has(id)) return true;
       const topology = await active.topology().catch(() => undefined);
       if (topology?.status !== "online" || topology.primary_node_id === undefined) return false;
-      const nodes = new Set([...memberNodes(), redisById.get(id) as RedisNode]);
+      // The other nodes of a shrink under way still hold data until they are stopped (the primary
+      // among them, when a drain handed it there: nemesis seed 5102 kept a node for good so).
+      const nodes = new Set([
+        ...memberNodes(),
+        ...[id, ...leaving].filter((each) => !dead.has(each)).map((each) => redisById.get(each) as RedisNode),
+      ]);
       const roles = await readRoles([...nodes].map((each) => ({ node: each, alive: !dead.has(each.id) })));
       return roles.get(id)?.role === "slave" && intactCopies(id, roles, topology.primary_node_id).length > 0;
     };
@@ -788,12 +793,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     };
 
     /**
-     * docs/runbook.md's shrink, node by node: drain (a primary is switched away from first), stop the
-     * agent and redis-server, decommission, undrain. The nodes leave the set first (no new fault
+     * docs/runbook.md's shrink: every leaving node drained first (the primary last, so that its
+     * switchover goes to a node that stays), then node by node: stop the agent and redis-server,
+     * decommission, undrain. The nodes leave the set first (no new fault
      * targets them) and the faults active on them end now, as heal-all would end them. A drain still
      * refused after 45 s (e.g. no other node eligible: a priority 0, a node dead for good) does not
      * keep the node: it is stopped as a replica that dies would be, once it is safe to (see
-     * `safeToDestroy`); a node that is not safe to stop within 60 s stays in the set.
+     * `safeToDestroy`); a node that is not safe to stop within 60 s stays in the set, undrained.
      */
     const shrinkBack = async (fault: ScheduledFault, ids: readonly string[]) => {
       for (const id of ids) {
@@ -808,19 +814,30 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           `  membership: #${entry.fault.id} ${entry.fault.kind} on ${entry.targets.join(",")} healed early`,
         );
       }
-      for (const id of ids) {
-        const drained = await cliUntilDone(["drain", "--shard", active.shard, "--node", id], 45_000);
+      // Every leaving node is drained before any is stopped, the primary last: its drain's
+      // switchover then goes to a node that stays, never to another leaving one (seed 5102).
+      const primaryId = (await active.topology().catch(() => undefined))?.primary_node_id;
+      const order = [...ids].sort((a, b) => Number(a === primaryId) - Number(b === primaryId));
+      const drains = new Map<string, { ok: boolean; said: string }>();
+      for (const id of order)
+        drains.set(id, await cliUntilDone(["drain", "--shard", active.shard, "--node", id], 45_000));
+      for (const id of order) {
+        const drained = drains.get(id) ?? { ok: false, said: "not tried" };
+        const others = order.filter((other) => other !== id);
         let safe = false;
         for (const deadline = performance.now() + 60_000; !safe && performance.now() < deadline; ) {
-          safe = await safeToDestroy(id);
+          safe = await safeToDestroy(id, others);
           if (!safe) await sleep(500);
         }
         if (!safe) {
           // Never the last copy: a node that still answers as primary, or holds what no other node
-          // holds, stays in the set for the rest of the run (the settle and the final read count it).
+          // holds, stays in the set for the rest of the run (the settle and the final read count
+          // it), undrained: a drained node ranks as priority 0, and a kept one may be the only
+          // holder the shard can come back on (seed 5102: offline 18 minutes).
           nodeIds.push(id);
+          const undrained = await cliUntilDone(["undrain", "--shard", active.shard, "--node", id], 30_000);
           line(
-            `  membership: ${id} ${drained.ok ? "drained" : `not drained (${drained.said})`}, KEPT: not safe to stop within 60 s (a primary, or no other intact copy, or the shard not online)`,
+            `  membership: ${id} ${drained.ok ? "drained" : `not drained (${drained.said})`}, KEPT: not safe to stop within 60 s (a primary, or no other intact copy, or the shard not online), ${undrained.ok ? "undrained" : `not undrained (${undrained.said})`}`,
           );
           continue;
         }
