@@ -176,7 +176,8 @@ describe("a drained node in the decision", () => {
     shard.withNode({ node_id: "r2", last_txn_id: 900 });
     const decision = decide(shard.build(), config, NOW);
     expect(decision).toMatchObject({ kind: "none", code: "waiting_for_replica" });
-    expect(decision.reason).toMatch(/r1 \(priority 0, last_txn_id 1000\)/);
+    expect(decision.reason).toMatch(/r1 \(drained, ranked priority 0, last_txn_id 1000\)/);
+    expect(decision.reason).toContain("undrain r1 (shardguard undrain --shard s1 --node r1)");
   });
 
   it("refuses a switchover to a drained node, saying how to bring it back", () => {

@@ -29,6 +29,7 @@ import {
   unfencedOldPrimary,
 } from "./offline-view.ts";
 import { describeCandidates } from "./pick-candidate.ts";
+import { describePriorityZero, priorityZeroRemedy } from "./replacing.ts";
 import { describeHeartbeatAge, isAlive, type ShardView } from "./view.ts";
 
 /** The wait and refusal rules of an offline shard, in order (docs/safety.md). */
@@ -181,11 +182,8 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
       );
       if (ahead.length === 0) return undefined;
       return (
-        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${ahead
-          .map((node) => `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`)
-          .sort()
-          .join(", ")} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
-        "waiting for a node with as much, or for an operator to give that node a priority (restart its agent with --priority)"
+        `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${describePriorityZero(ahead, v.topology)} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
+        `waiting for a node with as much, or for an operator to ${priorityZeroRemedy(ahead, v.topology)}`
       );
     },
   },

@@ -1,4 +1,5 @@
-import type { Candidate, Heartbeat, Lineage } from "../model.ts";
+import { drainedOf } from "../drain.ts";
+import type { Candidate, Heartbeat, Lineage, Topology } from "../model.ts";
 import {
   candidateHoldsRefusingPrimary,
   followerUnheardReason,
@@ -232,11 +233,8 @@ export const priorityZeroAheadRule: TargetRule = (v, best, lineage) => {
   const ahead = priorityZeroAhead(v, best, lineage);
   if (ahead.length === 0) return undefined;
   return (
-    `${ahead
-      .map((node) => `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`)
-      .sort()
-      .join(", ")} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
-    `waiting for ${v.returning} to return, or for an operator to give that node a priority (restart its agent with --priority)`
+    `${describePriorityZero(ahead, v.topology)} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
+    `waiting for ${v.returning} to return, or for an operator to ${priorityZeroRemedy(ahead, v.topology)}`
   );
 };
 
@@ -254,4 +252,35 @@ export function targetTest<
     const tail = rule(v, v.target.best, v.target.lineage);
     return tail === undefined ? undefined : `${prefix(v, v.target.best)}${tail}`;
   };
+}
+
+/**
+ * Priority-0 nodes as a reason names them: a drained one (ranked at priority 0 by the drain, its
+ * agent's own priority may be any) says so (nemesis seeds 5102, 5401: the reason sent the operator
+ * to restart an agent with a priority, which changes nothing for a drained node).
+ */
+export function describePriorityZero(nodes: readonly Heartbeat[], topology: Topology | undefined): string {
+  const drained = drainedOf(topology);
+  return nodes
+    .map((node) =>
+      drained.includes(node.node_id)
+        ? `${node.node_id} (drained, ranked priority 0, last_txn_id ${node.last_txn_id})`
+        : `${node.node_id} (priority 0, last_txn_id ${node.last_txn_id})`,
+    )
+    .sort()
+    .join(", ");
+}
+
+/** What lifts a priority-0 hold: undrain a drained node, give any other a priority. */
+export function priorityZeroRemedy(nodes: readonly Heartbeat[], topology: Topology | undefined): string {
+  const drained = drainedOf(topology);
+  const undrain = nodes.filter((node) => drained.includes(node.node_id)).map((node) => node.node_id);
+  const restart = nodes.filter((node) => !drained.includes(node.node_id));
+  const remedies = [
+    ...undrain
+      .sort()
+      .map((id) => `undrain ${id} (shardguard undrain --shard ${topology?.shard ?? "S"} --node ${id})`),
+    ...(restart.length > 0 ? ["give that node a priority (restart its agent with --priority)"] : []),
+  ];
+  return remedies.join(", or ");
 }

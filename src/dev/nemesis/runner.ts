@@ -522,6 +522,23 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     };
 
     /**
+     * Nodes whose database this run restarted (from its RDB or empty), with the topology's epoch
+     * read after the restart: while that node is still the primary at that epoch, it and the
+     * replicas linked to it may hold less than what was acknowledged (its RDB is older), so the
+     * copies rule counts none of them (seed 5401: a replica replaced for good 12 s after the primary
+     * came back from its RDB was the only full copy left; the shard was offline 27 minutes).
+     */
+    const restartedAtEpoch = new Map<string, number>();
+    const noteRestart = async (id: string) => {
+      // An unreadable topology (a store outage) records nothing: the rule is then the plain one.
+      const topology = await active.topology().catch(() => undefined);
+      if (topology !== undefined) restartedAtEpoch.set(id, topology.epoch);
+    };
+    const primaryRolledBack = (topology: Topology | undefined): boolean =>
+      topology?.primary_node_id !== undefined &&
+      restartedAtEpoch.get(topology.primary_node_id) === topology.epoch;
+
+    /**
      * Whether destroying node `id`'s copy keeps guarantee 1's premise: it is dead already, or the
      * shard is online (not mid-failover, when the topology's primary may be the deposed one and a
      * "replica" the promoted one), `id` answers `ROLE` as a replica, and another node holds the
@@ -531,6 +548,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       if (dead.has(id)) return true;
       const topology = await active.topology().catch(() => undefined);
       if (topology?.status !== "online" || topology.primary_node_id === undefined) return false;
+      if (primaryRolledBack(topology)) return false;
       // The other nodes of a shrink under way still hold data until they are stopped (the primary
       // among them, when a drain handed it there: nemesis seed 5102 kept a node for good so).
       const nodes = new Set([
@@ -734,9 +752,11 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         // replicas' agents were dead, and both replicas resynced from it).
         const roles = await memberRoles();
         const parkable = (id: string) => active.agentRunning(id) && !busy.has(`agent:${id}`);
-        free = free.filter((id) =>
-          intactCopies(id, roles, primary).some((copy) => copy === primary || parkable(copy)),
-        );
+        free = primaryRolledBack(topology)
+          ? []
+          : free.filter((id) =>
+              intactCopies(id, roles, primary).some((copy) => copy === primary || parkable(copy)),
+            );
         if (free.length === 0) {
           return {
             targets: [],
@@ -898,6 +918,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               // As docs/deploy.md asks of a supervisor: the database starts fenced, its agent opens it.
               await node.start({ timeoutMs: 15_000, extraArgs: FENCED_START_ARGS });
               dead.delete(id);
+              await noteRestart(id);
               await enableRdb(node);
             });
             break;
@@ -980,6 +1001,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
               if (fault.params.restart === "empty") node.wipeData();
               await node.start({ timeoutMs: 15_000, replicaOf: of?.address, extraArgs: FENCED_START_ARGS });
               dead.delete(id);
+              await noteRestart(id);
               await enableRdb(node);
             });
             break;
