@@ -53,6 +53,16 @@ export const PARKED_ADDRESS = `${PARKED_HOST}:${PARKED_PORT}`;
 
 export type ProbeResult = "ok" | "unreachable" | "restarted" | "fenced";
 
+/**
+ * Probes in a row without an answer after which a replica is parked, as when the primary's
+ * connection closes: a partition hides a death (no close arrives, and Redis counts the link up
+ * until its 60 s \`repl-timeout\`), and the replica would full-sync from a primary restarted empty
+ * meanwhile the moment the partition heals (nemesis seed 5501: every replica wiped so). A replica
+ * that cannot hear its primary acknowledges nothing anyway; the probe unparks it when the primary
+ * answers as the same process (or one continuing its data).
+ */
+export const PARK_AFTER_SILENT_PROBES = 3;
+
 const PROBE_NAME_PREFIX = "shardguard-probe.";
 
 /** The probe connection's client name: who probes and how many heartbeats it has written. */
@@ -89,6 +99,8 @@ export class PrimaryProbe {
   #linkedReplId: string | undefined;
   /** The primary's replication offset in the last probe's answer (undefined: no answer). */
   #primaryOffset: number | undefined;
+  /** Probes in a row the primary did not answer (PARK_AFTER_SILENT_PROBES). */
+  #silent = 0;
 
   /** The primary's `master_repl_offset` read by the last `probe()` (the heartbeat's `primary_probe_offset`). */
   get primaryOffset(): number | undefined {
@@ -124,6 +136,7 @@ export class PrimaryProbe {
     this.#trackedAt = this.#ctx.monotonicNow();
     this.#runId = undefined;
     this.#linkedReplId = undefined;
+    this.#silent = 0;
     const client = this.#ctx.db.dial(address, {
       name: probeName(this.#ctx.nodeId, this.#ctx.heartbeatsWritten),
       connectTimeoutMs: this.#timeoutMs,
@@ -186,7 +199,15 @@ export class PrimaryProbe {
   async probe(mine: ReplicationInfo): Promise<ProbeResult> {
     const answer = await this.#info();
     this.#primaryOffset = answer?.info.role === "primary" ? answer.info.offset : undefined;
-    if (answer === undefined) return "unreachable";
+    if (answer === undefined) {
+      this.#silent++;
+      const address = this.#address;
+      if (this.#silent >= PARK_AFTER_SILENT_PROBES && address !== undefined && !isParked(mine)) {
+        await this.#lost(address, `no answer to ${this.#silent} probes in a row`);
+      }
+      return "unreachable";
+    }
+    this.#silent = 0;
     const primary = answer.info;
     const parked = isParked(mine);
     // The primary continues this replica's data also through either one's earlier lineage
@@ -228,7 +249,7 @@ export class PrimaryProbe {
     return answer.fenced && primary.role === "primary" ? "fenced" : "ok";
   }
 
-  async #lost(address: string): Promise<void> {
+  async #lost(address: string, why = "its connection closed"): Promise<void> {
     if (this.#address !== address) return;
     const ctx = this.#ctx;
     await ctx.roleLock.run(async () => {
@@ -253,10 +274,13 @@ export class PrimaryProbe {
         // The controller learns of the link down now, not at the next heartbeat tick.
         ctx.wakeHeartbeat();
         ctx.logger.warn(
-          "primary's connection closed: replica parked until the primary is known to hold its data",
+          why === "its connection closed"
+            ? "primary's connection closed: replica parked until the primary is known to hold its data"
+            : "primary silent: replica parked until the primary is known to hold its data",
           {
             ...ctx.epochContext,
             primaryAddress: address,
+            why,
           },
         );
       } catch (error) {
