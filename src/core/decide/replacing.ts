@@ -165,21 +165,44 @@ export function downAhead(v: Replacing, best: Candidate, lineage: Lineage, withi
       (node) =>
         node.node_id !== v.primaryId &&
         node.node_id !== best.node_id &&
-        node.db_status === "down" &&
-        node.repl_id === lineage.repl_id &&
-        node.last_txn_id > best.last_txn_id &&
+        (node.db_status === "down"
+          ? node.repl_id === lineage.repl_id && node.last_txn_id > best.last_txn_id
+          : restartedAhead(node, best, lineage)) &&
         // A report dated beyond the clock bound is no evidence.
         heartbeatAgeMs(node, v.now) >= -MAX_CLOCK_SKEW_MS &&
-        heartbeatAgeMs(node, v.now) <= graceMs === within,
+        downAgeMs(node, v.now) <= graceMs === within,
     )
     .sort((a, b) => a.node_id.localeCompare(b.node_id));
 }
 
+/**
+ * A database back from its RDB under a new replication id (Redis 7), answering: it holds the
+ * lineage only as its earlier one (\`prior_lineage\`), up to further than \`best\`. Not a candidate
+ * of an online failover (the last resort is the offline shard's), it is waited for as a down one
+ * is, until its agent has it follow the primary again (then it is on the lineage and ranks) or the
+ * grace ends (a CI run of replica-down-ahead.test.ts promoted node-3 the moment node-2's database
+ * answered again: its RDB held what node-2 had acknowledged).
+ */
+function restartedAhead(node: Heartbeat, best: Candidate, lineage: Lineage): boolean {
+  return (
+    node.repl_id !== lineage.repl_id &&
+    node.prior_lineage?.repl_id === lineage.repl_id &&
+    node.prior_lineage.last_txn_id > best.last_txn_id
+  );
+}
+
+/** How long \`node\`'s copy has been out of reach: since its database's last answer, or since it answers in its current role. */
+function downAgeMs(node: Heartbeat, now: number): number {
+  if (node.db_status === "down" || node.role_since === undefined) return heartbeatAgeMs(node, now);
+  return now - node.role_since / 1000;
+}
+
 function describeDownAhead(nodes: readonly Heartbeat[], now: number): string {
   return nodes
-    .map(
-      (node) =>
-        `${node.node_id} (database down, last answered ${describeHeartbeatAge(node, now, "ago")}, last_txn_id ${node.last_txn_id})`,
+    .map((node) =>
+      node.db_status === "down"
+        ? `${node.node_id} (database down, last answered ${describeHeartbeatAge(node, now, "ago")}, last_txn_id ${node.last_txn_id})`
+        : `${node.node_id} (database restarted, holding the lineage as its earlier one up to ${node.prior_lineage?.last_txn_id})`,
     )
     .join(", ");
 }
