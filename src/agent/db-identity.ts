@@ -93,7 +93,8 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     prior: info.prior,
   };
   ctx.dbRecord.identity = current;
-  const verdict = judgeRestart(previous, current, restartContext(ctx));
+  const context = restartContext(ctx);
+  const verdict = judgeRestart(previous, current, context);
   if (verdict.kind === "lost-data") ctx.dbRecord.restarted = true;
   if (verdict.kind !== "same") ctx.dbRecord.pendingRestart = undefined;
   // "It continues" rests on what the other nodes reported holding. Reports read before this
@@ -102,7 +103,7 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   // came back on it, and the replicas resynced 67 acknowledged writes away). A primary's new
   // process stays fenced until a snapshot read after it, with every member reporting since,
   // judges it again (\`rejudgeRestart\`).
-  const wasPrimary = previous?.role === "primary" || restartContext(ctx).named;
+  const wasPrimary = previous?.role === "primary" || context.named;
   if (verdict.kind === "harmless" && verdict.continues && wasPrimary && current.role === "primary") {
     const seenAt = ctx.deps.clock.now();
     if (!peersReportedSince(ctx, seenAt) && previous !== undefined) {

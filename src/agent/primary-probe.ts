@@ -249,7 +249,8 @@ export class PrimaryProbe {
     return answer.fenced && primary.role === "primary" ? "fenced" : "ok";
   }
 
-  async #lost(address: string, why = "its connection closed"): Promise<void> {
+  /** Parks the replica following \`address\`; \`silent\`: after probes without an answer, not a close. */
+  async #lost(address: string, silent?: string): Promise<void> {
     if (this.#address !== address) return;
     const ctx = this.#ctx;
     await ctx.roleLock.run(async () => {
@@ -274,14 +275,10 @@ export class PrimaryProbe {
         // The controller learns of the link down now, not at the next heartbeat tick.
         ctx.wakeHeartbeat();
         ctx.logger.warn(
-          why === "its connection closed"
+          silent === undefined
             ? "primary's connection closed: replica parked until the primary is known to hold its data"
             : "primary silent: replica parked until the primary is known to hold its data",
-          {
-            ...ctx.epochContext,
-            primaryAddress: address,
-            why,
-          },
+          { ...ctx.epochContext, primaryAddress: address, ...(silent === undefined ? {} : { why: silent }) },
         );
       } catch (error) {
         ctx.logger.warn("could not park the replica", { ...ctx.epochContext, error: errorMessage(error) });

@@ -34,6 +34,19 @@ function shardWith(r2: Partial<HeartbeatInput> & { ageMs?: number }) {
     });
 }
 
+/** r2 back from its RDB under a new id, answering as a replica for \`forMs\`, holding lineage-a to 1150 as its earlier one. */
+function restartedR2(forMs: number) {
+  return shardWith({
+    ageMs: 200,
+    db_status: "up",
+    primary_link: "down",
+    repl_id: "lineage-new",
+    last_txn_id: 1150,
+    prior_lineage: { repl_id: "lineage-a", last_txn_id: 1150 },
+    role_since: (NOW - forMs) * 1000,
+  });
+}
+
 describe("decide: a replica whose database went down holding more than the candidate (nemesis 5301)", () => {
   it.each([
     {
@@ -72,30 +85,12 @@ describe("decide: a replica whose database went down holding more than the candi
     },
     {
       name: "holds it for a database back from its RDB under a new id, answering, that holds the lineage as its earlier one further (a CI run promoted node-3 the moment node-2 answered again)",
-      build: () =>
-        shardWith({
-          ageMs: 200,
-          db_status: "up",
-          primary_link: "down",
-          repl_id: "lineage-new",
-          last_txn_id: 1150,
-          prior_lineage: { repl_id: "lineage-a", last_txn_id: 1150 },
-          role_since: (NOW - 2_000) * 1000,
-        }),
+      build: () => restartedR2(2_000),
       expected: { kind: "none", code: "waiting_for_replica" },
     },
     {
       name: "fails over once such a database has answered in its role past the grace",
-      build: () =>
-        shardWith({
-          ageMs: 200,
-          db_status: "up",
-          primary_link: "down",
-          repl_id: "lineage-new",
-          last_txn_id: 1150,
-          prior_lineage: { repl_id: "lineage-a", last_txn_id: 1150 },
-          role_since: (NOW - GRACE_MS - 1_000) * 1000,
-        }),
+      build: () => restartedR2(GRACE_MS + 1_000),
       expected: { kind: "failover", target: "r1" },
     },
     {
