@@ -80,8 +80,18 @@ describe.runIf(unavailable === undefined)(
       await active.heal();
       for (const controller of active.controllers) controller.child.kill("SIGCONT");
 
-      // Assess: the shard settles (a failover to a replica holding everything) and every
-      // acknowledged write is on every node.
+      // Assess: a failover to a replica holding everything, the shard settles on it, and every
+      // acknowledged write is on every node. (The failover is waited for first: the replicas'
+      // stored reports may still say "following node-1, link up" from before the partition, which
+      // alone would look settled on node-1.)
+      await active.waitFor(
+        "a failover away from node-1",
+        async () => {
+          const topology = await active.topology();
+          return topology?.status === "online" && topology.primary_node_id !== "node-1";
+        },
+        WAIT_MS,
+      );
       await waitForSettled(active);
       const topology = await active.topology();
       expect(topology?.primary_node_id).not.toBe("node-1");

@@ -242,7 +242,7 @@ export async function waitForSettled(
       const primary = topology?.primary_node_id;
       if (topology?.status !== "online" || primary === undefined) return false;
       const snapshot = await cluster.snapshot();
-      return ids
+      const reported = ids
         .filter((id) => id !== primary)
         .every((id) => {
           const heartbeat = cluster.heartbeatOf(snapshot, id);
@@ -252,6 +252,21 @@ export async function waitForSettled(
             heartbeat.primary_link === "up"
           );
         });
+      if (!reported) return false;
+      // The stored reports may predate a fault (a quiet replica writes on a change): the databases
+      // themselves must agree.
+      if ((await roleOf(cluster.node(primary))).role !== "master") return false;
+      for (const id of ids.filter((other) => other !== primary)) {
+        const role = await roleOf(cluster.node(id));
+        if (
+          role.role !== "slave" ||
+          role.primaryPort !== cluster.node(primary).port ||
+          role.state !== "connected"
+        ) {
+          return false;
+        }
+      }
+      return true;
     },
     WAIT_MS,
   );
