@@ -12,6 +12,8 @@ export class TcpProxy {
   port = 0;
   /** Client bytes that make the proxy reset the connection before they reach the server. */
   private resetOn: Buffer | undefined;
+  /** Client bytes whose request reaches the server, but whose answer is replaced by a reset. */
+  private loseAnswerOn: Buffer | undefined;
 
   constructor(targetHost: string, targetPort: number) {
     this.targetHost = targetHost;
@@ -30,6 +32,7 @@ export class TcpProxy {
           upstream.destroy();
         });
       }
+      let loseAnswer = false;
       client.on("data", (chunk: Buffer) => {
         // One request's headers arrive in one chunk on loopback: enough to single out a request type.
         if (this.resetOn !== undefined && chunk.includes(this.resetOn)) {
@@ -37,13 +40,26 @@ export class TcpProxy {
           upstream.destroy();
           return;
         }
+        if (this.loseAnswerOn !== undefined && chunk.includes(this.loseAnswerOn)) loseAnswer = true;
         if (!upstream.write(chunk)) {
           client.pause();
           upstream.once("drain", () => client.resume());
         }
       });
       client.on("end", () => upstream.end());
-      upstream.pipe(client);
+      upstream.on("data", (chunk: Buffer) => {
+        if (loseAnswer) {
+          // The server has done the request and answered: the client never hears it.
+          client.resetAndDestroy();
+          upstream.destroy();
+          return;
+        }
+        if (!client.write(chunk)) {
+          upstream.pause();
+          client.once("drain", () => upstream.resume());
+        }
+      });
+      upstream.on("end", () => client.end());
     });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
@@ -65,6 +81,15 @@ export class TcpProxy {
    */
   resetRequestsContaining(marker: string | undefined): void {
     this.resetOn = marker === undefined ? undefined : Buffer.from(marker);
+  }
+
+  /**
+   * Lets each request containing `marker` reach the server, then resets the connection in place of
+   * its answer: the request took effect, and the client sees a network error (an ambiguous
+   * outcome, as a timeout after a commit). `undefined` passes every answer again.
+   */
+  loseAnswersTo(marker: string | undefined): void {
+    this.loseAnswerOn = marker === undefined ? undefined : Buffer.from(marker);
   }
 
   /** Resets every open connection and refuses new ones until `start()`. */
