@@ -25,6 +25,7 @@ interface CliOptions {
   fenceWindow: number;
   gap: { min: number; max: number };
   maxConcurrent: number;
+  retrySkipped: number;
   out?: string;
   json?: boolean;
 }
@@ -63,6 +64,12 @@ export function buildProgram(): Command {
       { min: 4000, max: 10_000 },
     )
     .option("--max-concurrent <n>", "faults active at once", parseIntegerOption(1, 6), 2)
+    .option(
+      "--retry-skipped <ms>",
+      "try a fault that would be skipped (no primary, the copies rule, busy targets) again every 500 ms for this long (0: skip at once, as the recorded runs did)",
+      parseIntegerOption(0, 600_000),
+      0,
+    )
     .option("--out <file>", "report path (default bench/results/nemesis-<seed>.json)")
     .option("--json", "print the report as JSON on stdout")
     .action(async (options: CliOptions) => {
@@ -80,6 +87,7 @@ export function buildProgram(): Command {
           gapMaxMs: options.gap.max,
           maxConcurrent: options.maxConcurrent,
         },
+        retrySkippedMs: options.retrySkipped,
         signal: abort.signal,
         onLine: (line) => log(`[nemesis] ${line}`),
       });

@@ -149,6 +149,13 @@ export interface NemesisOptions {
    * runs' replays. @default 0
    */
   readonly busyWaitMs?: number;
+  /**
+   * How long a fault that would be skipped for any reason (no primary during a failover, the
+   * copies rule while a node resyncs, its targets busy) is tried again, every 500 ms, before it is
+   * skipped: the run then injects each kind about as often as it draws it. 0 keeps the recorded
+   * runs' replays. @default 0
+   */
+  readonly retrySkippedMs?: number;
   /** Passed to the schedule (gaps, concurrency, warm-up). */
   readonly schedule?: Partial<Pick<ScheduleOptions, "gapMinMs" | "gapMaxMs" | "maxConcurrent" | "warmupMs">>;
   /** Keep the agents' and controllers' logs (their temp dir) after the run. @default true */
@@ -323,7 +330,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     options.schedule?.maxConcurrent !== undefined
       ? ` --max-concurrent ${options.schedule.maxConcurrent}`
       : "";
-  const command = `npm run nemesis -- --minutes ${options.minutes} --seed ${options.seed}${options.faults ? ` --faults ${faultsEnabled.join(",")}` : ""} --nodes ${nodeCount}${gap}${concurrent}`;
+  const retry = options.retrySkippedMs ? ` --retry-skipped ${options.retrySkippedMs}` : "";
+  const command = `npm run nemesis -- --minutes ${options.minutes} --seed ${options.seed}${options.faults ? ` --faults ${faultsEnabled.join(",")}` : ""} --nodes ${nodeCount}${gap}${concurrent}${retry}`;
   line(
     `seed ${options.seed}: ${schedule.length} faults over ${options.minutes} min (${command}); history ${historyPath}`,
   );
@@ -1274,11 +1282,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     const runFault = async (fault: ScheduledFault): Promise<void> => {
       let resolved = await resolveTargets(fault);
       // Never past the run's end: the final heal takes over there.
-      const waitUntil = Math.min(
-        performance.now() + (options.busyWaitMs ?? 0),
-        started + options.minutes * 60_000,
-      );
-      while (resolved.busy && performance.now() < waitUntil && !options.signal?.aborted) {
+      const runEnd = started + options.minutes * 60_000;
+      const busyUntil = Math.min(performance.now() + (options.busyWaitMs ?? 0), runEnd);
+      const retryUntil = Math.min(performance.now() + (options.retrySkippedMs ?? 0), runEnd);
+      while (resolved.targets.length === 0 && !options.signal?.aborted) {
+        const until = resolved.busy ? Math.max(busyUntil, retryUntil) : retryUntil;
+        if (performance.now() >= until) break;
         await sleep(500);
         resolved = await resolveTargets(fault);
       }
