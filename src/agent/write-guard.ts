@@ -248,6 +248,26 @@ async function unfence(ctx: AgentContext, plan: WriteGuardPlan, minReplicas: num
 }
 
 /**
+ * A database started fenced by its config (docs/deploy.md) waits for its agent's judgment: until a
+ * topology read has confirmed this primary, the agent keeps that fence (as its own, lifted like any
+ * other once the topology confirms) instead of opening it with the guard's value. Nemesis seed 5803
+ * (guarantee 1): an agent restarted without its state read the topology (offline) while the
+ * primary's new process, started fenced from its RDB, was hung; when the process answered, the
+ * guard for a new process opened it before any read confirmed it, an anonymous replica
+ * acknowledged 76 writes in the second before the fence, and the shard was brought back on another
+ * node. Costs one CONFIG GET per guard pass until a topology read confirms this primary.
+ */
+async function heldByConfigFence(ctx: AgentContext): Promise<WriteGuardPlan | undefined> {
+  if (ctx.confirmed === true || ctx.state.state.fence !== undefined) return undefined;
+  const current = await ctx.db.configGet(["min-replicas-to-write"]);
+  if (Number(current["min-replicas-to-write"]) < FENCED_MIN_REPLICAS) return undefined;
+  const reason =
+    "the database started fenced by its config: kept so until a topology read confirms this primary";
+  await fence(ctx, reason);
+  return { kind: "fence", reason };
+}
+
+/**
  * Brings the database in line with the plan and, under the guard, the stored replica set: a
  * joiner is demanded by the database before the store lists it, except that a fence is lifted only
  * after the store lists the joiners (nothing is writable until then); a leaver is removed from the store
@@ -264,6 +284,8 @@ export async function enforceWriteGuard(ctx: AgentContext, info: ReplicationInfo
     if (ctx.appliedGuard !== "fence" || ctx.state.state.fence === undefined) await fence(ctx, plan.reason);
     return plan;
   }
+  const held = await heldByConfigFence(ctx);
+  if (held !== undefined) return held;
   let minReplicas = plan.kind === "guard" ? plan.minReplicas : 0;
   const epoch = ctx.lastTopology?.epoch;
   // A fence is lifted only once the store lists every member the guard will demand. The

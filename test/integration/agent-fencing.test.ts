@@ -6,6 +6,8 @@ import { awsEnv } from "../support/aws.ts";
 import { TcpProxy } from "../support/tcp-proxy.ts";
 import { holdsFor, waitFor } from "../support/wait.ts";
 
+const QUERY = "DynamoDB_20120810.Query";
+
 let fixture: AgentFixture;
 let proxy: TcpProxy | undefined;
 
@@ -230,6 +232,63 @@ describe("self-fencing when the table is unreachable", () => {
       // Assess
       expect(before).toMatch(/^NOREPLICAS/);
       expect(await configValue(node, "min-replicas-to-write")).toBe("0");
+      expect(agent.handle.status().fenced).toBe(false);
+    },
+  );
+
+  it.each(["failsafe", "keep-serving"] as const)(
+    "policy %s: keeps a database started fenced by its config fenced until a topology read confirms it (nemesis seed 5803)",
+    async (fencePolicy) => {
+      // Prepare: a primary's new process, started fenced by its config and hung (SIGSTOP), in a shard
+      // the controller marked offline. Its agent starts without a state dir and reads the topology
+      // while the database does not answer; then the table stops answering its snapshot queries.
+      fixture = new AgentFixture();
+      const [node] = await fixture.startRedis(1);
+      if (!node) throw new Error("redis node missing");
+      const client = node.client();
+      await client.config("SET", "min-replicas-to-write", "1000000");
+      client.disconnect();
+      await fixture.setTopology(undefined, { epoch: 2, status: "offline" });
+      const aws = await adaptersBehindProxy();
+      node.signal("SIGSTOP");
+      const agent = await fixture.startAgent(node, { nodeId: "n1", fencePolicy }, aws);
+      // A second snapshot query means the first one was answered.
+      await waitFor(
+        () => (proxy?.requests(QUERY) ?? 0) >= 2 || undefined,
+        "n1's agent read the topology",
+        10_000,
+      );
+      proxy?.resetRequestsContaining(QUERY);
+
+      // Act: the database answers.
+      node.signal("SIGCONT");
+
+      // Assess: writes stay refused while no topology read confirms it (the code before set the
+      // guard's value at once, 0 here, and the write went through), and then while it names no primary.
+      await holdsFor(
+        async () => (await tryWrite(node)).startsWith("NOREPLICAS"),
+        "n1 refuses writes before a topology read confirms it",
+        FAST_TIMINGS.heartbeatIntervalMs * 4,
+      );
+      proxy?.resetRequestsContaining(undefined);
+      await holdsFor(
+        async () => (await tryWrite(node)).startsWith("NOREPLICAS"),
+        "n1 refuses writes while the topology names no primary",
+        FAST_TIMINGS.heartbeatIntervalMs * 4,
+      );
+
+      // Act: the controller brings the shard online on n1. Assess: the fence is lifted.
+      await fixture.setTopology(2, {
+        epoch: 3,
+        primary_node_id: "n1",
+        primary_address: node.address,
+        status: "online",
+      });
+      await waitFor(
+        async () => (await tryWrite(node)) === "OK" || undefined,
+        "n1 writable once confirmed",
+        10_000,
+      );
       expect(agent.handle.status().fenced).toBe(false);
     },
   );

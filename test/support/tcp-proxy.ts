@@ -12,6 +12,8 @@ export class TcpProxy {
   port = 0;
   /** Client bytes that make the proxy reset the connection before they reach the server. */
   private resetOn: Buffer | undefined;
+  /** Requests seen per `X-Amz-Target` (the DynamoDB operation), forwarded or not. */
+  private readonly targets = new Map<string, number>();
   /** Client bytes whose request reaches the server, but whose answer is replaced by a reset. */
   private loseAnswerOn: Buffer | undefined;
 
@@ -35,6 +37,8 @@ export class TcpProxy {
       let loseAnswer = false;
       client.on("data", (chunk: Buffer) => {
         // One request's headers arrive in one chunk on loopback: enough to single out a request type.
+        const target = /x-amz-target:\s*([^\r\n]+)/i.exec(chunk.toString("latin1"))?.[1]?.trim();
+        if (target !== undefined) this.targets.set(target, (this.targets.get(target) ?? 0) + 1);
         if (this.resetOn !== undefined && chunk.includes(this.resetOn)) {
           client.destroy();
           upstream.destroy();
@@ -81,6 +85,11 @@ export class TcpProxy {
    */
   resetRequestsContaining(marker: string | undefined): void {
     this.resetOn = marker === undefined ? undefined : Buffer.from(marker);
+  }
+
+  /** How many requests for `target` (e.g. "DynamoDB_20120810.Query") the client sent through. */
+  requests(target: string): number {
+    return this.targets.get(target) ?? 0;
   }
 
   /**
