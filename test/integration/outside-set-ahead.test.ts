@@ -142,7 +142,12 @@ describe.runIf(unavailable === undefined)(
       );
       while (Date.now() - holdFrom < HOLD_MS) {
         const topology = await active.topology();
-        expect(topology?.epoch, `promoted ${topology?.primary_node_id} while node-3 holds more`).toBe(epoch);
+        // No other node named primary (an offline mark under a loaded host's stale reports is no
+        // promotion: a fresh-clone CI run beside two nemesis runs saw one).
+        expect(
+          topology?.primary_node_id === undefined || topology.primary_node_id === "node-1",
+          `promoted ${topology?.primary_node_id} at epoch ${topology?.epoch} while node-3 holds more`,
+        ).toBe(true);
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
 
