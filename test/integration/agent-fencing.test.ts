@@ -47,6 +47,16 @@ async function configValue(node: RedisNode, name: string): Promise<string | unde
   }
 }
 
+/** One redis-server in the state a redis.conf with `min-replicas-to-write 1000000` starts it in (docs/deploy.md). */
+async function startedFencedByConfig(): Promise<RedisNode> {
+  const [node] = await fixture.startRedis(1);
+  if (!node) throw new Error("redis node missing");
+  const client = node.client();
+  await client.config("SET", "min-replicas-to-write", "1000000");
+  client.disconnect();
+  return node;
+}
+
 async function twoNodeShard() {
   const [primaryNode, replicaNode] = await fixture.startRedis(2);
   if (!primaryNode || !replicaNode) throw new Error("redis nodes missing");
@@ -212,11 +222,7 @@ describe("self-fencing when the table is unreachable", () => {
     async (fencePolicy) => {
       // Prepare: the state a redis.conf with `min-replicas-to-write 1000000` starts in (docs/deploy.md).
       fixture = new AgentFixture();
-      const [node] = await fixture.startRedis(1);
-      if (!node) throw new Error("redis node missing");
-      const client = node.client();
-      await client.config("SET", "min-replicas-to-write", "1000000");
-      client.disconnect();
+      const node = await startedFencedByConfig();
       await fixture.setTopology(undefined, {
         epoch: 0,
         primary_node_id: "n1",
@@ -243,11 +249,7 @@ describe("self-fencing when the table is unreachable", () => {
       // the controller marked offline. Its agent starts without a state dir and reads the topology
       // while the database does not answer; then the table stops answering its snapshot queries.
       fixture = new AgentFixture();
-      const [node] = await fixture.startRedis(1);
-      if (!node) throw new Error("redis node missing");
-      const client = node.client();
-      await client.config("SET", "min-replicas-to-write", "1000000");
-      client.disconnect();
+      const node = await startedFencedByConfig();
       await fixture.setTopology(undefined, { epoch: 2, status: "offline" });
       const aws = await adaptersBehindProxy();
       node.signal("SIGSTOP");
