@@ -192,6 +192,60 @@ export function holdsThroughLinks(
 }
 
 /**
+ * How far a database at \`point\` holds \`lineage\` (a replication id and the highest offset known of
+ * it) through the shard's lineage history \`links\`, when its own replication id is not that one;
+ * undefined when no chain joins them. Only the shard's main line counts: from a lineage, each step
+ * takes the latest link that continues it, recorded after the step before (a branch given up later,
+ * a promotion that did not last, is not the shard's history).
+ * - \`point\` on a later lineage of that line: its own offset when every link on the way is at or
+ *   past \`lineage\`'s offset (offsets run on across a promotion: it holds all of \`lineage\` and what
+ *   came after), else the least link's offset (the writes of \`lineage\` past it are not in its data).
+ *   Nemesis seed 5805: the replica that alone held 330 acknowledged writes had full-synced from a
+ *   primary promoted after the lineage the offline mark kept; judged foreign, it resynced from a
+ *   stale node.
+ * - with \`ancestors\`, \`point\` on an earlier lineage from which the line leads to \`lineage\` (a
+ *   database restarted from an RDB older than a later promotion): the lesser of its offset and the
+ *   least link's offset on the way, the part of \`lineage\`'s history its data holds.
+ */
+export function heldThroughLinks(
+  point: { readonly replId: string; readonly offset: number },
+  lineage: { readonly replId: string; readonly offset: number },
+  links: readonly LineageLink[],
+  ancestors = false,
+): number | undefined {
+  if (point.replId === "" || lineage.replId === "" || point.replId === lineage.replId) return undefined;
+  const later = alongMainLine(lineage.replId, point.replId, links);
+  if (later !== undefined) return lineage.offset <= later ? point.offset : Math.min(later, point.offset);
+  if (!ancestors) return undefined;
+  const earlier = alongMainLine(point.replId, lineage.replId, links);
+  return earlier === undefined ? undefined : Math.min(earlier, point.offset);
+}
+
+/** The least \`until\` on the main line from lineage \`from\` to lineage \`to\`; undefined when the line does not reach it. */
+function alongMainLine(from: string, to: string, links: readonly LineageLink[]): number | undefined {
+  let at = from;
+  let least = Number.POSITIVE_INFINITY;
+  let after = -1;
+  // Each step takes a link recorded after the one before: the line ends within links.length steps.
+  while (after < links.length - 1) {
+    let index = -1;
+    for (let i = links.length - 1; i > after; i--) {
+      if (links[i]?.repl_id === at) {
+        index = i;
+        break;
+      }
+    }
+    const link = links[index];
+    if (link === undefined) return undefined;
+    least = Math.min(least, link.until);
+    if (link.by === to) return least;
+    at = link.by;
+    after = index;
+  }
+  return undefined;
+}
+
+/**
  * \`holdsAllOf\` without its empty-database rule: `holder` continues `data`'s lineage (or the one
  * `data` continues, while it took nothing since) at least as far. A restarted database continues
  * the old process only so: an offset of 0 is no proof of an empty dataset (a Redis primary

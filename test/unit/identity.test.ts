@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import {
   appendLink,
   type DatabaseIdentity,
+  heldThroughLinks,
   holdsAllOf,
   holdsSomeOf,
   holdsThroughLinks,
@@ -558,6 +559,106 @@ describe("holdsThroughLinks: the shard's recorded lineage history (simulator see
         (holder, data) => holdsThroughLinks(holder, data, []) === holdsAllOf(holder, data),
       ),
     );
+  });
+});
+
+describe("heldThroughLinks: how far a node on another lineage holds the one a failover judges by (nemesis seed 5805)", () => {
+  // L0 -> L1 at 600, then L1 -> L2 at 900 (the main line); L0 -> X1 at 500 earlier, a promotion that did not last.
+  const links = [
+    { repl_id: "L0", until: 500, by: "X1" },
+    { repl_id: "L0", until: 600, by: "L1" },
+    { repl_id: "L1", until: 900, by: "L2" },
+  ];
+
+  it.each([
+    {
+      name: "a node on a later lineage holds all of the judged one up to the link, and its own offset counts",
+      point: { replId: "L2", offset: 1330 },
+      lineage: { replId: "L0", offset: 590 },
+      ancestors: false,
+      held: 1330,
+    },
+    {
+      name: "one link on: the offset runs on across the promotion",
+      point: { replId: "L1", offset: 700 },
+      lineage: { replId: "L0", offset: 600 },
+      ancestors: false,
+      held: 700,
+    },
+    {
+      name: "the judged lineage took writes past the link: the later one holds it only to the link",
+      point: { replId: "L1", offset: 800 },
+      lineage: { replId: "L0", offset: 650 },
+      ancestors: false,
+      held: 600,
+    },
+    {
+      name: "a branch that is not the main line (a promotion given up later) holds nothing of it",
+      point: { replId: "X1", offset: 2000 },
+      lineage: { replId: "L0", offset: 400 },
+      ancestors: false,
+      held: undefined,
+    },
+    {
+      name: "an earlier lineage counts only when asked (the last resort), up to the least link on the way",
+      point: { replId: "L0", offset: 550 },
+      lineage: { replId: "L2", offset: 950 },
+      ancestors: false,
+      held: undefined,
+    },
+    {
+      name: "an earlier lineage, asked: up to its own offset when below every link",
+      point: { replId: "L0", offset: 550 },
+      lineage: { replId: "L2", offset: 950 },
+      ancestors: true,
+      held: 550,
+    },
+    {
+      name: "an earlier lineage, asked: writes past the link are not the judged lineage's",
+      point: { replId: "L0", offset: 650 },
+      lineage: { replId: "L2", offset: 950 },
+      ancestors: true,
+      held: 600,
+    },
+    {
+      name: "a lineage no link names",
+      point: { replId: "L7", offset: 5000 },
+      lineage: { replId: "L0", offset: 100 },
+      ancestors: true,
+      held: undefined,
+    },
+    {
+      name: "the judged lineage itself is not this function's to answer",
+      point: { replId: "L0", offset: 100 },
+      lineage: { replId: "L0", offset: 100 },
+      ancestors: true,
+      held: undefined,
+    },
+  ])("$name", ({ point, lineage, ancestors, held }) => {
+    expect(heldThroughLinks(point, lineage, links, ancestors)).toBe(held);
+  });
+
+  it("finds nothing without links, and follows links only forward in time (a cycle of ids ends)", () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom("A", "B", "C"),
+        fc.constantFrom("A", "B", "C"),
+        fc.nat(1000),
+        fc.nat(1000),
+        fc.boolean(),
+        (from, to, offset, lineageOffset, ancestors) =>
+          heldThroughLinks({ replId: from, offset }, { replId: to, offset: lineageOffset }, [], ancestors) ===
+          undefined,
+      ),
+    );
+    const cycle = [
+      { repl_id: "A", until: 10, by: "B" },
+      { repl_id: "B", until: 20, by: "A" },
+    ];
+    expect(
+      heldThroughLinks({ replId: "C", offset: 5 }, { replId: "A", offset: 5 }, cycle, true),
+    ).toBeUndefined();
+    expect(heldThroughLinks({ replId: "B", offset: 30 }, { replId: "A", offset: 5 }, cycle)).toBe(30);
   });
 });
 

@@ -53,7 +53,10 @@ export function offlineView(view: ShardView, topology: Topology): OfflineView {
   const offlineMs = now - topology.updated_at;
   const lastResort =
     offlineMs >= LAST_COPY_GRACE * config.failureTimeoutMs || everyNodeAnswers(view, lineage);
-  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, { acceptPrior: lastResort });
+  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
+    acceptPrior: lastResort,
+    links: topology.ancestry,
+  });
   const best = candidates[0];
   return {
     ...view,
@@ -76,9 +79,10 @@ export function lastResortInS(v: OfflineView): number {
 export function lastResortWaiting(v: OfflineView): string {
   const waiting =
     !v.lastResort && v.lineage !== undefined
-      ? pickCandidates(v.snapshot.nodes, v.lineage, v.config, v.now, { acceptPrior: true }).find(
-          (candidate) => candidate.eligible,
-        )
+      ? pickCandidates(v.snapshot.nodes, v.lineage, v.config, v.now, {
+          acceptPrior: true,
+          links: v.topology.ancestry,
+        }).find((candidate) => candidate.eligible)
       : undefined;
   if (waiting === undefined) return "";
   const grace = lastResortInS(v);
@@ -114,7 +118,11 @@ export function unfencedOldPrimary(v: OfflineView, best: Candidate, lineage: Lin
 
 /** Past the grace, with only the last resort eligible: nodes of the lineage with more that hang, not died. */
 export function hungHolders(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat[] {
-  if (!v.lastResort || pickCandidates(v.snapshot.nodes, lineage, v.config, v.now).some((c) => c.eligible)) {
+  const links = v.topology.ancestry;
+  if (
+    !v.lastResort ||
+    pickCandidates(v.snapshot.nodes, lineage, v.config, v.now, { links }).some((c) => c.eligible)
+  ) {
     return [];
   }
   return v.snapshot.nodes.filter(

@@ -110,7 +110,11 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
   // A primary whose own agent confirms its process dead has nothing left to fence: the replica-set
   // rule would only stand between the shard and the replica holding the most.
   const members = deadPrimary === undefined ? guardMembers(snapshot, primaryId) : undefined;
-  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, { exclude: primaryId, members });
+  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
+    exclude: primaryId,
+    members,
+    links: topology.ancestry,
+  });
   const best = candidates[0];
   const voters = freshVoters(snapshot, primaryId, config, now);
   // A replica votes the primary down when its link is down, or its own probe got no answer, found

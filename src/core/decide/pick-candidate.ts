@@ -1,4 +1,5 @@
 import type { FailoverConfig } from "../config.ts";
+import { heldThroughLinks, type LineageLink } from "../identity.ts";
 import type { Candidate, Heartbeat, Lineage } from "../model.ts";
 import { describeHeartbeatAge, isAgentHeard, isAlive, isFresh, isRestartedHolder } from "./view.ts";
 
@@ -21,6 +22,11 @@ export interface RankOptions {
    * @default "offset"
    */
   readonly order?: "offset" | "priority";
+  /**
+   * The shard's lineage history (\`topology.ancestry\`): a node on a later lineage of its main line
+   * holds the lineage by it (\`heldThroughLinks\`); with \`acceptPrior\`, a node on an earlier one too.
+   */
+  readonly links?: readonly LineageLink[];
 }
 
 /**
@@ -39,7 +45,7 @@ export function pickCandidates(
   now: number,
   options: RankOptions = {},
 ): Candidate[] {
-  const { exclude, members, acceptPrior = false, order = "offset" } = options;
+  const { exclude, members, acceptPrior = false, order = "offset", links = [] } = options;
   const considered = nodes.filter((node) => node.node_id !== exclude);
   const knownLineage = lineage !== undefined && lineage.repl_id !== "";
   let reference = lineage?.last_txn_id ?? 0;
@@ -48,11 +54,11 @@ export function pickCandidates(
       reference = Math.max(reference, node.last_txn_id);
     }
     const held =
-      knownLineage && isAlive(node, config, now) ? heldOffset(node, lineage, acceptPrior) : undefined;
+      knownLineage && isAlive(node, config, now) ? heldOffset(node, lineage, acceptPrior, links) : undefined;
     if (held !== undefined) reference = Math.max(reference, held);
   }
   const judged = considered.map((node): Candidate => {
-    const held = knownLineage ? heldOffset(node, lineage, acceptPrior) : undefined;
+    const held = knownLineage ? heldOffset(node, lineage, acceptPrior, links) : undefined;
     const base = {
       node_id: node.node_id,
       node_address: node.node_address,
@@ -81,7 +87,8 @@ export function pickCandidates(
         `not in ${exclude ?? "the primary"}'s replica set (its write guard does not wait for it)`,
       );
     }
-    const lag = reference - node.last_txn_id;
+    // Measured on what it holds of the lineage (a node on another lineage may count more on its own).
+    const lag = reference - held;
     if (lag > config.maxLagOnFailover) {
       return ineligible(`lag ${lag} exceeds maxLagOnFailover ${config.maxLagOnFailover}`);
     }
@@ -93,14 +100,26 @@ export function pickCandidates(
 /**
  * How far `node`'s data holds `lineage` (the offset in it), undefined when it holds none: a node
  * on it to its offset; one that continues it under another replication id (promoted, or a
- * primary restarted from its RDB) to its `prior_lineage` offset; a restarted holder only by that.
+ * primary restarted from its RDB) to its `prior_lineage` offset; a restarted holder only by that;
+ * else through the shard's lineage history (\`heldThroughLinks\`).
  */
-function heldOffset(node: Heartbeat, lineage: Lineage, acceptPrior: boolean): number | undefined {
+function heldOffset(
+  node: Heartbeat,
+  lineage: Lineage,
+  acceptPrior: boolean,
+  links: readonly LineageLink[],
+): number | undefined {
   if (node.db_status === "down" && !isRestartedHolder(node)) return undefined;
   if (acceptPrior && node.prior_lineage?.repl_id === lineage.repl_id) return node.prior_lineage.last_txn_id;
   // A restarted holder's `repl_id` and `last_txn_id` are the dead process's, not what it holds.
   if (node.db_status === "down") return undefined;
-  return node.repl_id === lineage.repl_id ? node.last_txn_id : undefined;
+  if (node.repl_id === lineage.repl_id) return node.last_txn_id;
+  return heldThroughLinks(
+    { replId: node.repl_id, offset: node.last_txn_id },
+    { replId: lineage.repl_id, offset: lineage.last_txn_id },
+    links,
+    acceptPrior,
+  );
 }
 
 function compareByOffset(a: Candidate, b: Candidate): number {

@@ -53,6 +53,7 @@ export function retargetView(view: ShardView, state: FailoverState, problem: str
   const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
     exclude: primaryId,
     members,
+    links: view.topology?.ancestry,
   }).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
   const best = candidates[0];
   return {

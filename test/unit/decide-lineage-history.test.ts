@@ -1,0 +1,133 @@
+import { describe, expect, it } from "vitest";
+import type { Decision } from "../../src/core/decide/decision.ts";
+import { decide } from "../../src/core/decide.ts";
+import type { LineageLink } from "../../src/core/identity.ts";
+import { aConfig, aShard, LINEAGE, NOW, outcome } from "../support/builders.ts";
+
+/**
+ * Nemesis seed 5805 (guarantee 1, 296 acknowledged writes lost): the shard went offline judged by
+ * the lineage a stale follower still showed (p1's before its promotion), while the one node that
+ * held the writes acknowledged since had full-synced from p1 after that promotion: its replication
+ * id was p1's new one. Judged "foreign", it was passed over and the shard came back on the stale
+ * node, from which it resynced. The shard's lineage history (`topology.ancestry`, one link per
+ * change of primary) shows the new id continues the old one: a node on it holds the lineage.
+ */
+
+const LATER = "lineage-c";
+
+/** What each eligible candidate of a bring-online holds of the stored lineage. */
+function heldBy(decision: Decision): Record<string, number> {
+  if (decision.kind !== "bring_online") throw new Error(`expected a bring-online, got ${decision.kind}`);
+  return Object.fromEntries(
+    decision.candidates.filter((candidate) => candidate.eligible).map((c) => [c.node_id, c.last_txn_id]),
+  );
+}
+
+/** Offline on LINEAGE up to 1000; p1 restarted empty; r1 on LINEAGE at 990; r2 on LATER at 1330. */
+function anOfflineShard(options: { ancestry?: LineageLink[]; offlineForMs?: number } = {}) {
+  const { ancestry, offlineForMs = 10_000 } = options;
+  return aShard()
+    .offline(1000)
+    .withTopology({ updated_at: NOW - offlineForMs, ...(ancestry === undefined ? {} : { ancestry }) })
+    .withNode({
+      node_id: "p1",
+      role: "replica",
+      repl_id: "lineage-empty",
+      last_txn_id: 0,
+      primary_node_id: "r2",
+      primary_link: "down",
+    })
+    .withNode({ node_id: "r1", last_txn_id: 990, primary_link: "down" })
+    .withNode({ node_id: "r2", repl_id: LATER, last_txn_id: 1330, primary_link: "down", priority: 1 })
+    .build();
+}
+
+describe("decide: an offline shard judged by a lineage the shard's history shows continued (nemesis seed 5805)", () => {
+  it.each([
+    {
+      name: "brings it back on the node of the later lineage, which holds every write of the judged one and more",
+      ancestry: [{ repl_id: LINEAGE, until: 1000, by: LATER }],
+      expected: { kind: "bring_online", target: "r2" },
+    },
+    {
+      name: "without the link (its read failed), that node's lineage is foreign as before",
+      ancestry: undefined,
+      expected: { kind: "bring_online", target: "r1" },
+    },
+    {
+      name: "a later lineage off the main line (a promotion the shard moved on from) stays foreign",
+      ancestry: [
+        { repl_id: LINEAGE, until: 1000, by: LATER },
+        { repl_id: LINEAGE, until: 1000, by: "lineage-d" },
+      ],
+      expected: { kind: "bring_online", target: "r1" },
+    },
+  ])("$name", ({ ancestry, expected }) => {
+    // Act
+    const decision = decide(anOfflineShard(ancestry === undefined ? {} : { ancestry }), aConfig(), NOW);
+
+    // Assess
+    expect(outcome(decision)).toEqual(expected);
+  });
+
+  it("ranks the later lineage's node by its own offset, priority only among equals", () => {
+    // Act
+    const decision = decide(
+      anOfflineShard({ ancestry: [{ repl_id: LINEAGE, until: 1000, by: LATER }] }),
+      aConfig(),
+      NOW,
+    );
+
+    // Assess: r2 (priority 1, 1330) over r1 (priority 100, 990); the lag reference is r2's offset.
+    expect(decision).toMatchObject({ kind: "bring_online", target: { node_id: "r2" } });
+    expect(heldBy(decision)).toEqual({ r2: 1330, r1: 990 });
+  });
+});
+
+describe("decide: the offline last resort and a node on an earlier lineage of the stored one (ancestor case)", () => {
+  /** Offline on LATER up to 1330 (LINEAGE -> LATER at 1000); only r1 left, on LINEAGE at `offset` (restarted from an old RDB). */
+  function anAncestorShard(offset: number, offlineForMs: number) {
+    return aShard()
+      .without("r2")
+      .withTopology({
+        status: "offline",
+        primary_node_id: undefined,
+        primary_address: undefined,
+        lineage: { node_id: "p1", repl_id: LATER, last_txn_id: 1330 },
+        ancestry: [{ repl_id: LINEAGE, until: 1000, by: LATER }],
+        updated_at: NOW - offlineForMs,
+      })
+      .withNode({ node_id: "p1", ageMs: 600_000 })
+      .withNode({ node_id: "r1", last_txn_id: offset, primary_link: "down" })
+      .build();
+  }
+
+  it("waits through the grace for a node with more to return", () => {
+    // Act
+    const decision = decide(anAncestorShard(990, 10_000), aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none" });
+  });
+
+  it("brings it back on that node past the grace: its data is the stored lineage's history up to its offset", () => {
+    // Act
+    const decision = decide(anAncestorShard(990, 100_000), aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "bring_online", target: { node_id: "r1" } });
+    expect(heldBy(decision)).toEqual({ r1: 990 });
+  });
+
+  it("counts an earlier lineage only up to where the later one took over, and keeps the lag guard", () => {
+    // Act: r1 on LINEAGE at 1500, past the link at 1000: it holds the stored lineage to 1000 only, 330 behind.
+    const within = decide(anAncestorShard(1500, 100_000), aConfig(), NOW);
+    const beyond = decide(anAncestorShard(1500, 100_000), aConfig({ maxLagOnFailover: 300 }), NOW);
+
+    // Assess
+    expect(within).toMatchObject({ kind: "bring_online", target: { node_id: "r1" } });
+    expect(heldBy(within)).toEqual({ r1: 1000 });
+    expect(beyond).toMatchObject({ kind: "none" });
+    expect(beyond.reason).toMatch(/r1: lag 330 exceeds maxLagOnFailover 300/);
+  });
+});
