@@ -119,6 +119,41 @@ describe("decide: the offline last resort and a node on an earlier lineage of th
     expect(heldBy(decision)).toEqual({ r1: 990 });
   });
 
+  it("takes a database restarted from that RDB as a primary (a new id, the RDB's as its earlier one) past the grace", () => {
+    // Prepare: Redis 7 loads an RDB into a master under a new replication id, keeping the RDB's as replid2.
+    const restarted = (offlineForMs: number) =>
+      aShard()
+        .without("r2")
+        .withTopology({
+          status: "offline",
+          primary_node_id: undefined,
+          primary_address: undefined,
+          lineage: { node_id: "p1", repl_id: LATER, last_txn_id: 1000 },
+          ancestry: [{ repl_id: LINEAGE, until: 1000, by: LATER }],
+          updated_at: NOW - offlineForMs,
+        })
+        .withNode({ node_id: "p1", ageMs: 600_000 })
+        .withNode({
+          node_id: "r1",
+          role: "primary",
+          repl_id: "lineage-rdb",
+          last_txn_id: 990,
+          prior_lineage: { repl_id: LINEAGE, last_txn_id: 990 },
+          primary_node_id: undefined,
+          primary_link: undefined,
+        })
+        .build();
+
+    // Act
+    const before = decide(restarted(10_000), aConfig(), NOW);
+    const after = decide(restarted(100_000), aConfig(), NOW);
+
+    // Assess
+    expect(before).toMatchObject({ kind: "none" });
+    expect(after).toMatchObject({ kind: "bring_online", target: { node_id: "r1" } });
+    expect(heldBy(after)).toEqual({ r1: 990 });
+  });
+
   it("counts an earlier lineage only up to where the later one took over, and keeps the lag guard", () => {
     // Act: r1 on LINEAGE at 1500, past the link at 1000: it holds the stored lineage to 1000 only, 330 behind.
     const within = decide(anAncestorShard(1500, 100_000), aConfig(), NOW);

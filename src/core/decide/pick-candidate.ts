@@ -110,16 +110,19 @@ function heldOffset(
   links: readonly LineageLink[],
 ): number | undefined {
   if (node.db_status === "down" && !isRestartedHolder(node)) return undefined;
-  if (acceptPrior && node.prior_lineage?.repl_id === lineage.repl_id) return node.prior_lineage.last_txn_id;
+  const judged = { replId: lineage.repl_id, offset: lineage.last_txn_id };
+  const prior = acceptPrior ? node.prior_lineage : undefined;
+  if (prior?.repl_id === lineage.repl_id) return prior.last_txn_id;
   // A restarted holder's `repl_id` and `last_txn_id` are the dead process's, not what it holds.
-  if (node.db_status === "down") return undefined;
-  if (node.repl_id === lineage.repl_id) return node.last_txn_id;
-  return heldThroughLinks(
-    { replId: node.repl_id, offset: node.last_txn_id },
-    { replId: lineage.repl_id, offset: lineage.last_txn_id },
-    links,
-    acceptPrior,
-  );
+  const up = node.db_status !== "down";
+  if (up && node.repl_id === lineage.repl_id) return node.last_txn_id;
+  // A database restarted from an RDB older than a later promotion: its earlier lineage is an ancestor.
+  const held =
+    prior === undefined
+      ? undefined
+      : heldThroughLinks({ replId: prior.repl_id, offset: prior.last_txn_id }, judged, links, true);
+  if (held !== undefined || !up) return held;
+  return heldThroughLinks({ replId: node.repl_id, offset: node.last_txn_id }, judged, links, acceptPrior);
 }
 
 function compareByOffset(a: Candidate, b: Candidate): number {
