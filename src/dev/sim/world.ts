@@ -132,7 +132,9 @@ const FAULT_KINDS = [
  * (at-least-once). `controller-stall-failover`: arms for 30-120 s; the controller's next write
  * that changes the topology's epoch or status (a failover's plan, its confirmation) freezes it
  * before it hears the answer, for 2-30 s or past its lease (40-90 s), while a new invocation
- * starts; it wakes with its plan pending and runs on for 2-20 s.
+ * starts; it wakes with its plan pending and runs on for 2-20 s. `agent-lost-state`: the agent dies
+ * and starts again without its state dir (a machine rebuilt from its image, keeping its address and
+ * node id; nemesis seed 5803): it knows no epoch, fence or lineage of its own until it reads them.
  */
 export const EXTRA_FAULT_KINDS = [
   "controller-overlap",
@@ -143,6 +145,7 @@ export const EXTRA_FAULT_KINDS = [
   "store-outage-agents",
   "sqs-late",
   "controller-stall-failover",
+  "agent-lost-state",
 ] as const;
 
 export type FaultKind = (typeof FAULT_KINDS)[number] | (typeof EXTRA_FAULT_KINDS)[number];
@@ -559,6 +562,12 @@ export class SimWorld {
       case "kill-agent":
         this.killAgent(node);
         return fault([node], () => void this.startAgent(node));
+      case "agent-lost-state":
+        this.killAgent(node);
+        return fault([node], () => {
+          rmSync(join(this.#stateRoot, node), { recursive: true, force: true });
+          void this.startAgent(node);
+        });
       case "pause-agent": {
         const host = this.agentHost(node);
         if (!host) return undefined;
