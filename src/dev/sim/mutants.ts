@@ -238,6 +238,23 @@ export const MUTANTS: readonly Mutant[] = [
       },
     ],
   },
+  {
+    name: "config-fence-opened",
+    hole: "an agent opens a database started fenced by its config before any topology read confirms this primary (nemesis seed 5803: an agent restarted without its state opened a primary's new RDB process in an offline shard; an anonymous replica acknowledged 76 writes, and the shard came back on another node)",
+    expect: "replica-acknowledged writes lost",
+    sim: hunt(
+      "agent-lost-state,agent-lost-state,agent-lost-state",
+      "kill-redis,kill-redis,hang-redis,unmanaged-replica,unmanaged-replica",
+      "store-outage-node,partition-node,restart-redis-fast",
+    ),
+    patches: [
+      {
+        file: "src/agent/write-guard.ts",
+        search: "if (ctx.confirmed === true || ctx.state.state.fence !== undefined) return undefined;",
+        replace: "return undefined;",
+      },
+    ],
+  },
 ];
 
 /** Applies a mutant's patches to `read`/`write` of one tree; the names of patches that do not apply. */
