@@ -1,6 +1,8 @@
 import { stripVTControlCharacters } from "node:util";
 import type { FailoverConfig } from "../core/config.ts";
+import { guardMembers } from "../core/decide/view.ts";
 import { decide } from "../core/decide.ts";
+import { isReportCurrent } from "../core/freshness.ts";
 import type { HistoryRecord } from "../core/model.ts";
 import {
   agentAgeMs,
@@ -81,6 +83,11 @@ export interface ShardStatus {
    */
   readonly primary_seen_by_replicas: string | undefined;
   readonly controller: ControllerView;
+  /**
+   * Where an assumption a guarantee rests on (docs/safety.md) is broken now, one line each
+   * (\`brokenAssumptions\`); empty when none is.
+   */
+  readonly assumptions: readonly string[];
   readonly nodes: readonly NodeStatus[];
   readonly malformed: readonly { sk: string; field: string; reason: string }[];
 }
@@ -155,9 +162,41 @@ export function shardStatus(
     drained: topology?.drained ?? [],
     primary_seen_by_replicas: primaryId ? seenByReplicas(primaryId, nodes) : undefined,
     controller: controllerView(snapshot, config, nowMs, options),
+    assumptions: brokenAssumptions(snapshot, config, nowMs),
     nodes,
     malformed: snapshot.malformed.map((item) => ({ ...item })),
   };
+}
+
+/**
+ * The assumptions of guarantee 1 (docs/safety.md) that the snapshot shows broken: a member of the
+ * primary's replica set whose agent's last report no longer stands ("every member's agent runs":
+ * its database may replicate and acknowledge \`WAIT\` unseen, and no failover promotes past it until
+ * its agent reports: gate \`member_unheard\`), and a replica the primary's last report lists that no
+ * heartbeat names ("every replica that acknowledges is one the primary's agent can name": gate
+ * \`outsider_unheard\` holds failovers until an agent runs on it).
+ */
+export function brokenAssumptions(snapshot: ShardSnapshot, config: FailoverConfig, nowMs: number): string[] {
+  const primaryId = snapshot.topology?.primary_node_id;
+  const broken: string[] = [];
+  for (const id of guardMembers(snapshot, primaryId) ?? []) {
+    const node = snapshot.nodes.find((candidate) => candidate.node_id === id);
+    if (node !== undefined && isReportCurrent(node, config, nowMs)) continue;
+    const heard =
+      node === undefined ? "has no heartbeat" : `last heard ${describeAge(agentAgeMs(node, nowMs))}`;
+    broken.push(
+      `member ${id} ${heard}: it may hold acknowledged writes; no failover promotes past it until its agent reports (assumption: every member's agent runs)`,
+    );
+  }
+  const primary = snapshot.nodes.find((node) => node.node_id === primaryId);
+  const named = new Set(snapshot.nodes.map((node) => node.node_address));
+  for (const address of primary?.outsiders ?? []) {
+    if (named.has(address)) continue;
+    broken.push(
+      `replica ${address} acknowledges writes and no agent names it: a failover waits for it until an agent runs on it (assumption: every replica that acknowledges has an agent)`,
+    );
+  }
+  return broken;
 }
 
 /**
@@ -335,6 +374,7 @@ export function renderShardStatus(status: ShardStatus, options: RenderOptions = 
     );
   }
   if (status.primary_seen_by_replicas) lines.push(pc.yellow(`  ${status.primary_seen_by_replicas}`));
+  for (const broken of status.assumptions) lines.push(pc.red(`  assumption broken: ${broken}`));
   for (const item of status.malformed)
     lines.push(pc.red(`  malformed item ${item.sk}: ${item.field}: ${item.reason}`));
   if (options.controllerLine) lines.push(`  ${status.controller.line}`);

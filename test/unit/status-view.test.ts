@@ -204,3 +204,52 @@ describe("shard status: the controller's line (decide())", () => {
     expect(plain(renderShardStatus(status))).not.toContain("controller:");
   });
 });
+
+describe("shard status: the assumptions of guarantee 1 that are broken now (issue 30)", () => {
+  it.each([
+    { name: "a healthy shard breaks none", builder: aHealthyShard().guardedBy(["r1", "r2"]), expected: [] },
+    {
+      name: "a member whose agent is silent past its report window may hold acknowledged writes",
+      builder: aHealthyShard().guardedBy(["r1", "r2"]).withNode({ node_id: "r1", ageMs: 300_000 }),
+      expected: [
+        /^member r1 last heard 5 min ago: it may hold acknowledged writes; no failover promotes past it/,
+      ],
+    },
+    {
+      name: "a member with no heartbeat at all",
+      builder: aHealthyShard().guardedBy(["r1", "r2", "r3"]),
+      expected: [/^member r3 has no heartbeat: it may hold acknowledged writes/],
+    },
+    {
+      name: "a replica the primary lists that no agent names",
+      builder: aHealthyShard().withNode({ node_id: "p1", outsiders: ["10.0.0.9:6379", "r1.local:6379"] }),
+      expected: [/^replica 10\.0\.0\.9:6379 acknowledges writes and no agent names it/],
+    },
+    {
+      name: "a node outside the replica set, silent, breaks nothing",
+      builder: aHealthyShard().guardedBy(["r2"]).withNode({ node_id: "r1", ageMs: 300_000 }),
+      expected: [],
+    },
+  ])("$name", ({ builder, expected }) => {
+    // Act
+    const status = statusOf(builder);
+
+    // Assess
+    expect(status.assumptions).toHaveLength(expected.length);
+    expected.forEach((pattern, index) => {
+      expect(status.assumptions[index]).toMatch(pattern);
+    });
+  });
+
+  it("prints each broken assumption under the table", () => {
+    // Act
+    const text = plain(
+      renderShardStatus(
+        statusOf(aHealthyShard().guardedBy(["r1", "r2"]).withNode({ node_id: "r1", ageMs: 300_000 })),
+      ),
+    );
+
+    // Assess
+    expect(text).toMatch(/\n {2}assumption broken: member r1 last heard 5 min ago: /);
+  });
+});
