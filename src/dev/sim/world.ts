@@ -273,6 +273,9 @@ export class SimWorld {
 
   async startAgent(node: string): Promise<void> {
     const entry = this.#agents.get(node) ?? { host: "", handle: undefined, incarnation: 0 };
+    // One agent per machine, as its supervisor and its state dir's lock keep it: two faults on the
+    // same agent overlapping heal twice, and the second start replaces the first process.
+    if (entry.host !== "") this.sched.kill(entry.host);
     entry.incarnation++;
     entry.host = `${node}/agent#${entry.incarnation}`;
     this.#agents.set(node, entry);
