@@ -38,6 +38,16 @@ describe("the redis-server model", () => {
   });
 });
 
+describe("the redis-server model: a sync asked of a replica cut from its master", () => {
+  it("refuses it as redis-server does (-NOMASTERLINK): the would-be replica keeps its replid and data (seed 7008)", async () => {
+    // Act: b parks (REPLICAOF 127.0.0.1 1), then c asks b for a sync.
+    const observed = await onModel("a replica cut from its master refuses its own replica's sync");
+
+    // Assess: what redis-server 7.0 answers (syncCommand: not connected with my master).
+    expect(observed).toEqual({ cLink: "down", cKeepsReplid: true, served: 0, cKeys: 10 });
+  });
+});
+
 describe("the redis-server model's answer to the sampler", () => {
   it("refuses a write sent after a hung primary wakes once its replicas left during the hang (its overdue cron runs first; seed 48242)", async () => {
     // Prepare: a primary demanding both replicas within 2 s, as the write guard sets it.

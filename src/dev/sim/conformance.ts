@@ -129,6 +129,28 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
     };
   },
 
+  /**
+   * A replica not connected to its own master refuses a sync ("-NOMASTERLINK Can't SYNC while not
+   * connected with my master"): its would-be replica keeps its replid and data, its link down
+   * (simulator seed 7008: the model let a parked replica serve one).
+   */
+  async "a replica cut from its master refuses its own replica's sync"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    const a0 = await driver.info("a");
+    // b parks: nothing listens at port 1.
+    await driver.command("b", ["REPLICAOF", "127.0.0.1", "1"]);
+    await driver.replicaOf("c", "b");
+    await driver.sleep(2500);
+    const [b, c] = [await driver.info("b"), await driver.info("c")];
+    return {
+      cLink: c.primary?.link,
+      cKeepsReplid: c.replId === a0.replId,
+      served: b.syncFull + b.syncPartialOk,
+      cKeys: c.keys,
+    };
+  },
+
   /** A replica with writes the promoted node never had resyncs fully and loses them. */
   async "a replica ahead of the promoted node resyncs fully"(driver) {
     await linked(driver, "b", "c");

@@ -164,6 +164,8 @@ export class RedisServer {
   /** INFO stats: full syncs served and partial resyncs accepted since the process started. */
   syncFull = 0;
   syncPartialOk = 0;
+  /** PSYNCs refused with -NOMASTERLINK (a replica not connected to its master) since the process started. */
+  syncRefused = 0;
   /** Called on every process start and death: connections to it close. */
   onLifecycle: (event: "start" | "death") => void = () => {};
   #pauseTimer: ReturnType<Scheduler["schedule"]> | undefined;
@@ -197,6 +199,7 @@ export class RedisServer {
     this.runId = this.cluster.newReplid();
     this.syncFull = 0;
     this.syncPartialOk = 0;
+    this.syncRefused = 0;
     this.sched.schedule(CRON_MS * this.sched.random.next(), () => this.#cronLoop(), this.host);
     this.onLifecycle("start");
   }
@@ -333,6 +336,14 @@ export class RedisServer {
 
   /** A replica's PSYNC arrived (runs on this process). */
   psync(replica: RedisServer, linkId: number, replid: string, psyncOffset: number, down: Channel): void {
+    // Redis's syncCommand: a replica not connected to its own master answers "-NOMASTERLINK Can't
+    // SYNC while not connected with my master"; the caller keeps its replid and retries from its
+    // cron (here: its handshake times out). Simulator seed 7008: a parked replica let a sub-replica
+    // continue onto its lineage, a state real Redis never reaches.
+    if (this.role === "slave" && this.link?.state !== "connected") {
+      this.syncRefused++;
+      return;
+    }
     const link: ReplicaLink = {
       id: linkId,
       address: replica.address,
