@@ -1,5 +1,6 @@
 import { errorMessage } from "../core/errors.ts";
 import { type DatabaseIdentity, judgeRestart } from "../core/identity.ts";
+import type { ShardSnapshot } from "../core/ports.ts";
 import type { AgentContext } from "./context.ts";
 import { topologyPrimary } from "./fencing.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
@@ -160,6 +161,62 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     previousPrior: previous?.prior,
     why: verdict.reason,
   });
+}
+
+/**
+ * An agent whose state dir held no identity of its database (a machine rebuilt from its image, the
+ * dir deleted: \`ownReportPending\`) judges the process that answers once, on its first snapshot,
+ * against this node's own last stored report: the dead process's lineage and offset (its report
+ * keeps them when its database went down), by the rule any restart is judged by (\`judgeRestart\`).
+ * A primary's process that does not continue them restarted without its data: fenced and reported
+ * down, as the agent before it had it, until it follows the shard's primary (guarantee 5).
+ * Simulator seed 7003 (2,810 acknowledged writes lost): the primary's database restarted empty, its
+ * agent fenced it and died; the agent restarted without its state judged the empty process "the
+ * same", opened it while the topology still named it, dropped the parked member that held every
+ * write from the replica set, and the shard's data was replaced by the empty lineage. A healthy
+ * database continues its own report (same lineage, offset not behind) and opens as before.
+ */
+export function judgeAgainstOwnReport(ctx: AgentContext, snapshot: ShardSnapshot): void {
+  if (!ctx.dbRecord.ownReportPending) return;
+  const current = ctx.dbRecord.identity;
+  if (current === undefined) return;
+  ctx.dbRecord.ownReportPending = false;
+  const mine = snapshot.nodes.find((node) => node.node_id === ctx.nodeId);
+  if (mine === undefined || mine.repl_id === "") return;
+  const previous: DatabaseIdentity = {
+    // The report names no process; a restart it recorded names the dead one.
+    runId: mine.db_crash?.run_id || "(this node's last report)",
+    replId: mine.repl_id,
+    offset: mine.last_txn_id,
+    role: mine.role,
+    synced: 0,
+    prior:
+      mine.prior_lineage === undefined
+        ? undefined
+        : { replId: mine.prior_lineage.repl_id, offset: mine.prior_lineage.last_txn_id },
+  };
+  const verdict = judgeRestart(previous, current, {
+    ...restartContext(ctx),
+    guardMembers: snapshot.replicaSets[ctx.nodeId] ?? [],
+  });
+  if (verdict.kind !== "lost-data") return;
+  ctx.dbRecord.restarted = true;
+  ctx.dbRecord.pendingRestart = undefined;
+  ctx.appliedGuard = undefined;
+  persistRestarted(ctx);
+  recordRestart(ctx, mine.db_crash?.run_id);
+  ctx.logger.error(
+    "database does not continue this node's last report: restarted without its data while this agent was down; fenced until it follows the shard's primary",
+    {
+      ...ctx.epochContext,
+      runId: current.runId,
+      replId: current.replId,
+      offset: current.offset,
+      reportedReplId: previous.replId,
+      reportedOffset: previous.offset,
+      why: verdict.reason,
+    },
+  );
 }
 
 function restartContext(ctx: AgentContext) {

@@ -30,6 +30,12 @@ export class DatabaseRecord {
   roleSeen: { readonly role: Role; readonly since: number } | undefined;
   /** Monotonic ms of the last identity-conflict error line (repeated every 30 s, not every cycle). */
   conflictReportedAt = Number.NEGATIVE_INFINITY;
+  /**
+   * The state dir held no identity of the database (a first start, or the dir lost with its
+   * machine): the process that answers is judged once against this node's own last stored report
+   * (\`judgeAgainstOwnReport\`), the only record left of what it held.
+   */
+  ownReportPending: boolean;
 
   /**
    * From what the previous agent process knew of the database: a database restarted while this
@@ -51,5 +57,6 @@ export class DatabaseRecord {
       };
     }
     this.restarted = stored.db_restarted === true;
+    this.ownReportPending = identity === undefined;
   }
 }

@@ -4,7 +4,7 @@ import { peerPointOf } from "../core/identity.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { nodeIdsByAddress } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
-import { rejudgeRestart } from "./db-identity.ts";
+import { judgeAgainstOwnReport, rejudgeRestart } from "./db-identity.ts";
 import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked } from "./primary-probe.ts";
@@ -77,6 +77,7 @@ export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | u
         others.map((node) => [node.node_id, (node.agent_updated ?? node.last_updated) / 1000]),
       ),
     };
+    judgeAgainstOwnReport(ctx, snapshot);
     rejudgeRestart(ctx);
     const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
     if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
