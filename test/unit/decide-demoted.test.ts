@@ -111,3 +111,58 @@ describe("decide: a named primary whose database is a replica (gate primary_demo
     expect(decision).toMatchObject({ kind: "none", code: "healthy" });
   });
 });
+
+describe("decide: a demoted primary no replica follows any more (simulator seed 7008)", () => {
+  /** p1 restarted from an old RDB as a replica of a node on a new lineage; r1, r2 parked (no primary). */
+  function aShardWithNoFollowers(ancestry?: { repl_id: string; until: number; by: string }[]) {
+    return aShard()
+      .withTopology(ancestry === undefined ? {} : { ancestry })
+      .withNode({
+        node_id: "p1",
+        role: "replica",
+        repl_id: "lineage-restarted",
+        last_txn_id: 500,
+        primary_node_id: "r1",
+        primary_link: "down",
+        role_since: (NOW - 5_000) * 1000,
+      })
+      .withNode({
+        node_id: "r1",
+        repl_id: "lineage-restarted",
+        last_txn_id: 500,
+        primary_node_id: undefined,
+        primary_link: "down",
+      })
+      .withNode({
+        node_id: "r2",
+        repl_id: "lineage-b",
+        last_txn_id: 1300,
+        primary_node_id: undefined,
+        primary_link: "down",
+      });
+  }
+
+  it("judges the replacement by the newest lineage of the shard's history, not by the demoted node's new one", () => {
+    // Act: LINEAGE -> lineage-b at 1000 (p1's promotion) is the last link recorded.
+    const decision = decide(
+      aShardWithNoFollowers([{ repl_id: LINEAGE, until: 1000, by: "lineage-b" }]).build(),
+      aConfig(),
+      NOW,
+    );
+
+    // Assess: r2, holding lineage-b to 1300, is promoted; r1 (the restarted lineage) is not.
+    expect(decision).toMatchObject({
+      kind: "failover",
+      target: { node_id: "r2" },
+      lineage: { repl_id: "lineage-b", last_txn_id: 1300 },
+    });
+  });
+
+  it("without a recorded history it judges by the demoted node's own lineage, as before", () => {
+    // Act
+    const decision = decide(aShardWithNoFollowers().build(), aConfig(), NOW);
+
+    // Assess: r2 is foreign to that lineage.
+    expect(decision.kind === "failover" ? decision.target.node_id : undefined).not.toBe("r2");
+  });
+});

@@ -165,13 +165,32 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
  * included when it kept the lineage (an operator's REPLICAOF, a restart from its RDB).
  */
 function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topology: Topology): Lineage {
-  const followed = inferLineage(nodes, primary.node_id) ?? topology.lineage;
+  const followed =
+    inferLineage(nodes, primary.node_id) ?? topology.lineage ?? historyTip(nodes, primary, topology);
   if (followed === undefined || followed.repl_id !== primary.repl_id) return followed ?? lineageOf(primary);
   return {
     ...followed,
     node_id: primary.node_id,
     last_txn_id: Math.max(followed.last_txn_id, primary.last_txn_id),
   };
+}
+
+/**
+ * With no follower to ask and no stored lineage: the newest lineage of the shard's history (the
+ * last link's, \`topology.ancestry\`), the one the demoted primary served since its promotion, up
+ * to the highest offset any node reports on it. Its own \`repl_id\` is a new process's (simulator
+ * seed 7008: a primary restarted from an older RDB as a replica of a restarted node was judged by
+ * that node's new lineage, and the one replica holding the writes was passed over as foreign).
+ */
+function historyTip(
+  nodes: readonly Heartbeat[],
+  primary: Heartbeat,
+  topology: Topology,
+): Lineage | undefined {
+  const tip = topology.ancestry?.at(-1);
+  if (tip === undefined) return undefined;
+  const offsets = nodes.filter((node) => node.repl_id === tip.by).map((node) => node.last_txn_id);
+  return { node_id: primary.node_id, repl_id: tip.by, last_txn_id: Math.max(tip.until, ...offsets) };
 }
 
 /** The primary's heartbeat is stale or missing (a crashed or restarted primary is still fresh). */
