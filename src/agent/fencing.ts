@@ -186,3 +186,27 @@ export function assessTopology(topology: Topology | undefined, view: LocalView):
 
 /** The two settings every fence changes (the operator's values are saved before). */
 export const FENCING_CONFIG_KEYS = ["min-replicas-to-write", "min-replicas-max-lag"] as const;
+
+/** Where a parked replica stands: the address it was parked from, at which epoch, and what its probe last found there. */
+export interface ParkedView {
+  readonly from: string | undefined;
+  readonly atEpoch: number | undefined;
+  /** The probe found the process at \`from\` not holding this replica's data (\`restarted\`). */
+  readonly lacksData: boolean;
+  /** The topology's status. */
+  readonly status: string | undefined;
+}
+
+/**
+ * A parked replica's repoint to the address it was parked from waits: for its own primary to come
+ * back holding its data, or for a new decision (a newer, committed topology naming that address
+ * again is followed; a failover still under way names the old primary until its point of no
+ * return). Unless the probe found the process there lacking its data: the controller, which ranks
+ * this replica's offset, does not choose that process over it, but an abandoned failover returns
+ * the shard to its old primary under a new epoch, unjudged (simulator seed 150370: both replicas
+ * followed a primary restarted from an older RDB and 200 acknowledged writes were lost).
+ */
+export function staysParked(verdict: TopologyVerdict, parked: ParkedView): boolean {
+  if (verdict.kind !== "repoint" || verdict.target.address !== parked.from) return false;
+  return verdict.epoch === parked.atEpoch || parked.status !== "online" || parked.lacksData;
+}

@@ -111,6 +111,14 @@ export class PrimaryProbe {
    * again is a new decision (the controller promoted whatever runs there now): follow it.
    */
   parkedAtEpoch: number | undefined;
+  /**
+   * The last probe of the address this replica is parked from found a process there that does not
+   * hold its data (\`restarted\`): a newer topology naming that address again is no decision to give
+   * the data up (an abandoned failover returns the shard to its old primary under a new epoch,
+   * unjudged: simulator seed 150370, 200 acknowledged writes lost). Cleared by any other answer and
+   * by a new address.
+   */
+  lacksMyData = false;
   readonly #ctx: ProbeContext;
   readonly #timeoutMs: number;
 
@@ -132,6 +140,7 @@ export class PrimaryProbe {
   track(address: string): void {
     if (this.#address === address && this.#client) return;
     this.close();
+    if (this.#address !== address) this.lacksMyData = false;
     this.#address = address;
     this.#trackedAt = this.#ctx.monotonicNow();
     this.#runId = undefined;
@@ -240,8 +249,12 @@ export class PrimaryProbe {
         await this.#unpark(
           "none: this replica's own database restarted without the lineage it was parked to keep",
         );
-      else return "restarted";
+      else {
+        this.lacksMyData = true;
+        return "restarted";
+      }
     }
+    this.lacksMyData = false;
     // A primary that refuses every write serves nobody: its agent fenced it (cut off from the
     // store, restarted, not confirmed), or it lacks the good replicas its replica-set guard asks
     // for (a member dead while its agent cannot shrink the set). With its heartbeat stale, that is

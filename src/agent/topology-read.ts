@@ -5,7 +5,7 @@ import type { ShardSnapshot } from "../core/ports.ts";
 import { nodeIdsByAddress } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
 import { judgeAgainstOwnReport, rejudgeRestart } from "./db-identity.ts";
-import { assessTopology, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
+import { assessTopology, staysParked, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
 import { becomeReplicaOf } from "./node-control.ts";
 import { isParked } from "./primary-probe.ts";
 import { type ReplicationInfo, replicatingFrom } from "./redis-info.ts";
@@ -117,19 +117,20 @@ export function verdictFor(
     promotedEpoch: ctx.state.state.promoted_epoch,
     parked: isParked(info) ? { from: ctx.probe.address } : undefined,
   });
-  // A parked replica waits for its own primary to come back holding its data, or for a new
-  // decision: a newer, committed topology that names the same address again is followed (a
-  // failover still under way names the old primary until its point of no return).
-  const stillParkedFrom =
-    verdict.kind === "repoint" &&
-    (verdict.epoch === ctx.probe.parkedAtEpoch || snapshot.topology?.status !== "online");
   if (
-    verdict.kind === "repoint" &&
     isParked(info) &&
-    verdict.target.address === ctx.probe.address &&
-    stillParkedFrom
+    staysParked(verdict, {
+      from: ctx.probe.address,
+      atEpoch: ctx.probe.parkedAtEpoch,
+      lacksData: ctx.probe.lacksMyData,
+      status: snapshot.topology?.status,
+    })
   ) {
-    return { kind: "keep", primaryConfirmed: false, reason: `parked from ${verdict.target.node_id}` };
+    return {
+      kind: "keep",
+      primaryConfirmed: false,
+      reason: `parked from ${verdict.kind === "repoint" ? verdict.target.node_id : "?"}`,
+    };
   }
   return verdict;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { assessTopology, type LocalView, topologyPrimary } from "../../src/agent/fencing.ts";
+import { assessTopology, type LocalView, staysParked, topologyPrimary } from "../../src/agent/fencing.ts";
 import type { Topology } from "../../src/core/model.ts";
 
 function aTopology(overrides: Partial<Topology> = {}): Topology {
@@ -214,5 +214,46 @@ describe("fencing by the topology", () => {
 
   it("leaves replicas of a paused shard alone", () => {
     expect(assessTopology(aTopology({ status: "paused" }), replicaView()).kind).toBe("keep");
+  });
+});
+
+describe("a parked replica and a topology naming the address it was parked from", () => {
+  const repoint = (epoch: number) =>
+    ({
+      kind: "repoint",
+      target: { node_id: "n1", address: "10.0.0.1:6379" },
+      epoch,
+      reason: "test",
+    }) as const;
+  const parked = { from: "10.0.0.1:6379", atEpoch: 3, lacksData: false, status: "online" };
+
+  it.each([
+    { case: "the epoch it parked at: waits", verdict: repoint(3), view: parked, stays: true },
+    {
+      case: "a newer committed epoch (a new decision): follows",
+      verdict: repoint(4),
+      view: parked,
+      stays: false,
+    },
+    {
+      case: "a newer epoch while a failover is under way: waits",
+      verdict: repoint(4),
+      view: { ...parked, status: "failing_over" },
+      stays: true,
+    },
+    {
+      case: "a newer committed epoch, the probe finding the process there lacking its data (simulator seed 150370): waits",
+      verdict: repoint(4),
+      view: { ...parked, lacksData: true },
+      stays: true,
+    },
+    {
+      case: "another address: follows",
+      verdict: { ...repoint(4), target: { node_id: "n2", address: "10.0.0.2:6379" } },
+      view: { ...parked, lacksData: true },
+      stays: false,
+    },
+  ])("$case", ({ verdict, view, stays }) => {
+    expect(staysParked(verdict, view)).toBe(stays);
   });
 });
