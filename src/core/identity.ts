@@ -205,7 +205,8 @@ export function holdsThroughLinks(
  *   stale node.
  * - with \`ancestors\`, \`point\` on an earlier lineage from which the line leads to \`lineage\` (a
  *   database restarted from an RDB older than a later promotion): the lesser of its offset and the
- *   least link's offset on the way, the part of \`lineage\`'s history its data holds.
+ *   least link's offset on the way, the part of \`lineage\`'s history its data holds, only when that
+ *   is all of it known (\`lineage\`'s offset): a provable copy, not a guess.
  */
 export function heldThroughLinks(
   point: { readonly replId: string; readonly offset: number },
@@ -218,7 +219,13 @@ export function heldThroughLinks(
   if (later !== undefined) return lineage.offset <= later ? point.offset : Math.min(later, point.offset);
   if (!ancestors) return undefined;
   const earlier = alongMainLine(point.replId, lineage.replId, links);
-  return earlier === undefined ? undefined : Math.min(earlier, point.offset);
+  if (earlier === undefined) return undefined;
+  // Only proof counts: it holds every write of \`lineage\` known (the later lineages took none past
+  // its offset). Anything less would be a guess about what the lost copies held (nemesis seed 6001:
+  // by offsets alone, a node 3,038 bytes into an old lineage stood within the lag bound of one of
+  // a million).
+  const held = Math.min(earlier, point.offset);
+  return held >= lineage.offset ? held : undefined;
 }
 
 /** The least \`until\` on the main line from lineage \`from\` to lineage \`to\`; undefined when the line does not reach it. */
