@@ -221,9 +221,8 @@ export function heldThroughLinks(
   const earlier = alongMainLine(point.replId, lineage.replId, links);
   if (earlier === undefined) return undefined;
   // Only proof counts: it holds every write of \`lineage\` known (the later lineages took none past
-  // its offset). Anything less would be a guess about what the lost copies held (nemesis seed 6001:
-  // by offsets alone, a node 3,038 bytes into an old lineage stood within the lag bound of one of
-  // a million).
+  // its offset). Anything less would be a guess about what the lost copies held: by offsets alone, a
+  // node a few KB into an old lineage stands within the 1 MiB lag bound of a shard a million bytes on.
   const held = Math.min(earlier, point.offset);
   return held >= lineage.offset ? held : undefined;
 }
