@@ -4,7 +4,7 @@ import type { ShardSnapshot } from "../core/ports.ts";
 import type { AgentContext } from "./context.ts";
 import { topologyPrimary } from "./fencing.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
-import { tryEnforceWriteGuard } from "./write-guard.ts";
+import { fence, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /**
  * The database as the heartbeat cycle reads it: INFO, whether what answers is the process this
@@ -182,7 +182,14 @@ export function judgeAgainstOwnReport(ctx: AgentContext, snapshot: ShardSnapshot
   if (current === undefined) return;
   ctx.dbRecord.ownReportPending = false;
   const mine = snapshot.nodes.find((node) => node.node_id === ctx.nodeId);
-  if (mine === undefined || mine.repl_id === "") return;
+  if (mine === undefined) return;
+  // The epoch this node's agent had applied is in its report too: without it a parked replica takes
+  // every stored topology for a newer decision than the one it was parked under, and follows a
+  // primary restarted without its data (simulator seed 7046: n1, parked from n3's empty restart at
+  // epoch 10, repointed to it when its agent restarted without state, was wiped, promoted, and
+  // wiped n2: 7,731 acknowledged writes lost). Guarantee 1.
+  if (mine.epoch > ctx.highestEpoch) ctx.state.update({ highest_epoch: mine.epoch });
+  if (mine.repl_id === "") return;
   const previous: DatabaseIdentity = {
     // The report names no process; a restart it recorded names the dead one.
     runId: mine.db_crash?.run_id || "(this node's last report)",
@@ -356,6 +363,28 @@ export async function guardNewProcess<T extends { info: ReplicationInfo } | unde
 ): Promise<T> {
   const info = read?.info;
   if (info?.role === "primary" && ctx.appliedGuard === undefined && (ctx.topologyRead || ctx.dbRestarted)) {
+    // An agent that never judged this database against the topology (every read since it started
+    // found the database down: a hung primary, its agent restarted meanwhile) knows no replica set
+    // and no confirmation: the guard from that view is min-replicas-to-write 0, which opened a
+    // deposed primary's resumed process beside its successor, and during a store outage would keep
+    // it open (simulator seed 7034, guarantee 2). It fences until the cycle's verdict on a
+    // topology read with the database answering confirms this primary or steps it down.
+    if (ctx.confirmed === undefined && !ctx.dbRestarted) {
+      await ctx.roleLock.run(async () => {
+        try {
+          await fence(
+            ctx,
+            "the database answers before any topology read judged it: fenced until one confirms this primary",
+          );
+        } catch (error) {
+          ctx.logger.warn("could not fence the database", {
+            ...ctx.epochContext,
+            error: errorMessage(error),
+          });
+        }
+      });
+      return read;
+    }
     await ctx.roleLock.run(() => tryEnforceWriteGuard(ctx, info));
   }
   return read;

@@ -47,6 +47,15 @@ async function configValue(node: RedisNode, name: string): Promise<string | unde
   }
 }
 
+async function withConfig(node: RedisNode, name: string, value: string): Promise<void> {
+  const client = node.client();
+  try {
+    await client.config("SET", name, value);
+  } finally {
+    client.disconnect();
+  }
+}
+
 /** One redis-server in the state a redis.conf with `min-replicas-to-write 1000000` starts it in (docs/deploy.md). */
 async function startedFencedByConfig(): Promise<RedisNode> {
   const [node] = await fixture.startRedis(1);
@@ -294,6 +303,58 @@ describe("self-fencing when the table is unreachable", () => {
       expect(agent.handle.status().fenced).toBe(false);
     },
   );
+
+  it("does not open a hung primary's resumed process when its agent, restarted meanwhile, read the topology only while it hung (simulator seed 7034)", async () => {
+    // Prepare: n1's process still carries its old agent's guard (one member) and is hung. n1's
+    // agent restarts without a state dir and reads the topology (naming n1) while the database
+    // does not answer; then n2 replaces n1.
+    fixture = new AgentFixture();
+    const [node] = await fixture.startRedis(1);
+    if (!node) throw new Error("redis node missing");
+    await withConfig(node, "min-replicas-to-write", "1");
+    await fixture.setTopology(undefined, {
+      epoch: 3,
+      primary_node_id: "n1",
+      primary_address: node.address,
+      status: "online",
+    });
+    const aws = await adaptersBehindProxy();
+    node.signal("SIGSTOP");
+    const agent = await fixture.startAgent(node, { nodeId: "n1", fencePolicy: "failsafe" }, aws);
+    // A second snapshot query means the first one was answered.
+    await waitFor(
+      () => (proxy?.requests(QUERY) ?? 0) >= 2 || undefined,
+      "n1's agent read the topology",
+      10_000,
+    );
+
+    // n2 replaces n1 while it hangs.
+    await fixture.setTopology(3, {
+      epoch: 4,
+      primary_node_id: "n2",
+      primary_address: "127.0.0.1:1",
+      status: "online",
+    });
+
+    // Act: the process resumes; the agent's next topology read steps it down.
+    node.signal("SIGCONT");
+    await waitFor(
+      () => agent.logger.find("stepping down: not the topology's primary"),
+      "n1 stepping down",
+      10_000,
+    );
+
+    // Assess: the agent never set a guard on the deposed process before stepping it down, and no
+    // write went through. (In the seed the agent's last topology read, from while the process
+    // hung, still named it, and the guard from its empty view, min-replicas-to-write 0, opened it
+    // for a cycle. Here the agent rereads the topology before the process resumes, so this test
+    // passes on the code before too: it guards the behaviour; the seed showed the hole.)
+    const opened = agent.logger.lines.filter(
+      (line) => line.message === "write guard set" && line.attributes?.minReplicas === 0,
+    );
+    expect(opened).toEqual([]);
+    expect(await tryWrite(node)).not.toBe("OK");
+  });
 
   it("policy fence: a fenced primary that was replaced meanwhile returns as a replica", async () => {
     // Prepare

@@ -1,5 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { simulate } from "../../src/dev/sim/world.ts";
+import { type FaultKind, simulate } from "../../src/dev/sim/world.ts";
+
+/** The hunt schedule of sim:mutants' config-fence-opened: agents restarted without their state dir. */
+const LOST_STATE_HUNT: FaultKind[] = [
+  ...["agent-lost-state", "agent-lost-state", "agent-lost-state", "kill-redis", "kill-redis", "hang-redis"],
+  ...["unmanaged-replica", "unmanaged-replica", "store-outage-node", "partition-node", "restart-redis-fast"],
+] as FaultKind[];
 
 /**
  * A fixed batch of simulated seeds in the unit suite: each runs the real agents, controller and
@@ -30,13 +36,20 @@ describe("a fixed batch of simulated seeds", () => {
  * commit, same trace): each must now pass. 52929: a flaky store refused the release of an aborted
  * failover's lock and the controller waited out its own lease (src/controller/lock.ts).
  */
-const FOUND = [{ seed: 52929, minutes: 10 }];
+const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?: boolean }[] = [
+  { seed: 52929, minutes: 10 },
+  // Agents restarted without their state dir (the hunt of sim:mutants' config-fence-opened):
+  // 7003, an agent opened its primary's empty restart (2,810 acknowledged writes lost); 7046, a
+  // parked replica's agent took every stored topology for a new decision and followed an empty
+  // restart (7,731 lost); 7008 needed the model's -NOMASTERLINK.
+  ...[7003, 7008, 7046].map((seed) => ({ seed, minutes: 10, faultKinds: LOST_STATE_HUNT, overlap: true })),
+];
 
 describe("simulated seeds that found a hole", () => {
-  for (const { seed, minutes } of FOUND) {
+  for (const { seed, minutes, faultKinds, overlap } of FOUND) {
     it(`seed ${seed} (${minutes} simulated minutes) keeps every guarantee the checker judges`, async () => {
       // Act
-      const result = await simulate({ seed, minutes });
+      const result = await simulate({ seed, minutes, ...(faultKinds ? { faultKinds, overlap } : {}) });
 
       // Assess
       expect(result.modelErrors).toEqual([]);
