@@ -205,8 +205,8 @@ export function holdsThroughLinks(
  *   stale node.
  * - with \`ancestors\`, \`point\` on an earlier lineage from which the line leads to \`lineage\` (a
  *   database restarted from an RDB older than a later promotion): the lesser of its offset and the
- *   least link's offset on the way, the part of \`lineage\`'s history its data holds, only when that
- *   is all of it known (\`lineage\`'s offset): a provable copy, not a guess.
+ *   least link's offset on the way, the part of \`lineage\`'s history its data holds (ranked and
+ *   bounded by the lag like any candidate: the last resort's caller).
  */
 export function heldThroughLinks(
   point: { readonly replId: string; readonly offset: number },
@@ -219,12 +219,7 @@ export function heldThroughLinks(
   if (later !== undefined) return lineage.offset <= later ? point.offset : Math.min(later, point.offset);
   if (!ancestors) return undefined;
   const earlier = alongMainLine(point.replId, lineage.replId, links);
-  if (earlier === undefined) return undefined;
-  // Only proof counts: it holds every write of \`lineage\` known (the later lineages took none past
-  // its offset). Anything less would be a guess about what the lost copies held: by offsets alone, a
-  // node a few KB into an old lineage stands within the 1 MiB lag bound of a shard a million bytes on.
-  const held = Math.min(earlier, point.offset);
-  return held >= lineage.offset ? held : undefined;
+  return earlier === undefined ? undefined : Math.min(earlier, point.offset);
 }
 
 /** The least \`until\` on the main line from lineage \`from\` to lineage \`to\`; undefined when the line does not reach it. */

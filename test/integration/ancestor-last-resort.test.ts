@@ -24,8 +24,8 @@ import { shardguard } from "../support/cli.ts";
  * two; the shard's lineage history (`topology.ancestry`) does. The code before kept the shard
  * offline, naming the node's lineage foreign, until an operator ran `shardguard recover` (30
  * minutes in seed 3105, then onto an empty node). Now the offline last resort, after its grace for
- * a node with more to return, brings it back on that node when it provably holds every write the
- * stored lineage knows (here: no write after the RDB). Real redis-server, agents, controllers.
+ * a node with more to return, brings it back on that node (here holding every write the stored
+ * lineage knows: no write after the RDB). Real redis-server, agents, controllers.
  */
 
 const KEYS = 300;
@@ -46,8 +46,8 @@ describe("the only copy left is an RDB saved before the last promotion", () => {
     // Prepare: node-1 primary (lineage A); every key on node-3, and on node-3's disk.
     cluster = await startChaosCluster();
     const active = cluster;
-    // No replication PINGs: offsets move with writes only, so the RDB provably holds everything
-    // the later lineage knows (the last resort takes an earlier lineage on proof only).
+    // No replication PINGs: offsets move with writes only, so the RDB holds everything the later
+    // lineage knows and every key can be checked on it.
     for (const node of active.redis) {
       await withClient(node, (client) => client.config("SET", "repl-ping-replica-period", "3600"));
     }

@@ -113,7 +113,7 @@ describe("decide: the offline last resort and a node on an earlier lineage of th
     expect(decision).toMatchObject({ kind: "none" });
   });
 
-  it("brings it back on that node past the grace when it provably holds every write the stored lineage knows", () => {
+  it("brings it back on that node past the grace, holding the stored lineage up to its offset", () => {
     // Act: the later lineage took nothing past the promotion (stored at 1000); r1 holds to 1000.
     const decision = decide(anAncestorShard(1000, 100_000), aConfig(), NOW);
 
@@ -157,14 +157,15 @@ describe("decide: the offline last resort and a node on an earlier lineage of th
     expect(heldBy(after)).toEqual({ r1: 1000 });
   });
 
-  it("never takes one short of the stored lineage's offset, however long the shard is offline: no proof", () => {
-    // Act: r1 10 bytes short; the later lineage took 330 past the promotion; both within the lag bound.
+  it("ranks one short of the stored lineage's offset by what it holds, within the lag bound (the last resort's trade)", () => {
+    // Act: r1 10 bytes short of the stored offset; then 500 short under a lag bound of 300.
     const short = decide(anAncestorShard(990, 600_000), aConfig(), NOW);
-    const passed = decide(anAncestorShard(1500, 600_000, 1330), aConfig(), NOW);
+    const beyond = decide(anAncestorShard(1000, 600_000, 1500), aConfig({ maxLagOnFailover: 300 }), NOW);
 
     // Assess
-    expect(short).toMatchObject({ kind: "none" });
-    expect(short.reason).toMatch(/r1: foreign replication lineage/);
-    expect(passed).toMatchObject({ kind: "none" });
+    expect(short).toMatchObject({ kind: "bring_online", target: { node_id: "r1" } });
+    expect(heldBy(short)).toEqual({ r1: 990 });
+    expect(beyond).toMatchObject({ kind: "none" });
+    expect(beyond.reason).toMatch(/r1: lag 500 exceeds maxLagOnFailover 300/);
   });
 });
