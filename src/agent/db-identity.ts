@@ -1,5 +1,5 @@
 import { errorMessage } from "../core/errors.ts";
-import { type DatabaseIdentity, judgeRestart } from "../core/identity.ts";
+import { type DatabaseIdentity, judgeRestart, reportedPointOf } from "../core/identity.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import type { AgentContext } from "./context.ts";
 import { topologyPrimary } from "./fencing.ts";
@@ -191,16 +191,11 @@ export function judgeAgainstOwnReport(ctx: AgentContext, snapshot: ShardSnapshot
   if (mine.epoch > ctx.highestEpoch) ctx.state.update({ highest_epoch: mine.epoch });
   if (mine.repl_id === "") return;
   const previous: DatabaseIdentity = {
+    ...reportedPointOf(mine),
     // The report names no process; a restart it recorded names the dead one.
     runId: mine.db_crash?.run_id || "(this node's last report)",
-    replId: mine.repl_id,
-    offset: mine.last_txn_id,
     role: mine.role,
     synced: 0,
-    prior:
-      mine.prior_lineage === undefined
-        ? undefined
-        : { replId: mine.prior_lineage.repl_id, offset: mine.prior_lineage.last_txn_id },
   };
   const verdict = judgeRestart(previous, current, {
     ...restartContext(ctx),

@@ -206,7 +206,10 @@ export interface ParkedView {
  * the shard to its old primary under a new epoch, unjudged (simulator seed 150370: both replicas
  * followed a primary restarted from an older RDB and 200 acknowledged writes were lost).
  */
-export function staysParked(verdict: TopologyVerdict, parked: ParkedView): boolean {
+export function staysParked(
+  verdict: TopologyVerdict,
+  parked: ParkedView,
+): verdict is Extract<TopologyVerdict, { kind: "repoint" }> {
   if (verdict.kind !== "repoint" || verdict.target.address !== parked.from) return false;
   return verdict.epoch === parked.atEpoch || parked.status !== "online" || parked.lacksData;
 }

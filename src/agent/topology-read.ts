@@ -129,7 +129,7 @@ export function verdictFor(
     return {
       kind: "keep",
       primaryConfirmed: false,
-      reason: `parked from ${verdict.kind === "repoint" ? verdict.target.node_id : "?"}`,
+      reason: `parked from ${verdict.target.node_id}`,
     };
   }
   return verdict;
