@@ -70,6 +70,12 @@ export class AgentContext {
 
   /** Bumped on every change of role; a heartbeat built before a change is not written after it. */
   roleGeneration = 0;
+  /**
+   * run_id of the database process this agent last pointed at a primary (REPLICAOF, or a
+   * follow it judged and kept): a replica process with another run_id follows whatever its
+   * config file (or an operator) named.
+   */
+  pointedRunId: string | undefined;
   /** The last INFO replication that answered. */
   lastInfo: ReplicationInfo | undefined;
   /** `roleGeneration` when `lastInfo` was read: it still describes the role if nothing changed since. */

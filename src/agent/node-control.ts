@@ -141,6 +141,7 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
   }
   ctx.knownNodes.set(target.address, target.node_id);
   const current = await ctx.db.replicationInfo();
+  ctx.pointedRunId = current.runId;
   if (!followsPrimary(current, target.address)) {
     const { host, port } = parseAddress(target.address);
     await ctx.db.replicaOf(host, port);

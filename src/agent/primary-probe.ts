@@ -1,6 +1,6 @@
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
-import { holdsThroughLinks } from "../core/identity.ts";
+import { holdsThroughLinks, syncWouldDestroy } from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { refusesWrites } from "../core/write-guard.ts";
@@ -20,6 +20,7 @@ export interface ProbeContext {
   readonly logger: Logger;
   readonly roleLock: Mutex;
   roleGeneration: number;
+  pointedRunId?: string | undefined;
   readonly lastInfo: ReplicationInfo | undefined;
   readonly lastInfoGeneration: number;
   readonly heartbeatsWritten: number;
@@ -239,6 +240,26 @@ export class PrimaryProbe {
       return "restarted";
     }
     const linked = !parked && mine.primary?.link === "up";
+    // A replica process this agent never pointed (its database restarted with its config file's
+    // \`replicaof\`, or an operator's) that has not synced yet, following a process that does not
+    // hold its data and took over from it by no recorded promotion (\`syncWouldDestroy\`): park
+    // now, before its first full sync replaces the data. Redis connects at once on start, but a
+    // master's full sync waits \`repl-diskless-sync-delay\` (5 s by default) before the replica
+    // flushes: that is the window (docs/deploy.md). Simulator seed 7032 (796 acknowledged writes
+    // lost): n3, the only copy of the shard's last writes, restarted from its RDB as a replica of
+    // n1 (its deployment config), n1 a replica on another lineage; the full sync wiped the last copy.
+    if (
+      !parked &&
+      !linked &&
+      this.#runId === undefined &&
+      mine.runId !== undefined &&
+      mine.runId !== this.#ctx.pointedRunId &&
+      syncWouldDestroy(primary, mine, this.#ctx.lastTopology?.ancestry ?? [])
+    ) {
+      await this.#lost(this.#address ?? "", undefined, true);
+      this.lacksMyData = true;
+      return "restarted";
+    }
     if (linked && primary.runId !== undefined) this.#runId = primary.runId;
     if (linked) this.#linkedReplId = mine.replId;
     const sameProcess = this.#runId !== undefined && primary.runId === this.#runId;
@@ -262,8 +283,11 @@ export class PrimaryProbe {
     return answer.fenced && primary.role === "primary" ? "fenced" : "ok";
   }
 
-  /** Parks the replica following \`address\`; \`silent\`: after probes without an answer, not a close. */
-  async #lost(address: string, silent?: string): Promise<void> {
+  /**
+   * Parks the replica following \`address\`; \`silent\`: after probes without an answer, not a close;
+   * \`unsynced\`: a restarted replica process that has not synced from it yet.
+   */
+  async #lost(address: string, silent?: string, unsynced = false): Promise<void> {
     if (this.#address !== address) return;
     const ctx = this.#ctx;
     await ctx.roleLock.run(async () => {
@@ -287,12 +311,17 @@ export class PrimaryProbe {
         this.parkedAtEpoch = ctx.lastTopology?.epoch ?? ctx.highestEpoch;
         // The controller learns of the link down now, not at the next heartbeat tick.
         ctx.wakeHeartbeat();
-        ctx.logger.warn(
-          silent === undefined
+        const message = unsynced
+          ? "replica restarted following a process without its data: parked before its first sync, until a primary known to hold it"
+          : silent === undefined
             ? "primary's connection closed: replica parked until the primary is known to hold its data"
-            : "primary silent: replica parked until the primary is known to hold its data",
-          { ...ctx.epochContext, primaryAddress: address, ...(silent === undefined ? {} : { why: silent }) },
-        );
+            : "primary silent: replica parked until the primary is known to hold its data";
+        ctx.logger.warn(message, {
+          ...ctx.epochContext,
+          primaryAddress: address,
+          ...(silent === undefined ? {} : { why: silent }),
+          ...(unsynced ? { replId: mine.replId, offset: mine.offset } : {}),
+        });
       } catch (error) {
         ctx.logger.warn("could not park the replica", { ...ctx.epochContext, error: errorMessage(error) });
       }
@@ -309,6 +338,7 @@ export class PrimaryProbe {
       const { host, port } = parseAddress(address);
       await ctx.db.replicaOf(host, port);
       ctx.roleGeneration++;
+      ctx.pointedRunId = mine.runId;
       ctx.logger.info("replica unparked: its primary is back", {
         ...ctx.epochContext,
         primaryAddress: address,

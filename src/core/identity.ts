@@ -222,6 +222,31 @@ export function heldThroughLinks(
   return earlier === undefined ? undefined : Math.min(earlier, point.offset);
 }
 
+/**
+ * A full sync of \`replica\` from \`source\` would replace writes the shard never gave up: \`source\`
+ * does not hold them (\`holdsThroughLinks\`), and it is not on a later lineage of the shard's main
+ * line from the replica's (or the replica's earlier) lineage. A source on such a later lineage
+ * took over from it by a recorded promotion: what the replica holds past that point is a branch the
+ * shard left (the tail a dead primary took unacknowledged), and following the source drops it as
+ * any failover does. A replica holding nothing is never at risk. Simulator seed 7032: a replica
+ * restarted from its RDB with its config's \`replicaof\` of a node on an unrecorded lineage.
+ */
+export function syncWouldDestroy(
+  source: ReplicationPoint,
+  replica: ReplicationPoint,
+  links: readonly LineageLink[],
+): boolean {
+  if (replica.offset <= 0 || holdsThroughLinks(source, replica, links)) return false;
+  const sourceLineages = [source.replId, source.prior?.replId].filter((id): id is string => id !== undefined);
+  const replicaLineages = [replica, replica.prior].filter((point) => point !== undefined);
+  const later = sourceLineages.some((replId) =>
+    replicaLineages.some(
+      (lineage) => heldThroughLinks({ replId, offset: source.offset }, lineage, links) !== undefined,
+    ),
+  );
+  return !later;
+}
+
 /** The least \`until\` on the main line from lineage \`from\` to lineage \`to\`; undefined when the line does not reach it. */
 function alongMainLine(from: string, to: string, links: readonly LineageLink[]): number | undefined {
   let at = from;

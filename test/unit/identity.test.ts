@@ -12,6 +12,7 @@ import {
   peerPointOf,
   type ReplicationPoint,
   type RestartContext,
+  syncWouldDestroy,
 } from "../../src/core/identity.ts";
 import { aHeartbeat } from "../support/builders.ts";
 
@@ -558,6 +559,75 @@ describe("holdsThroughLinks: the shard's recorded lineage history (simulator see
         fc.record({ replId: fc.constantFrom("A", "B", "C"), offset: fc.nat(1000) }),
         (holder, data) => holdsThroughLinks(holder, data, []) === holdsAllOf(holder, data),
       ),
+    );
+  });
+});
+
+describe("syncWouldDestroy: a restarted replica's first full sync (simulator seed 7032)", () => {
+  // L0 -> L1 at 600 (A promoted), L1 -> L2 at 900 (B promoted): the main line.
+  const links = [
+    { repl_id: "L0", until: 600, by: "L1" },
+    { repl_id: "L1", until: 900, by: "L2" },
+  ];
+
+  it.each([
+    {
+      name: "a source on an unrecorded lineage (a node restarted from an old RDB), the replica ahead on the main line",
+      source: { replId: "X7", offset: 500, prior: { replId: "L0", offset: 500 } },
+      replica: { replId: "L2", offset: 950 },
+      destroys: true,
+    },
+    {
+      name: "a source holding every write of the replica",
+      source: { replId: "L2", offset: 1000, prior: { replId: "L1", offset: 900 } },
+      replica: { replId: "L2", offset: 950 },
+      destroys: false,
+    },
+    {
+      name: "a source behind on the replica's own lineage (it would full-sync: offset past the source's)",
+      source: { replId: "L2", offset: 920 },
+      replica: { replId: "L2", offset: 950 },
+      destroys: true,
+    },
+    {
+      name: "a source that took over by a recorded promotion: the replica's tail past it is a branch the shard left",
+      source: { replId: "L2", offset: 1000, prior: { replId: "L1", offset: 900 } },
+      replica: { replId: "L1", offset: 950 },
+      destroys: false,
+    },
+    {
+      name: "two promotions later on the main line",
+      source: { replId: "L2", offset: 1000 },
+      replica: { replId: "L0", offset: 700 },
+      destroys: false,
+    },
+    {
+      name: "an empty replica has nothing to lose",
+      source: { replId: "X7", offset: 10 },
+      replica: { replId: "E1", offset: 0 },
+      destroys: false,
+    },
+    {
+      name: "a source on an earlier lineage than the replica's",
+      source: { replId: "L1", offset: 950 },
+      replica: { replId: "L2", offset: 950, prior: { replId: "L1", offset: 900 } },
+      destroys: true,
+    },
+  ])("$name: $destroys", ({ source, replica, destroys }) => {
+    expect(syncWouldDestroy(source, replica, links)).toBe(destroys);
+  });
+
+  it("never destroys what the source holds, and never more than a sync without the history would", () => {
+    const point = fc.record({
+      replId: fc.constantFrom("L0", "L1", "L2", "X7"),
+      offset: fc.nat(1200),
+    });
+    fc.assert(
+      fc.property(point, point, (source, replica) => {
+        const destroys = syncWouldDestroy(source, replica, links);
+        if (holdsAllOf(source, replica)) expect(destroys).toBe(false);
+        if (destroys) expect(syncWouldDestroy(source, replica, [])).toBe(true);
+      }),
     );
   });
 });
