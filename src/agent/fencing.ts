@@ -205,11 +205,13 @@ export interface ParkedView {
  * this replica's offset, does not choose that process over it, but an abandoned failover returns
  * the shard to its old primary under a new epoch, unjudged (simulator seed 150370: both replicas
  * followed a primary restarted from an older RDB and 200 acknowledged writes were lost).
+ * The same holds for the step-down of a parked replica whose database restarted as a master (from
+ * its RDB, the park not in its config): the restart gave it no primary holding its data.
  */
 export function staysParked(
   verdict: TopologyVerdict,
   parked: ParkedView,
-): verdict is Extract<TopologyVerdict, { kind: "repoint" }> {
-  if (verdict.kind !== "repoint" || verdict.target.address !== parked.from) return false;
+): verdict is Extract<TopologyVerdict, { kind: "repoint" | "demote" }> {
+  if (verdict.kind === "keep" || verdict.target.address !== parked.from) return false;
   return verdict.epoch === parked.atEpoch || parked.status !== "online" || parked.lacksData;
 }

@@ -103,6 +103,7 @@ export async function becomePrimary(ctx: AgentContext, topology?: Topology): Pro
   void fenceDeposed(ctx, topology, before);
   await ctx.db.promote();
   ctx.roleGeneration++;
+  ctx.probe.parkedFrom = undefined;
   const info = await verify(ctx, (candidate) => candidate.role === "primary", "REPLICAOF NO ONE");
   const lastContact = ctx.primaryContactAt ?? ctx.monotonicNow();
   const judged = await window;

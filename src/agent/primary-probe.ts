@@ -120,6 +120,14 @@ export class PrimaryProbe {
    * by a new address.
    */
   lacksMyData = false;
+  /**
+   * The address this agent parked the replica from, kept when the database process restarts (as a
+   * master, from its RDB: the park is not in its config) and cleared once the replica follows a
+   * primary again or is promoted. Its step-down to that address waits as its park did
+   * (\`staysParked\`): simulator seed 7053, n2 parked from n1 at epoch 8, its process restarted from
+   * its RDB, stepped down to n1 restarted empty, was wiped: 389 acknowledged writes lost.
+   */
+  parkedFrom: string | undefined;
   readonly #ctx: ProbeContext;
   readonly #timeoutMs: number;
 
@@ -139,6 +147,8 @@ export class PrimaryProbe {
 
   /** Watches `address` (the primary this replica follows or was parked from). */
   track(address: string): void {
+    // The replica follows a primary (not parked): any park is over.
+    this.parkedFrom = undefined;
     if (this.#address === address && this.#client) return;
     this.close();
     if (this.#address !== address) this.lacksMyData = false;
@@ -309,6 +319,7 @@ export class PrimaryProbe {
         await ctx.db.replicaOf(PARKED_HOST, PARKED_PORT);
         ctx.roleGeneration++;
         this.parkedAtEpoch = ctx.lastTopology?.epoch ?? ctx.highestEpoch;
+        this.parkedFrom = address;
         // The controller learns of the link down now, not at the next heartbeat tick.
         ctx.wakeHeartbeat();
         const message = unsynced
@@ -339,6 +350,7 @@ export class PrimaryProbe {
       await ctx.db.replicaOf(host, port);
       ctx.roleGeneration++;
       ctx.pointedRunId = mine.runId;
+      this.parkedFrom = undefined;
       ctx.logger.info("replica unparked: its primary is back", {
         ...ctx.epochContext,
         primaryAddress: address,

@@ -117,10 +117,18 @@ export function verdictFor(
     promotedEpoch: ctx.state.state.promoted_epoch,
     parked: isParked(info) ? { from: ctx.probe.address } : undefined,
   });
+  // A parked replica, or one this agent parked whose process restarted as a master holding data
+  // (from its RDB; one restarted empty has nothing a sync could destroy): either way its data
+  // waits for a primary known to hold it, or for a new decision.
+  const parkedFrom = isParked(info)
+    ? ctx.probe.address
+    : info.role === "primary" && info.offset > 0
+      ? ctx.probe.parkedFrom
+      : undefined;
   if (
-    isParked(info) &&
+    parkedFrom !== undefined &&
     staysParked(verdict, {
-      from: ctx.probe.address,
+      from: parkedFrom,
       atEpoch: ctx.probe.parkedAtEpoch,
       lacksData: ctx.probe.lacksMyData,
       status: snapshot.topology?.status,
@@ -129,7 +137,10 @@ export function verdictFor(
     return {
       kind: "keep",
       primaryConfirmed: false,
-      reason: `parked from ${verdict.target.node_id}`,
+      reason:
+        verdict.kind === "demote"
+          ? `parked from ${verdict.target.node_id} before the database restarted as a primary: fenced until a primary known to hold its data or a new decision`
+          : `parked from ${verdict.target.node_id}`,
     };
   }
   return verdict;

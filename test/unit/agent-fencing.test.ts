@@ -253,6 +253,18 @@ describe("a parked replica and a topology naming the address it was parked from"
       view: { ...parked, lacksData: true },
       stays: false,
     },
+    {
+      case: "a step-down (its database restarted from its RDB as a master) at the epoch it parked at: waits (simulator seed 7053)",
+      verdict: { ...repoint(3), kind: "demote" as const },
+      view: parked,
+      stays: true,
+    },
+    {
+      case: "a step-down at a newer committed epoch (a new decision): follows",
+      verdict: { ...repoint(4), kind: "demote" as const },
+      view: parked,
+      stays: false,
+    },
   ])("$case", ({ verdict, view, stays }) => {
     expect(staysParked(verdict, view)).toBe(stays);
   });

@@ -238,6 +238,30 @@ describe("decide: quorum", () => {
       expected: { kind: "none", code: "healthy" },
     },
     {
+      name: "keeps a fresh primary on the lineage recorded at its promotion that a replica on a lineage of its own finds restarted (seed 7039)",
+      snapshot: () =>
+        aHealthyShard()
+          .withTopology({ ancestry: [{ repl_id: LINEAGE, until: 1500, by: "lineage-b" }] })
+          .withNode({
+            node_id: "p1",
+            role: "primary",
+            repl_id: "lineage-b",
+            last_txn_id: 2000,
+            prior_lineage: { repl_id: LINEAGE, last_txn_id: 1500 },
+          })
+          .withNode({
+            node_id: "r1",
+            repl_id: "orphan-branch",
+            last_txn_id: 1200,
+            primary_link: "down",
+            primary_probe: "restarted",
+            primary_node_id: undefined,
+          })
+          .without("r2")
+          .build(),
+      expected: { kind: "none", code: "healthy" },
+    },
+    {
       name: "keeps a fresh primary whose replicas report it restarted but share its lineage (it continues theirs)",
       snapshot: () =>
         aHealthyShard()

@@ -427,6 +427,39 @@ describe("nemesis checker", () => {
       expect(result.violations.some((v) => v.startsWith("(g3)") && v.includes("t=20.0 s"))).toBe(true);
     });
 
+    it("counts from the end of a cool-down in force at the heal, as rule (e) does (simulator seeds 150119, 150261)", () => {
+      // Prepare: a failover at 10 s reads 30 s of cool-down (to 40 s); the new primary restarts
+      // empty at 12 s (healed at 13 s); the controller replaces it when the cool-down ends, the next
+      // write at 45 s: 32 s after the heal, 5 s after the cool-down. A second run waits 20 s more.
+      const before = [
+        ...acks(0, 5000, 1000, 1),
+        fault(6000, "inject", 1, "kill-redis"),
+        epochWithCooldown(10_000, 0, 1, "n2", 30_000),
+        fault(11_000, "heal", 1, "kill-redis"),
+        ...acks(11_500, 11_500, 1000, 10),
+        fault(12_000, "inject", 2, "restart-redis-fast"),
+        fault(13_000, "heal", 2, "restart-redis-fast"),
+      ];
+      const seqs = [1, 2, 3, 4, 5, 6, 10, 50];
+
+      // Act
+      const deferred = check(build([...before, ...write(45_000, 50, "ok")]), healthy("n1", seqs), G3);
+      const late = check(build([...before, ...write(65_000, 50, "ok")]), healthy("n1", seqs), G3);
+
+      // Assess
+      expect(deferred.availability).toEqual([]);
+      expect(late.availability).toEqual([
+        {
+          from: 40_000,
+          to: 65_001,
+          ms: 25_001,
+          limitMs: 14_000,
+          cause:
+            "#2 restart-redis-fast primary n1 healed (clock from the end of the cool-down in force, t=40.0 s)",
+        },
+      ]);
+    });
+
     it("fails a run whose shard stops taking writes with no fault active, and one never writable until the end", () => {
       // Prepare: writable, then nothing for 20 s with no fault at all; a fault later heals and the
       // history ends 16 s after it without a write.

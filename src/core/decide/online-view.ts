@@ -67,7 +67,7 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
   // restarted without its data; its own agent did not tell (it lost its state dir too).
   const restarted =
     primary !== undefined && fresh && crash === undefined
-      ? restartedPrimary(snapshot, primary, config, now)
+      ? restartedPrimary(snapshot, primary, config, now, topology.ancestry)
       : undefined;
   const demotedMs =
     primary !== undefined && fresh && primary.db_status === "up" && primary.role === "replica"

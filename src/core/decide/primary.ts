@@ -1,5 +1,5 @@
 import type { FailoverConfig } from "../config.ts";
-import { holdsAllOf, reportedPointOf } from "../identity.ts";
+import { holdsAllOf, type LineageLink, reportedPointOf } from "../identity.ts";
 import type { Heartbeat, Lineage } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 import { freshVoters } from "./view.ts";
@@ -40,14 +40,22 @@ export function inferLineage(
 /**
  * A strict majority of the fresh replicas (database up) report the primary `restarted` and agree
  * on one lineage that is not the primary's: the reason, and that lineage (the highest offset any
- * of them holds). Undefined otherwise.
+ * of them holds). Undefined otherwise, and for a primary that answers on the lineage the shard's
+ * history recorded at its promotion (`links`' last `by`): a process that restarted, empty or from
+ * its RDB, answers with a new replication id (Redis 7), so this one is the process promoted, its
+ * data intact. A replica that never replicated from it (parked before its link came up, on a
+ * lineage of its own) finds only that it does not hold the replica's data: simulator seed 7039,
+ * where a stale replica's vote made the live primary's lineage "foreign" and promoted the stale one.
  */
 export function restartedPrimary(
   snapshot: ShardSnapshot,
   primary: Heartbeat,
   config: FailoverConfig,
   now: number,
+  links: readonly LineageLink[] = [],
 ): { reason: string; lineage: Lineage } | undefined {
+  if (primary.role === "primary" && primary.repl_id !== "" && primary.repl_id === links.at(-1)?.by)
+    return undefined;
   const voters = freshVoters(snapshot, primary.node_id, config, now);
   // A replica whose data the primary holds all of (through either one's earlier lineage: a node
   // restarted from its RDB, or promoted) has no evidence that the primary lost anything.

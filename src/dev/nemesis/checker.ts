@@ -315,6 +315,7 @@ export function check(
           firstT,
           lastT,
           options.availabilityLimitMs,
+          cooldownEnds,
         );
   if (availability.length > 0) {
     const worst = availability.reduce((a, b) => (b.ms > a.ms ? b : a));
@@ -450,7 +451,9 @@ export function check(
 /**
  * (g3) The quiet stretches of a run: from the first write (or the heal that left no fault active)
  * to the next inject (or the end of the history). In each, the gaps between acknowledged writes,
- * counted from the stretch's start, may not exceed `limitMs`.
+ * counted from the stretch's start, may not exceed `limitMs`. A cool-down in force at the heal
+ * defers the replacement the heal calls for to the cool-down's end (docs/controller.md rule 3, as
+ * rule (e) counts it): the clock starts at the later of the two (simulator seeds 150119, 150261).
  */
 function availabilityBreaches(
   history: readonly Op[],
@@ -458,6 +461,7 @@ function availabilityBreaches(
   firstT: number,
   lastT: number,
   limitMs: number,
+  cooldownEnds: ReadonlyArray<{ t: number; end: number }>,
 ): AvailabilityBreach[] {
   const active = new Set<number>();
   const stretches: Array<{ from: number; to: number; cause: string }> = [];
@@ -487,8 +491,15 @@ function availabilityBreaches(
   if (active.size === 0 && quietFrom !== undefined) stretches.push({ from: quietFrom, to: lastT, cause });
   const breaches: AvailabilityBreach[] = [];
   for (const stretch of stretches) {
-    let from = stretch.from;
-    let why = stretch.cause;
+    const cooldownEnd = Math.max(
+      stretch.from,
+      ...cooldownEnds.filter((cooldown) => cooldown.t <= stretch.from).map((cooldown) => cooldown.end),
+    );
+    let from = Math.min(cooldownEnd, stretch.to);
+    let why =
+      cooldownEnd > stretch.from
+        ? `${stretch.cause} (clock from the end of the cool-down in force, t=${fmt(cooldownEnd)})`
+        : stretch.cause;
     const inside = ackTimes.filter((t) => t > stretch.from && t <= stretch.to);
     for (const to of [...inside, stretch.to]) {
       if (to - from > limitMs) {
