@@ -261,12 +261,15 @@ export class PrimaryProbe {
     if (
       !parked &&
       !linked &&
-      this.#runId === undefined &&
       mine.runId !== undefined &&
       mine.runId !== this.#ctx.pointedRunId &&
       syncWouldDestroy(primary, mine, this.#ctx.lastTopology?.ancestry ?? [])
     ) {
       await this.#lost(this.#address ?? "", undefined, true);
+      // Parked for its own data, not for a close: the primary being the process this agent linked
+      // to before is no reason to unpark it (its next probe would, as "the same process").
+      this.#runId = undefined;
+      this.#linkedReplId = undefined;
       this.lacksMyData = true;
       return "restarted";
     }
