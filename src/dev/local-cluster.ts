@@ -97,6 +97,8 @@ export class LocalCluster {
   readonly netlab: NetLab | undefined;
   readonly #ownsStack: boolean;
   readonly #agents = new Map<string, ManagedProcess>();
+  /** performance.now() when each node's agent was last started. */
+  readonly #agentStartedAt = new Map<string, number>();
   readonly #controllers: ManagedProcess[] = [];
   readonly #stateDirs = new Map<string, string>();
   readonly #priorities: readonly number[];
@@ -267,6 +269,7 @@ export class LocalCluster {
     ];
     const env = { ...this.#labEndpoints(), ...this.#agentEnv?.(id), ...options.env };
     this.#agents.set(id, this.#spawn(`agent ${id}`, `agent-${id}.log`, args, env, this.#labNodeOf(node)));
+    this.#agentStartedAt.set(id, performance.now());
   }
 
   /**
@@ -283,6 +286,12 @@ export class LocalCluster {
   agentRunning(id: string): boolean {
     const agent = this.#agents.get(id);
     return agent !== undefined && agent.child.exitCode === null && agent.child.signalCode === null;
+  }
+
+  /** Ms since the agent beside node \`id\` was last started; undefined while none runs. */
+  agentUpForMs(id: string): number | undefined {
+    const startedAt = this.#agentStartedAt.get(id);
+    return this.agentRunning(id) && startedAt !== undefined ? performance.now() - startedAt : undefined;
   }
 
   /** Stops an agent: SIGTERM for a clean stop, SIGKILL for a crash. */

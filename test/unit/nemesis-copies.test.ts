@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { intactCopies, type RoleRead } from "../../src/dev/nemesis/copies.ts";
+import {
+  AGENT_WATCHING_AFTER_MS,
+  agentProtects,
+  intactCopies,
+  type RoleRead,
+} from "../../src/dev/nemesis/copies.ts";
 
 const master: RoleRead = { role: "master" };
 const linked = (following: string): RoleRead => ({ role: "slave", following, linkUp: true });
@@ -85,5 +90,22 @@ describe("intact copies: whom a kill -9 of redis leaves holding the data", () =>
     ],
   ])("%s", (_what, target, roles, primary, expected) => {
     expect(intactCopies(target, new Map(roles), primary)).toEqual(expected);
+  });
+});
+
+describe("an agent protects its replica's copy only once it watches its primary (nemesis seed 6001)", () => {
+  it.each<[string, { running: boolean; busy: boolean; upForMs: number | undefined }, boolean]>([
+    ["running for a minute", { running: true, busy: false, upForMs: 60_000 }, true],
+    [
+      "running just past the settle time",
+      { running: true, busy: false, upForMs: AGENT_WATCHING_AFTER_MS },
+      true,
+    ],
+    // Seed 6001: node-35r's agent restarted 0.41 s before the primary's kill, booted after it.
+    ["restarted 0.41 s ago (seed 6001)", { running: true, busy: false, upForMs: 410 }, false],
+    ["not running", { running: false, busy: false, upForMs: undefined }, false],
+    ["paused by a fault", { running: true, busy: true, upForMs: 60_000 }, false],
+  ])("%s", (_name, agent, expected) => {
+    expect(agentProtects(agent)).toBe(expected);
   });
 });

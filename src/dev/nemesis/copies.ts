@@ -28,3 +28,25 @@ export function intactCopies(
   }
   return intact.sort();
 }
+
+/**
+ * How long an agent must have run before the nemesis counts on it to park its replica through a
+ * restart of the primary (guarantee 1's assumption, docs/safety.md): it parks on the close of its
+ * probe's connection, or on a primary process other than the one it saw while linked, so it must
+ * have booted (about 1 s, more under load), read its database and probed the primary while linked
+ * (its 1 s cycle) before the primary goes. Nemesis seed 6001: node-35r's agent, restarted 0.41 s
+ * before primary node-3 was killed (restart-as-replica of an empty master), logged its start only
+ * after the kill, never saw node-3's process, and left node-35r to resync from it: 25,290 writes.
+ */
+export const AGENT_WATCHING_AFTER_MS = 10_000;
+
+/** The agent beside a copy protects it: running, not held by a fault, and up long enough to watch its primary. */
+export function agentProtects(agent: {
+  readonly running: boolean;
+  readonly busy: boolean;
+  readonly upForMs: number | undefined;
+}): boolean {
+  return (
+    agent.running && !agent.busy && agent.upForMs !== undefined && agent.upForMs >= AGENT_WATCHING_AFTER_MS
+  );
+}

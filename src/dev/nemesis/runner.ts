@@ -15,7 +15,7 @@ import { NetLab, type PartitionSpec } from "../netlab/netlab.ts";
 import { type CheckResult, check } from "./checker.ts";
 import { buildClockShim } from "./clock-shim.ts";
 import { CommandTap } from "./command-tap.ts";
-import { intactCopies, type RoleRead } from "./copies.ts";
+import { agentProtects, intactCopies, type RoleRead } from "./copies.ts";
 import {
   capZeros,
   describeFault,
@@ -759,7 +759,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         // guarantee 1's assumption; seed 5103: primary node-1 restarted from its RDB while both
         // replicas' agents were dead, and both replicas resynced from it).
         const roles = await memberRoles();
-        const parkable = (id: string) => active.agentRunning(id) && !busy.has(`agent:${id}`);
+        // An agent started a moment ago has not seen the primary's process yet (seed 6001).
+        const parkable = (id: string) =>
+          agentProtects({
+            running: active.agentRunning(id),
+            busy: busy.has(`agent:${id}`),
+            upForMs: active.agentUpForMs(id),
+          });
         free = primaryRolledBack(topology)
           ? []
           : free.filter((id) =>
