@@ -41,8 +41,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // Agents restarted without their state dir (the hunt of sim:mutants' config-fence-opened):
   // 7003, an agent opened its primary's empty restart (2,810 acknowledged writes lost); 7046, a
   // parked replica's agent took every stored topology for a new decision and followed an empty
-  // restart (7,731 lost); 7008 needed the model's -NOMASTERLINK.
-  ...[7003, 7008, 7046].map((seed) => ({ seed, minutes: 10, faultKinds: LOST_STATE_HUNT, overlap: true })),
+  // restart (7,731 lost); 7008 needed the model's -NOMASTERLINK; 7032, a replica restarted with
+  // its config's replicaof full-synced from a node on another lineage (796 lost); 7039, a vote by a
+  // replica on a lineage of its own deposed a live primary (814 lost).
+  ...[7003, 7008, 7032, 7039, 7046].map((seed) => ({ seed, minutes: 10, faultKinds: LOST_STATE_HUNT, overlap: true })),
 ];
 
 describe("simulated seeds that found a hole", () => {
