@@ -3,6 +3,7 @@ import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
+  CHAOS_CONFIG,
   countKeys,
   linesWith,
   startChaosCluster,
@@ -25,10 +26,15 @@ import { shardguard } from "../support/cli.ts";
  * switchover here) is the promoted process, data intact, whatever such a vote says.
  */
 
+/** The production failure timeout: node-2's heartbeat stays fresh on a loaded host (at 1 s, a late one makes it stale). */
+const CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000 };
 const KEYS = 100;
 const ORPHANS = 20;
-/** How long the shard must stay on node-2: many controller passes (200 ms) past the first vote. */
-const HOLD_MS = 8000;
+/**
+ * How long the shard must stay on node-2: past node-1's report turning too old to vote (its
+ * keepalive plus the failure timeout) and many controller passes (200 ms) after that.
+ */
+const HOLD_MS = 15_000;
 
 let cluster: LocalCluster | undefined;
 
@@ -42,7 +48,7 @@ afterEach(async (context) => {
 describe("a replica on a lineage of its own voting the primary restarted", () => {
   it("does not depose a primary on the lineage recorded at its promotion", { timeout: 180_000 }, async () => {
     // Prepare: a switchover to node-2 records its lineage in the shard's history.
-    cluster = await startChaosCluster({ readyTimeoutMs: 90_000 });
+    cluster = await startChaosCluster({ config: CONFIG, readyTimeoutMs: 90_000 });
     const active = cluster;
     await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
     await writeKeys(active.node("node-1"), "acked", KEYS, 2);
