@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   AGENT_WATCHING_AFTER_MS,
   agentProtects,
+  copiesUncertain,
   intactCopies,
   type RoleRead,
 } from "../../src/dev/nemesis/copies.ts";
@@ -107,5 +108,23 @@ describe("an agent protects its replica's copy only once it watches its primary 
     ["paused by a fault", { running: true, busy: true, upForMs: 60_000 }, false],
   ])("%s", (_name, agent, expected) => {
     expect(agentProtects(agent)).toBe(expected);
+  });
+});
+
+describe("no copy is counted on while a fault may depose the primary (nemesis seed 6002)", () => {
+  it.each<[string, { kind: string; targets: string[] }[], boolean]>([
+    ["no fault", [], false],
+    // Seed 6002: partition-nodes isolate of primary node-2; a scale-in stopped node-48b meanwhile.
+    [
+      "a partition between nodes, whatever it targets",
+      [{ kind: "partition-nodes", targets: ["node-2"] }],
+      true,
+    ],
+    ["a store outage", [{ kind: "store-outage", targets: ["node-1", "node-2", "node-3"] }], true],
+    ["the primary's agent paused", [{ kind: "pause-agent", targets: ["node-2"] }], true],
+    ["another replica's redis paused", [{ kind: "pause-redis", targets: ["node-3"] }], false],
+    ["the membership change itself", [{ kind: "membership", targets: ["node-2", "node-48b"] }], false],
+  ])("%s", (_name, faults, uncertain) => {
+    expect(copiesUncertain(faults, "node-2") !== undefined).toBe(uncertain);
   });
 });

@@ -50,3 +50,30 @@ export function agentProtects(agent: {
     agent.running && !agent.busy && agent.upForMs !== undefined && agent.upForMs >= AGENT_WATCHING_AFTER_MS
   );
 }
+
+/** Kinds that cut nodes apart or off the store, whatever they target: a replica's link state reads stale meanwhile. */
+const CUTTING_KINDS: ReadonlySet<string> = new Set([
+  "partition-nodes",
+  "partition-agent-store",
+  "partition-agent-sqs",
+  "store-outage",
+]);
+
+/**
+ * Why no copy can be counted on now, or undefined: a fault that cuts nodes apart or off the store
+ * (the primary may be deposed meanwhile, and a replica's `ROLE` still shows its link up), or any
+ * other fault on the primary itself. Nemesis seed 6002: a scale-in stopped a replica for good
+ * while a partition isolated the primary, counted as an intact copy; the primary was replaced and
+ * the 38 writes only those two held were lost (two copies destroyed: beyond guarantee 1).
+ */
+export function copiesUncertain(
+  active: ReadonlyArray<{ readonly kind: string; readonly targets: readonly string[] }>,
+  primary: string | undefined,
+): string | undefined {
+  for (const fault of active) {
+    if (CUTTING_KINDS.has(fault.kind)) return `${fault.kind} active`;
+    if (fault.kind !== "membership" && primary !== undefined && fault.targets.includes(primary))
+      return `${fault.kind} on the primary ${primary}`;
+  }
+  return undefined;
+}

@@ -15,7 +15,7 @@ import { NetLab, type PartitionSpec } from "../netlab/netlab.ts";
 import { type CheckResult, check } from "./checker.ts";
 import { buildClockShim } from "./clock-shim.ts";
 import { CommandTap } from "./command-tap.ts";
-import { agentProtects, intactCopies, type RoleRead } from "./copies.ts";
+import { agentProtects, copiesUncertain, intactCopies, type RoleRead } from "./copies.ts";
 import {
   capZeros,
   describeFault,
@@ -557,6 +557,11 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       const topology = await active.topology().catch(() => undefined);
       if (topology?.status !== "online" || topology.primary_node_id === undefined) return false;
       if (primaryRolledBack(topology)) return false;
+      // Not while a fault may depose the primary or hide a replica's true link state (seed 6002).
+      const faults = [...activeFaults]
+        .filter((entry) => !entry.healed)
+        .map((entry) => ({ kind: entry.fault.kind, targets: entry.targets }));
+      if (copiesUncertain(faults, topology.primary_node_id) !== undefined) return false;
       // The other nodes of a shrink under way still hold data until they are stopped (the primary
       // among them, when a drain handed it there: nemesis seed 5102 kept a node for good so).
       const nodes = new Set([
