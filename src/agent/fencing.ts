@@ -118,6 +118,24 @@ export function assessTopology(topology: Topology | undefined, view: LocalView):
         reason: `failover to ${elsewhere} in progress at epoch ${topology.epoch} (phase ${topology.phase ?? "unknown"})`,
       };
     }
+    if (
+      topology.status === "failing_over" &&
+      topology.primary_node_id !== view.nodeId &&
+      view.promotedEpoch !== topology.epoch
+    ) {
+      // Named only as the target of a change past its point of no return, with no PROMOTE of that
+      // epoch applied here: a database that answers as a primary became one by itself (a replica
+      // restarted from its RDB without \`replicaof\` in its config, an operator's REPLICAOF NO ONE).
+      // It serves only once its PROMOTE runs: the promotion's fence window, and a controller that
+      // knows of it (simulator seed 221485: the target, its PROMOTE never sent, served 15 s of
+      // writes at its old epoch; the controller, seeing no confirmation, brought the shard back on
+      // another node and 12 acknowledged writes were lost).
+      return {
+        kind: "keep",
+        primaryConfirmed: false,
+        reason: `target of the ${topology.failover?.kind ?? "change"} at epoch ${topology.epoch}, its PROMOTE not applied here: a primary only once it is`,
+      };
+    }
     return {
       kind: "keep",
       primaryConfirmed: true,

@@ -24,6 +24,48 @@ export class SelfReplicationRefused extends ShardguardError {
   override readonly retryable = false;
 }
 
+/**
+ * A PROMOTE whose database no longer holds the offset the plan ranked this node on: not promoted
+ * (only fenced, as a promotion starts; a replica's agent lifts that fence); the PROMOTE stays queued (the controller retargets once it is overdue, or once
+ * this node reports its database restarted, under a newer epoch that drops it).
+ */
+export class PromotionRefused extends ShardguardError {
+  override name = "PromotionRefused";
+  override readonly retryable = true;
+}
+
+/**
+ * Why this node's database must not be promoted on the plan `topology` stores, or undefined: the
+ * plan ranked it on `last_txn_id` (its candidate row, what its report held of the lineage), and a
+ * process whose `master_repl_offset` is below that lost data since (restarted empty or from an
+ * older RDB, or resynced from elsewhere) between the decision and this command. Redis offsets only
+ * grow within a lineage and its continuations, so a database that still holds what it was ranked
+ * on is never refused. Simulator seeds 220263 and 220883: a controller frozen for 40-51 s right
+ * after the plan (controller-overlap) sent PROMOTE to n2, whose database had restarted empty in
+ * between (its agent had fenced it: "database restarted without its data"); the empty database was
+ * promoted and the replicas that held the 373 acknowledged writes full-synced from it.
+ */
+export function rankedShortfall(
+  ctx: AgentContext,
+  topology: Topology | undefined,
+  info: ReplicationInfo,
+): string | undefined {
+  const failover = topology?.failover;
+  if (failover === undefined || failover.new_primary_node_id !== ctx.nodeId) return undefined;
+  const ranked = failover.candidates.find((candidate) => candidate.node_id === ctx.nodeId);
+  if (ranked === undefined || info.offset >= ranked.last_txn_id) return undefined;
+  const why = `the plan at epoch ${topology?.epoch} ranked ${ctx.nodeId} on offset ${ranked.last_txn_id}, its database holds ${info.offset} (replication id ${info.replId}): it lost data since the decision`;
+  ctx.logger.warn("not promoted: the database no longer holds what the failover ranked it on", {
+    ...ctx.epochContext,
+    rankedOffset: ranked.last_txn_id,
+    offset: info.offset,
+    replId: info.replId,
+    runId: info.runId,
+    why,
+  });
+  return why;
+}
+
 /** Role changes and write fences. Callers hold `ctx.roleLock`. */
 
 const VERIFY_ATTEMPTS = 20;
@@ -99,6 +141,9 @@ export async function becomePrimary(ctx: AgentContext, topology?: Topology): Pro
   }
   await fence(ctx, "promotion: writes wait for the old primary's guard to drop this node");
   const before = await ctx.db.replicationInfo();
+  // A database that no longer holds what the plan ranked this node on is not promoted (guarantee 1).
+  const shortfall = rankedShortfall(ctx, topology, before);
+  if (shortfall !== undefined) throw new PromotionRefused(shortfall);
   const window = judgeWindow(ctx, before);
   void fenceDeposed(ctx, topology, before);
   await ctx.db.promote();

@@ -125,6 +125,20 @@ describe("fencing by the topology", () => {
     expect(assessTopology(aFailoverTo("n5", "promote"), primaryView({ nodeId: "n2" })).kind).toBe("demote");
   });
 
+  it("does not confirm the failover's target whose database is a primary before its PROMOTE ran (seed 221485)", () => {
+    // Prepare: n1, the target past the point of no return, still at epoch 2; its database answers
+    // as a primary (a replica restarted from its RDB without replicaof in its config).
+    const topology = aFailoverTo("n1", "promote");
+
+    // Act
+    const before = assessTopology(topology, primaryView({ highestEpoch: 2, promotedEpoch: undefined }));
+    const after = assessTopology(topology, primaryView({ highestEpoch: 4, promotedEpoch: 4 }));
+
+    // Assess
+    expect(before).toMatchObject({ kind: "keep", primaryConfirmed: false });
+    expect(after).toMatchObject({ kind: "keep", primaryConfirmed: true });
+  });
+
   it("does not confirm a primary while the topology names none (shard offline), so its write fence stays", () => {
     // Prepare
     const offline = aTopology({ status: "offline", primary_node_id: undefined, primary_address: undefined });

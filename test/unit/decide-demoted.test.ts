@@ -166,3 +166,60 @@ describe("decide: a demoted primary no replica follows any more (simulator seed 
     expect(decision.kind === "failover" ? decision.target.node_id : undefined).not.toBe("r2");
   });
 });
+
+describe("decide: a named primary whose last report, now stale, is an empty replica's (nemesis seed 6302)", () => {
+  /**
+   * p1, promoted at epoch 8, restarted empty as a replica (its new lineage, offset 0), then was cut
+   * off from the store: its last report is stale. r1 and r2 parked when it went, holding LINEAGE.
+   */
+  function aShardWithAStaleEmptyPrimary(lineage?: { node_id: string; repl_id: string; last_txn_id: number }) {
+    return aShard()
+      .withTopology(lineage === undefined ? {} : { lineage })
+      .withNode({
+        node_id: "p1",
+        role: "replica",
+        repl_id: "lineage-empty",
+        last_txn_id: 0,
+        primary_node_id: undefined,
+        primary_link: "down",
+        ageMs: 20_000,
+      })
+      .withNode({ node_id: "r1", primary_node_id: undefined, primary_link: "down", last_txn_id: 990 })
+      .withNode({ node_id: "r2", primary_node_id: undefined, primary_link: "down", last_txn_id: 1000 });
+  }
+
+  it("judges by the stored lineage, not the empty process's: the replica holding the most is promoted", () => {
+    // Act
+    const decision = decide(
+      aShardWithAStaleEmptyPrimary({ node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 }).build(),
+      aConfig(),
+      NOW,
+    );
+
+    // Assess: the code before took lineage-empty from p1's stale report, found r1 and r2 foreign and
+    // took the shard offline on it (then back on p1, and both replicas resynced from it empty).
+    expect(decision).toMatchObject({
+      kind: "failover",
+      target: { node_id: "r2" },
+      lineage: { repl_id: LINEAGE },
+    });
+  });
+
+  it("with no stored lineage it judges by the newest lineage of the shard's history (p1's promotion)", () => {
+    // Act: LINEAGE-0 -> LINEAGE at 900: the link recorded when p1 was promoted.
+    const decision = decide(
+      aShardWithAStaleEmptyPrimary()
+        .withTopology({ ancestry: [{ repl_id: "lineage-0", until: 900, by: LINEAGE }] })
+        .build(),
+      aConfig(),
+      NOW,
+    );
+
+    // Assess
+    expect(decision).toMatchObject({
+      kind: "failover",
+      target: { node_id: "r2" },
+      lineage: { repl_id: LINEAGE },
+    });
+  });
+});

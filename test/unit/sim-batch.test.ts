@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type FaultKind, simulate } from "../../src/dev/sim/world.ts";
+import { ALL_FAULT_KINDS, type FaultKind, simulate } from "../../src/dev/sim/world.ts";
 
 /** The hunt schedule of sim:mutants' config-fence-opened: agents restarted without their state dir. */
 const LOST_STATE_HUNT: FaultKind[] = [
@@ -44,7 +44,15 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // restart (7,731 lost); 7008 needed the model's -NOMASTERLINK; 7032, a replica restarted with
   // its config's replicaof full-synced from a node on another lineage (796 lost); 7039, a vote by a
   // replica on a lineage of its own deposed a live primary (814 lost).
-  ...[7003, 7008, 7032, 7039, 7046].map((seed) => ({ seed, minutes: 10, faultKinds: LOST_STATE_HUNT, overlap: true })),
+  ...[7003, 7008, 7032, 7039, 7046].map((seed) => ({
+    seed,
+    minutes: 10,
+    faultKinds: LOST_STATE_HUNT,
+    overlap: true,
+  })),
+  // Every kind (`--faults all`): 220263, a stale PROMOTE promoted a target restarted empty (373
+  // lost); 221485, a failover's target confirmed itself primary before its PROMOTE (12 lost).
+  ...[220263, 221485].map((seed) => ({ seed, minutes: 10, faultKinds: [...ALL_FAULT_KINDS] })),
 ];
 
 describe("simulated seeds that found a hole", () => {

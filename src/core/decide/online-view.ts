@@ -104,8 +104,11 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
       ? restarted.lineage
       : primary === undefined
         ? (topology.lineage ?? inferLineage(snapshot.nodes, primaryId))
-        : demotedMs !== undefined
-          ? demotedLineage(snapshot.nodes, primary, topology)
+        : demotedMs !== undefined || (primary.role === "replica" && primary.last_txn_id === 0)
+          ? // Its last report a replica's, fresh or not: its own repl_id is the new process's, maybe
+            // empty (nemesis seed 6302: a primary restarted empty as a replica, then cut off from
+            // the store; its stale report's lineage became the shard's and every copy was wiped).
+            demotedLineage(snapshot.nodes, primary, topology)
           : lineageOf(primary);
   // A primary whose own agent confirms its process dead has nothing left to fence: the replica-set
   // rule would only stand between the shard and the replica holding the most.

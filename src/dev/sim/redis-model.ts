@@ -364,6 +364,8 @@ export class RedisServer {
       link.deliver((r) => r.continued(linkId, myReplid, missed));
     } else {
       this.syncFull++;
+      // Nothing of this process's history acknowledged yet (the replica's offset is of its old data).
+      link.ackOffset = 0;
       const snapshot = new Map(this.data);
       const replidNow = this.replid;
       const offsetNow = this.offset;
@@ -651,7 +653,10 @@ export class RedisServer {
 
   #wait(count: number, timeoutMs: number, reply: (value: Reply) => void): void {
     const target = this.offset;
-    const acked = () => [...this.replicas.values()].filter((r) => r.ackOffset >= target).length;
+    // Redis's replicationCountAcksByOffset: only a replica in state online counts, by the offset it
+    // acknowledged (REPLCONF ACK; 0 for a new link). Simulator seed 221505: two replicas in a full
+    // sync were counted by the offset of their own, foreign lineage.
+    const acked = () => [...this.replicas.values()].filter((r) => r.online && r.ackOffset >= target).length;
     if (acked() >= count || this.role === "slave") {
       reply(acked());
       return;
