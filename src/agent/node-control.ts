@@ -26,8 +26,9 @@ export class SelfReplicationRefused extends ShardguardError {
 
 /**
  * A PROMOTE whose database no longer holds the offset the plan ranked this node on: not promoted
- * (only fenced, as a promotion starts; a replica's agent lifts that fence); the PROMOTE stays queued (the controller retargets once it is overdue, or once
- * this node reports its database restarted, under a newer epoch that drops it).
+ * (only fenced, as a promotion starts; a replica's agent lifts that fence). The PROMOTE stays
+ * queued: the controller retargets once it is overdue, or once this node reports its database
+ * restarted, under a newer epoch that drops it.
  */
 export class PromotionRefused extends ShardguardError {
   override name = "PromotionRefused";

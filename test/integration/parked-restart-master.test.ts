@@ -4,6 +4,8 @@ import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   countKeys,
   linesWith,
+  pauseShard,
+  resumeShard,
   roleOf,
   startChaosCluster,
   WAIT_MS,
@@ -12,7 +14,6 @@ import {
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
-import { shardguard } from "../support/cli.ts";
 
 /**
  * Issue 30 (guarantee 1), simulator seed 7053 with real processes: a replica parked when its
@@ -56,13 +57,7 @@ describe("a parked replica whose database restarts from its RDB as a master", ()
       WAIT_MS,
     );
     await withClient(keeper, (client) => client.save());
-    const paused = await shardguard(active, "pause", "--shard", active.shard, "--reason", "maintenance");
-    expect(paused.code, `pause: ${paused.stderr}${paused.stdout}`).toBe(0);
-    await active.waitFor(
-      "the shard paused",
-      async () => (await active.topology())?.status === "paused",
-      WAIT_MS,
-    );
+    await pauseShard(active);
 
     // Act: node-1's database dies (node-2 parks) and comes back empty; node-2's database dies and
     // comes back from its RDB, a master fenced by its config.
@@ -90,8 +85,7 @@ describe("a parked replica whose database restarts from its RDB as a master", ()
     }
 
     // Act: the operator resumes the shard.
-    const resumed = await shardguard(active, "resume", "--shard", active.shard);
-    expect(resumed.code, `resume: ${resumed.stderr}${resumed.stdout}`).toBe(0);
+    await resumeShard(active);
 
     // Assess: the empty node-1 is replaced by a node holding every key; node-2 holds them too.
     const after = await waitForNewPrimary(active, 0);

@@ -5,13 +5,14 @@ import { FENCED_START_ARGS, RedisNode } from "../../src/dev/local-stack/redis-no
 import {
   countKeys,
   linesWith,
+  pauseShard,
+  resumeShard,
   startChaosCluster,
   WAIT_MS,
   waitForFollowers,
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
-import { shardguard } from "../support/cli.ts";
 
 /**
  * Issue 30 (guarantee 1), simulator seed 7032 with real processes: a replica's redis-server dies
@@ -64,13 +65,7 @@ describe("a replica restarted with its config's replicaof of a database on anoth
     other = foreign;
     await foreign.start({ extraArgs: ["--repl-diskless-sync-delay", String(SYNC_DELAY_S)] });
     await writeKeys(foreign, "other", 10, 0);
-    const paused = await shardguard(active, "pause", "--shard", active.shard, "--reason", "maintenance");
-    expect(paused.code, `pause: ${paused.stderr}${paused.stdout}`).toBe(0);
-    await active.waitFor(
-      "the shard paused",
-      async () => (await active.topology())?.status === "paused",
-      WAIT_MS,
-    );
+    await pauseShard(active);
 
     // Act: node-3's database dies and comes back from its RDB following the other database.
     replica.signal("SIGKILL");
@@ -93,8 +88,7 @@ describe("a replica restarted with its config's replicaof of a database on anoth
     ).not.toEqual([]);
 
     // Act: the operator resumes the shard.
-    const resumed = await shardguard(active, "resume", "--shard", active.shard);
-    expect(resumed.code, `resume: ${resumed.stderr}${resumed.stdout}`).toBe(0);
+    await resumeShard(active);
 
     // Assess: node-3 follows the primary again, with every key (not parked for good).
     await waitForFollowers(active, "node-1", ["node-2", "node-3"]);

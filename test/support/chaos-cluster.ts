@@ -4,6 +4,7 @@ import type { HistoryRecord, Topology } from "../../src/core/model.ts";
 import { LocalCluster, type LocalClusterOptions } from "../../src/dev/local-cluster.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { uniqueName } from "./aws.ts";
+import { shardguard } from "./cli.ts";
 
 /**
  * Timings for the chaos tests: a failover within a few seconds, while leaving room for the
@@ -284,6 +285,24 @@ export async function expectKeysEverywhere(
       if (held !== count) throw new Error(`${id} holds ${held} of ${count} ${prefix} keys`);
     }
   }
+}
+
+/** `shardguard pause` (an operator's maintenance), then waits for the topology to say so. */
+export async function pauseShard(cluster: LocalCluster, reason = "maintenance"): Promise<void> {
+  const paused = await shardguard(cluster, "pause", "--shard", cluster.shard, "--reason", reason);
+  if (paused.code !== 0) throw new Error(`pause exited ${paused.code}: ${paused.stderr}${paused.stdout}`);
+  await cluster.waitFor(
+    "the shard paused",
+    async () => (await cluster.topology())?.status === "paused",
+    WAIT_MS,
+  );
+}
+
+/** `shardguard resume`. */
+export async function resumeShard(cluster: LocalCluster): Promise<void> {
+  const resumed = await shardguard(cluster, "resume", "--shard", cluster.shard);
+  if (resumed.code !== 0)
+    throw new Error(`resume exited ${resumed.code}: ${resumed.stderr}${resumed.stdout}`);
 }
 
 /** Log records (from `LocalCluster.logLines`) whose `message` matches. */
