@@ -37,6 +37,18 @@ async function tryWrite(node: RedisNode, key = "probe"): Promise<string> {
   }
 }
 
+/**
+ * Waits until the agent's status shows no fence. The agent lifts a fence in the database first and
+ * then in its state, so a write can succeed a moment before the status says so.
+ */
+async function agentReportsOpen(agent: { handle: { status(): { fenced: boolean } } }): Promise<void> {
+  await waitFor(
+    () => agent.handle.status().fenced === false || undefined,
+    "the agent reports no fence",
+    2000,
+  );
+}
+
 async function configValue(node: RedisNode, name: string): Promise<string | undefined> {
   const client = node.client();
   try {
@@ -212,6 +224,7 @@ describe("self-fencing when the table is unreachable", () => {
     const whileFenced = agent.handle.status();
     await proxy?.start();
     await waitFor(async () => (await tryWrite(node)) === "OK", "writes accepted again", 5000);
+    await agentReportsOpen(agent);
 
     // Assess
     expect(before).toBe("OK");
@@ -243,6 +256,7 @@ describe("self-fencing when the table is unreachable", () => {
       // Act
       const agent = await fixture.startAgent(node, { nodeId: "n1", fencePolicy });
       await waitFor(async () => (await tryWrite(node)) === "OK", "writes accepted", 10_000);
+      await agentReportsOpen(agent);
 
       // Assess
       expect(before).toMatch(/^NOREPLICAS/);
@@ -300,6 +314,7 @@ describe("self-fencing when the table is unreachable", () => {
         "n1 writable once confirmed",
         10_000,
       );
+      await agentReportsOpen(agent);
       expect(agent.handle.status().fenced).toBe(false);
     },
   );
