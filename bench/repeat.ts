@@ -48,7 +48,8 @@ function stopHogs(hogs: readonly ChildProcess[]): void {
 function runOnce(files: readonly string[], extra: readonly string[], log: string): Promise<number | null> {
   return new Promise((resolve, reject) => {
     const out = createWriteStream(log);
-    const child = spawn(process.execPath, [VITEST, "run", ...files, ...extra], {
+    // No retry: the integration project's retry (vitest.config.ts) would count a flaky run as a pass.
+    const child = spawn(process.execPath, [VITEST, "run", "--retry=0", ...files, ...extra], {
       cwd: ROOT,
       env: { ...process.env, NO_COLOR: "1", FORCE_COLOR: "0" },
       stdio: ["ignore", "pipe", "pipe"],
