@@ -1,4 +1,5 @@
 import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
+import { deposedWhenOffline } from "../core/depose.ts";
 import { errorMessage } from "../core/errors.ts";
 import { appendLink } from "../core/identity.ts";
 import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "../core/model.ts";
@@ -198,6 +199,7 @@ export async function goOffline(run: Run, cause: OfflineCause): Promise<Outcome>
     updated_at: now,
     lineage: cause.lineage,
     cooldown_until: run.topology.cooldown_until,
+    deposed: deposedWhenOffline(run.topology),
   });
   await run.lock.appendHistory({
     shard: run.shard,

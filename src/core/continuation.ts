@@ -110,6 +110,7 @@ export function topologyBefore(topology: Topology, state: FailoverState, now: nu
     primary_address: wasOffline ? undefined : topology.primary_address,
     updated_at: now,
     lineage: wasOffline ? state.lineage : undefined,
+    deposed: wasOffline ? topology.deposed : undefined,
     paused_reason: topology.paused_reason,
     cooldown_until: topology.cooldown_until,
   };

@@ -31,7 +31,8 @@ export interface DeposeInput {
 
 /**
  * The databases to fence before this node opens as primary: the primary the topology names while
- * the failover runs (the old one, whatever this node followed) and the node it replicated from,
+ * the failover runs (the old one, whatever this node followed), the node it replicated from, and
+ * the old primaries an offline shard keeps (\`topology.deposed\`, brought online on this node),
  * each once; never itself or a parked replica's address.
  */
 export function deposedAddresses(input: DeposeInput): string[] {
@@ -40,8 +41,11 @@ export function deposedAddresses(input: DeposeInput): string[] {
     topology?.primary_node_id !== undefined && topology.primary_node_id !== input.selfId
       ? topology.primary_address
       : undefined;
+  const offlineOld = (topology?.deposed ?? [])
+    .filter((old) => old.node_id !== input.selfId)
+    .map((old) => old.address);
   const addresses: string[] = [];
-  for (const address of [named, input.followed]) {
+  for (const address of [named, input.followed, ...offlineOld]) {
     if (address === undefined || address === input.selfAddress || input.ignore.includes(address)) continue;
     if (!addresses.includes(address)) addresses.push(address);
   }
@@ -75,3 +79,35 @@ export function canDepose(
 
 /** How long a deposing promotion waits for the candidate to reach the fenced old primary's offset, ms. */
 export const DEPOSE_CATCH_UP_MS = 2_000;
+
+/** Phases after which a failover's target may have applied its PROMOTE. */
+const PROMOTED_PHASES: ReadonlySet<string> = new Set(["promote", "confirm", "repoint", "cleanup"]);
+
+/**
+ * The old primaries an offline topology keeps (\`topology.deposed\`) when the shard goes offline
+ * from \`topology\`: those it kept already, the primary it names, and a failover's target that may
+ * have applied its PROMOTE; each node once, the latest address kept. Nemesis seed 6303 (guarantee
+ * 2): primary node-22r's agent was dead when its only member restarted empty; the shard went
+ * offline, naming no primary, and a recover brought it online on that member. Nothing fenced
+ * node-22r (the successor fenced only the primary the topology named, none), so when an agentless
+ * replica attached to it, its guard counted that replica and it took writes beside the new
+ * primary for 135 s. Now the offline topology remembers it, and the node brought online fences it
+ * before it opens (\`deposedAddresses\`).
+ */
+export function deposedWhenOffline(topology: Topology | undefined): Topology["deposed"] {
+  if (topology === undefined) return undefined;
+  const entries = [...(topology.deposed ?? [])];
+  const add = (node_id: string | undefined, address: string | undefined) => {
+    if (node_id === undefined || address === undefined) return;
+    const index = entries.findIndex((entry) => entry.node_id === node_id);
+    if (index >= 0) entries.splice(index, 1);
+    entries.push({ node_id, address });
+  };
+  add(topology.primary_node_id, topology.primary_address);
+  const failover = topology.failover;
+  if (failover !== undefined && topology.phase !== undefined && PROMOTED_PHASES.has(topology.phase))
+    add(failover.new_primary_node_id, failover.new_primary_address);
+  // At most the schema's bound, the latest kept.
+  const kept = entries.slice(-16);
+  return kept.length === 0 ? undefined : kept;
+}

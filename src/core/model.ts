@@ -211,6 +211,17 @@ export const topologySchema = z.object({
   /** The lineage of the last primary while the shard is offline (a returning node must match it). */
   lineage: lineageSchema.optional(),
   /**
+   * Old primaries nobody is known to have fenced while the shard is offline (\`deposedWhenOffline\`,
+   * src/core/depose.ts): the primary the topology named when it went offline (and a failover's
+   * target past its PROMOTE), kept across offline re-markings and recovers. The node the shard is
+   * brought online on fences each of these databases before it opens its writes; the online
+   * topology written at the end of that change drops the list.
+   */
+  deposed: z
+    .array(z.object({ node_id: idSchema, address: addressSchema }))
+    .max(16)
+    .optional(),
+  /**
    * Nodes drained for maintenance (\`shardguard drain\`, sorted): never promoted until undrained
    * (they count as priority 0: core/drain.ts), while they go on replicating.
    */

@@ -28,7 +28,9 @@ export const RECOVER_GATES: readonly Gate<RecoverView>[] = [
     name: "recover_unfenced_old_primary",
     code: "offline_no_candidate",
     // Recover sets the shard's lineage to the node's: the offline gate would then compare the
-    // node with itself. The old primary may still serve; only a member's detaching fences it.
+    // node with itself. The old primary may still serve: a member's detaching fences it against
+    // the members only (its guard counts any replica that attaches), so the node brought online
+    // also fences it directly (\`topology.deposed\`, src/core/depose.ts; nemesis seed 6303).
     invariant: [2],
     primaryStale: false,
     test: (v) => {
