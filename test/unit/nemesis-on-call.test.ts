@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { History } from "../../src/dev/nemesis/history.ts";
-import { OnCallOperator, priorityZeroHolder } from "../../src/dev/nemesis/on-call.ts";
+import { OnCallOperator, priorityZeroHolder, recoverCandidates } from "../../src/dev/nemesis/on-call.ts";
 import { aConfig, aShardWithStalePrimary, NOW } from "../support/builders.ts";
 
 /**
@@ -72,5 +72,44 @@ describe("the nemesis's on-call operator", () => {
       "heal operator-paged",
     ]);
     expect(onCall.pages).toBe(1);
+  });
+});
+
+describe("the nodes the nemesis's operator recovers on mid-run (seed 6303)", () => {
+  it.each([
+    {
+      name: "not a node on another lineage, whatever its offset, while the holder's agent is dead",
+      nodes: [
+        { node_id: "p1", ageMs: 600_000 },
+        { node_id: "r1", repl_id: "other", last_txn_id: 5000, primary_link: "down" as const },
+      ],
+      expected: [],
+    },
+    {
+      name: "the live holders of the stored lineage, the most data first",
+      nodes: [
+        { node_id: "p1", ageMs: 600_000 },
+        { node_id: "r1", last_txn_id: 1000 },
+        { node_id: "r2", last_txn_id: 1200 },
+        { node_id: "r3", repl_id: "other", last_txn_id: 9000, primary_link: "down" as const },
+      ],
+      expected: ["r2", "r1"],
+    },
+    {
+      name: "not a live node behind the stored offset",
+      nodes: [
+        { node_id: "p1", ageMs: 600_000 },
+        { node_id: "r1", last_txn_id: 999 },
+      ],
+      expected: [],
+    },
+  ])("$name", ({ nodes, expected }) => {
+    // Prepare
+    let shard = aShardWithStalePrimary().offline(1000);
+    for (const node of nodes) shard = shard.withNode(node);
+    // Act
+    const candidates = recoverCandidates(shard.build(), aConfig(), NOW);
+    // Assess
+    expect(candidates.map((node) => node.node_id)).toEqual(expected);
   });
 });

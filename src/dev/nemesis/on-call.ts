@@ -1,6 +1,7 @@
 import type { FailoverConfig } from "../../core/config.ts";
 import { dataLineageOf, decide, isAlive } from "../../core/decide.ts";
 import { errorMessage } from "../../core/errors.ts";
+import { holdsAllOf, peerPointOf } from "../../core/identity.ts";
 import type { Heartbeat } from "../../core/model.ts";
 import type { ShardSnapshot } from "../../core/ports.ts";
 import type { FaultValue, History } from "./history.ts";
@@ -155,4 +156,21 @@ export function mostDataFirst(snapshot: ShardSnapshot, config: FailoverConfig, n
         Number(b.priority > 0) - Number(a.priority > 0) ||
         a.node_id.localeCompare(b.node_id),
     );
+}
+
+/**
+ * The live nodes an on-call engineer may recover on in the middle of a run: those whose data holds
+ * every write of the lineage the offline topology stored (\`holdsAllOf\`), the most data first;
+ * every live node when none is stored. A recover on any other node gives up acknowledged writes by
+ * choice: nemesis seed 6303's mid-run operator ranked offsets across lineages and recovered on a
+ * node holding 966 bytes of another lineage while the stored lineage's holder (its agent dead, its
+ * database up) held 11,428 acknowledged writes, which were lost. With none, the operator waits, as
+ * the hold's reason asks (bring the holder's agent back; the final heal does).
+ */
+export function recoverCandidates(snapshot: ShardSnapshot, config: FailoverConfig, now: number): Heartbeat[] {
+  const stored = snapshot.topology?.lineage;
+  const live = mostDataFirst(snapshot, config, now);
+  if (stored === undefined) return live;
+  const data = { replId: stored.repl_id, offset: stored.last_txn_id };
+  return live.filter((node) => holdsAllOf(peerPointOf(node), data));
 }

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type FailoverConfig, type FailoverConfigInput, parseFailoverConfig } from "../../core/config.ts";
-import { dataLineageOf, decide, isAlive } from "../../core/decide.ts";
+import { dataLineageOf, decide } from "../../core/decide.ts";
 import { errorMessage } from "../../core/errors.ts";
 import type { Topology } from "../../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../../core/write-guard.ts";
@@ -27,7 +27,7 @@ import {
   scheduleFaults,
 } from "./faults.ts";
 import { type EpochValue, type FaultValue, History, type WriteValue } from "./history.ts";
-import { mostDataFirst, OnCallOperator, OPERATOR_GIVES } from "./on-call.ts";
+import { mostDataFirst, OnCallOperator, OPERATOR_GIVES, recoverCandidates } from "./on-call.ts";
 import { Random } from "./random.ts";
 import { DYNAMODB_INTERNAL_ERROR, DYNAMODB_THROTTLED, PASS, type ProxyMode, TcpProxy } from "./tcp-proxy.ts";
 import {
@@ -100,7 +100,9 @@ async function recoverAsOperator(
   }
   // What an operator reads in `shardguard status`: a fenced node restarted from its RDB holds its
   // earlier lineage (`prior_lineage`), and may hold more than any node that answers as itself.
-  const node = mostDataFirst(snapshot, config, active.aws.clock.now())[0];
+  // A holder of the stored lineage first; only when no live node holds it, the most data.
+  const now = active.aws.clock.now();
+  const node = recoverCandidates(snapshot, config, now)[0] ?? mostDataFirst(snapshot, config, now)[0];
   if (node === undefined) return "not recovered: no live node";
   const keep = { node, data: dataLineageOf(node) };
   if (keep.node.priority === 0) {
@@ -1178,16 +1180,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       } else if (action === "pause") {
         args = ["pause", "--shard", active.shard, ...reason];
       } else {
-        // What an on-call engineer picks from `shardguard status`: the live node with the most data.
+        // What an on-call engineer picks from `shardguard status`: the live node with the most
+        // data among those that hold the stored lineage; none such, and the operator waits.
         const snapshot = await active.snapshot();
-        const now = active.aws.clock.now();
-        // Live nodes first; with none alive by the controller's rule, any node that reported.
-        const best = [...snapshot.nodes].sort(
-          (a, b) =>
-            Number(isAlive(b, config, now)) - Number(isAlive(a, config, now)) ||
-            dataLineageOf(b).last_txn_id - dataLineageOf(a).last_txn_id,
-        )[0];
-        if (!best) return "recover: no node has reported";
+        const best = recoverCandidates(snapshot, config, active.aws.clock.now())[0];
+        if (!best) {
+          const stored = snapshot.topology?.lineage;
+          return `recover: not issued; no live node holds the stored lineage${stored ? ` ${stored.repl_id} up to ${stored.last_txn_id}` : ""} (its holder's agent is awaited)`;
+        }
         args = ["recover", "--shard", active.shard, "--to", best.node_id, ...reason];
       }
       const result = await active.runCli(args);
