@@ -26,6 +26,7 @@ interface CliOptions {
   gap: { min: number; max: number };
   maxConcurrent: number;
   retrySkipped: number;
+  makeUp: number;
   out?: string;
   json?: boolean;
 }
@@ -70,6 +71,12 @@ export function buildProgram(): Command {
       parseIntegerOption(0, 600_000),
       0,
     )
+    .option(
+      "--make-up <n>",
+      "once a kind was injected n times, its later slots go to skipped faults of kinds injected fewer times (0: none; the issue-29 runs use 10)",
+      parseIntegerOption(0, 1000),
+      0,
+    )
     .option("--out <file>", "report path (default bench/results/nemesis-<seed>.json)")
     .option("--json", "print the report as JSON on stdout")
     .action(async (options: CliOptions) => {
@@ -88,6 +95,7 @@ export function buildProgram(): Command {
           maxConcurrent: options.maxConcurrent,
         },
         retrySkippedMs: options.retrySkipped,
+        makeUpQuota: options.makeUp,
         signal: abort.signal,
         onLine: (line) => log(`[nemesis] ${line}`),
       });

@@ -6,9 +6,12 @@ import {
   drawMembershipChange,
   drawPriorities,
   FAULT_KINDS,
+  type FaultKind,
+  MakeUps,
   MEMBERSHIP_CHANGES,
   MembershipDraws,
   parseFaultKinds,
+  type ScheduledFault,
   scheduleFaults,
 } from "../../src/dev/nemesis/faults.ts";
 import { Random } from "../../src/dev/nemesis/random.ts";
@@ -267,5 +270,93 @@ describe("nemesis fault schedule", () => {
     expect(Math.min(...draws)).toBeGreaterThanOrEqual(0);
     expect(Math.max(...draws)).toBeLessThan(1);
     expect(draws.filter((x) => x < 0.5).length).toBeGreaterThan(400);
+  });
+});
+
+describe("make-ups for skipped kinds (issue 29)", () => {
+  const fault = (id: number, kind: FaultKind, extra: Partial<ScheduledFault> = {}): ScheduledFault => ({
+    id,
+    atMs: id * 1000,
+    kind,
+    target: "primary",
+    pick: 0.5,
+    params: {},
+    durationMs: 5000,
+    ...extra,
+  });
+
+  it("gives a slot of a kind at its quota to the oldest skipped fault of a kind below it", () => {
+    // Prepare
+    const makeUps = new MakeUps(2, 60_000);
+    makeUps.injected("pause-redis");
+    makeUps.injected("pause-redis");
+    makeUps.skipped(fault(1, "kill-redis", { params: { restart: "rdb" }, durationMs: 8000 }));
+    makeUps.skipped(fault(2, "restart-as-replica"));
+    // Act
+    const taken = makeUps.take(fault(7, "pause-redis"));
+    // Assess
+    expect(taken).toEqual({
+      id: 7,
+      atMs: 7000,
+      kind: "kill-redis",
+      target: "primary",
+      pick: 0.5,
+      params: { restart: "rdb", makeUpOf: 1 },
+      durationMs: 8000,
+    });
+    expect(makeUps.pending).toBe(1);
+  });
+
+  it.each([
+    {
+      name: "its kind is below the quota",
+      prepare: (makeUps: MakeUps) => {
+        makeUps.injected("pause-redis");
+        makeUps.skipped(fault(1, "kill-redis"));
+      },
+    },
+    {
+      name: "no fault was skipped",
+      prepare: (makeUps: MakeUps) => {
+        makeUps.injected("pause-redis");
+        makeUps.injected("pause-redis");
+      },
+    },
+    {
+      name: "the skipped kind reached the quota since",
+      prepare: (makeUps: MakeUps) => {
+        makeUps.injected("pause-redis");
+        makeUps.injected("pause-redis");
+        makeUps.skipped(fault(1, "kill-redis"));
+        makeUps.injected("kill-redis");
+        makeUps.injected("kill-redis");
+      },
+    },
+  ])("keeps the slot when $name", ({ prepare }) => {
+    // Prepare
+    const makeUps = new MakeUps(2, 60_000);
+    prepare(makeUps);
+    const slot = fault(7, "pause-redis");
+    // Act
+    const taken = makeUps.take(slot);
+    // Assess
+    expect(taken).toBe(slot);
+  });
+
+  it("keeps nothing and gives nothing without a quota, and clips a make-up to end before the run", () => {
+    // Prepare
+    const none = new MakeUps(0, 60_000);
+    none.skipped(fault(1, "kill-redis"));
+    const clipped = new MakeUps(1, 60_000);
+    clipped.injected("pause-redis");
+    clipped.skipped(fault(1, "kill-agent-long", { durationMs: 120_000 }));
+    // Act
+    const slot = fault(2, "pause-redis");
+    const kept = none.take(slot);
+    const madeUp = clipped.take(fault(58, "pause-redis"));
+    // Assess
+    expect(kept).toBe(slot);
+    expect(none.pending).toBe(0);
+    expect(madeUp).toMatchObject({ kind: "kill-agent-long", atMs: 58_000, durationMs: 1000 });
   });
 });

@@ -22,6 +22,7 @@ import {
   drawPriorities,
   FAULT_KINDS,
   type FaultKind,
+  MakeUps,
   type ScheduledFault,
   type ScheduleOptions,
   scheduleFaults,
@@ -158,6 +159,11 @@ export interface NemesisOptions {
    * runs' replays. @default 0
    */
   readonly retrySkippedMs?: number;
+  /**
+   * Make-ups (\`MakeUps\`, faults.ts): a later slot of a kind injected this many times goes to a
+   * skipped fault of a kind below it. 0 or unset: none.
+   */
+  readonly makeUpQuota?: number;
   /** Passed to the schedule (gaps, concurrency, warm-up). */
   readonly schedule?: Partial<Pick<ScheduleOptions, "gapMinMs" | "gapMaxMs" | "maxConcurrent" | "warmupMs">>;
   /** Keep the agents' and controllers' logs (their temp dir) after the run. @default true */
@@ -332,7 +338,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     options.schedule?.maxConcurrent !== undefined
       ? ` --max-concurrent ${options.schedule.maxConcurrent}`
       : "";
-  const retry = options.retrySkippedMs ? ` --retry-skipped ${options.retrySkippedMs}` : "";
+  const retry = `${options.retrySkippedMs ? ` --retry-skipped ${options.retrySkippedMs}` : ""}${options.makeUpQuota ? ` --make-up ${options.makeUpQuota}` : ""}`;
   const command = `npm run nemesis -- --minutes ${options.minutes} --seed ${options.seed}${options.faults ? ` --faults ${faultsEnabled.join(",")}` : ""} --nodes ${nodeCount}${gap}${concurrent}${retry}`;
   line(
     `seed ${options.seed}: ${schedule.length} faults over ${options.minutes} min (${command}); history ${historyPath}`,
@@ -691,6 +697,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     const activeFaults = new Set<ActiveFault>();
     const outcomes: FaultOutcome[] = [];
     const skippedByKind = new Map<string, number>();
+    const makeUps = new MakeUps(options.makeUpQuota ?? 0, options.minutes * 60_000);
     const started = performance.now();
 
     const resolveTargets = async (
@@ -1305,6 +1312,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       const { targets, why, primary: primaryAtInject } = resolved;
       if (targets.length === 0) {
         skippedByKind.set(fault.kind, (skippedByKind.get(fault.kind) ?? 0) + 1);
+        makeUps.skipped(fault);
         const text = `t=${seconds(history.elapsed())}s #${fault.id} ${describeFault(fault)} skipped: ${why}`;
         history.append({
           process: "nemesis",
@@ -1339,6 +1347,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         line(text);
         return;
       }
+      makeUps.injected(fault.kind);
       const resources = targets.flatMap((id) => resourcesOf(fault, id));
       for (const resource of resources) busy.add(resource);
       const value: FaultValue = {
@@ -1409,7 +1418,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       const wait = started + fault.atMs - performance.now();
       if (wait > 0) await sleep(wait, undefined, { signal: options.signal }).catch(() => {});
       if (options.signal?.aborted) break;
-      tasks.push(runFault(fault).catch((error) => line(`#${fault.id}: ${errorMessage(error)}`)));
+      const chosen = makeUps.take(fault);
+      if (chosen !== fault) {
+        line(
+          `t=${seconds(history.elapsed())}s #${fault.id} ${fault.kind} (already injected ${makeUps.count(fault.kind)} times) gives its slot to a make-up of skipped #${String(chosen.params.makeUpOf)}: ${describeFault(chosen)}`,
+        );
+      }
+      tasks.push(runFault(chosen).catch((error) => line(`#${chosen.id}: ${errorMessage(error)}`)));
     }
     const endAt = started + options.minutes * 60_000;
     if (!options.signal?.aborted && endAt > performance.now()) {
