@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { AwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
-import { AgentFixture, FAST_TIMINGS, redisRole } from "../support/agent-harness.ts";
+import { AgentFixture, FAST_TIMINGS, redisRole, tryWrite } from "../support/agent-harness.ts";
 import { awsEnv } from "../support/aws.ts";
 import { TcpProxy } from "../support/tcp-proxy.ts";
 import { holdsFor, waitFor } from "../support/wait.ts";
@@ -23,18 +23,6 @@ async function adaptersBehindProxy(): Promise<AwsAdapters> {
   proxy = new TcpProxy(endpoint.hostname, Number(endpoint.port));
   await proxy.start();
   return fixture.adapters({ AWS_ENDPOINT_URL_DYNAMODB: proxy.url });
-}
-
-/** "OK" or the error reply (e.g. NOREPLICAS, READONLY) of one write. */
-async function tryWrite(node: RedisNode, key = "probe"): Promise<string> {
-  const client = node.client({ maxRetriesPerRequest: 0 });
-  try {
-    return await client.set(key, String(Date.now()));
-  } catch (error) {
-    return error instanceof Error ? error.message : String(error);
-  } finally {
-    client.disconnect();
-  }
 }
 
 /**

@@ -10,7 +10,7 @@ import {
   startAgent,
 } from "../../src/agent/agent.ts";
 import type { AgentOptionsInput } from "../../src/agent/options.ts";
-import type { Command, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
+import type { Command, FailoverState, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import type { Logger } from "../../src/core/observability.ts";
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
 import type { WakeSender } from "../../src/core/wake.ts";
@@ -249,6 +249,55 @@ export class AgentFixture {
     return node;
   }
 
+  /**
+   * n1 primary of the shard's topology (online at epoch 0) and n2 its replica, each with its agent,
+   * once n2 reports its link up and n1 takes writes.
+   */
+  async linkedPair(): Promise<{ n1: RedisNode; n2: RedisNode; n1Agent: TestAgent; n2Agent: TestAgent }> {
+    const [n1, n2] = await this.startRedis(2);
+    if (!n1 || !n2) throw new Error("redis nodes missing");
+    await this.setTopology(undefined, {
+      epoch: 0,
+      primary_node_id: "n1",
+      primary_address: n1.address,
+      status: "online",
+    });
+    const n1Agent = await this.startAgent(n1, { nodeId: "n1" });
+    const n2Agent = await this.startAgent(n2, { nodeId: "n2" });
+    await this.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+    await waitFor(async () => (await tryWrite(n1, "linked-pair")) === "OK", "n1 writable");
+    return { n1, n2, n1Agent, n2Agent };
+  }
+
+  /**
+   * n1 dies (its agent first, then its database, SIGKILL) and the controller plans the failover to
+   * n2 at epoch 1 (phase promote, \`candidates\` as ranked), sending nothing yet.
+   */
+  async primaryDiesForN2(
+    pair: { n1: RedisNode; n2: RedisNode; n1Agent: TestAgent },
+    candidates: FailoverState["candidates"] = [],
+  ): Promise<void> {
+    await this.stopAgent(pair.n1Agent);
+    pair.n1.signal("SIGKILL");
+    await this.setTopology(0, {
+      epoch: 1,
+      primary_node_id: "n1",
+      primary_address: pair.n1.address,
+      status: "failing_over",
+      phase: "promote",
+      failover: {
+        kind: "failover",
+        old_primary_node_id: "n1",
+        new_primary_node_id: "n2",
+        new_primary_address: pair.n2.address,
+        reason: "test: n1 down",
+        started_at: Date.now(),
+        candidates,
+        phase_started: {},
+      },
+    });
+  }
+
   async stopAgent(agent: TestAgent): Promise<void> {
     await agent.handle.stop();
     this.agents.splice(this.agents.indexOf(agent), 1);
@@ -269,6 +318,18 @@ export async function redisRole(node: RedisNode): Promise<string> {
     await client.connect();
     const info = await client.info("replication");
     return /role:(\w+)/.exec(info)?.[1] ?? "unknown";
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** "OK" or the error reply (e.g. NOREPLICAS, READONLY) of one write. */
+export async function tryWrite(node: RedisNode, key = "probe"): Promise<string> {
+  const client = node.client({ maxRetriesPerRequest: 0 });
+  try {
+    return await client.set(key, String(Date.now()));
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
   } finally {
     client.disconnect();
   }
