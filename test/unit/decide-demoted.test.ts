@@ -98,6 +98,24 @@ describe("decide: a named primary whose database is a replica (gate primary_demo
     expect(decision).toMatchObject({ kind: "none", code: "quorum_not_met" });
   });
 
+  it("replaces a demoted primary in a replication cycle with its replicas' links up (simulator seed 221327)", () => {
+    // Prepare: p1 follows r1, which follows p1 back (Redis 7 keeps both links up); r2 follows p1.
+    const snapshot = aShardWhosePrimaryIsAReplica({ replId: LINEAGE, offset: 990 })
+      .withNode({ node_id: "p1", primary_link: "up" })
+      .withNode({ node_id: "r1", primary_node_id: "p1", primary_link: "up", primary_probe: "ok" })
+      .withNode({ node_id: "r2", primary_node_id: "p1", primary_link: "up", primary_probe: "ok" })
+      .build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "failover", oldPrimary: "p1" });
+    expect(decision.reason).toMatch(
+      /2 of 2 fresh replicas report the primary down \(r1: follows p1, in a replication cycle/,
+    );
+  });
+
   it("does not treat a fresh primary reporting itself primary as demoted", () => {
     // Prepare
     const snapshot = aShard()

@@ -1,3 +1,4 @@
+import type { FailoverConfig } from "../config.ts";
 import { confirmedCrash } from "../crash.ts";
 import type { Candidate, CrashReport, Heartbeat, Lineage, Topology } from "../model.ts";
 import { JUST_HEARD_GRACE } from "./gate.ts";
@@ -123,10 +124,24 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
   // A replica votes the primary down when its link is down, or its own probe got no answer, found
   // it restarted without its data, or found it refusing every write. On the crash fast path only
   // the link counts, from every fresh replica: only offsets read after the link dropped are final.
+  // A demoted primary that follows, through replicas only, a node that follows it back: a
+  // replication cycle (its step-down to a failover's target that was never promoted, while the
+  // target followed it). Redis 7 keeps such links up (no PSYNC refused, no repl-timeout: nobody
+  // sends), so no replica sees its link down and its probe finds the primary answering: a replica
+  // whose link leads into the cycle is fed by no writer (simulator seed 221327).
+  const cycle =
+    demotedMs !== undefined && primaryId !== undefined
+      ? replicationCycle(snapshot.nodes, primaryId, config, now)
+      : undefined;
   const downVoters = voters.filter((node) =>
     crash !== undefined
       ? node.primary_link === "down"
-      : node.primary_link === "down" || (node.primary_probe !== undefined && node.primary_probe !== "ok"),
+      : node.primary_link === "down" ||
+        (node.primary_probe !== undefined && node.primary_probe !== "ok") ||
+        (cycle !== undefined &&
+          node.primary_link === "up" &&
+          node.primary_node_id !== undefined &&
+          cycle.has(node.primary_node_id)),
   );
   const needed =
     crash !== undefined ? Math.max(1, voters.length) : quorumNeeded(config.quorum, voters.length);
@@ -136,7 +151,14 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
       : `${downVoters.length} of ${voters.length} fresh replicas report the primary down (${[...downVoters]
           .sort((a, b) => a.node_id.localeCompare(b.node_id))
           .map(
-            (node) => `${node.node_id}: ${node.primary_link === "down" ? "link down" : node.primary_probe}`,
+            (node) =>
+              `${node.node_id}: ${
+                node.primary_link === "down"
+                  ? "link down"
+                  : node.primary_probe !== undefined && node.primary_probe !== "ok"
+                    ? node.primary_probe
+                    : `follows ${node.primary_node_id}, in a replication cycle`
+              }`,
           )
           .join(", ")})`;
   return {
@@ -194,6 +216,36 @@ function historyTip(
   if (tip === undefined) return undefined;
   const offsets = nodes.filter((node) => node.repl_id === tip.by).map((node) => node.last_txn_id);
   return { node_id: primary.node_id, repl_id: tip.by, last_txn_id: Math.max(tip.until, ...offsets) };
+}
+
+/**
+ * The nodes of the replication cycle \`primaryId\` is in, or undefined: from it, each fresh
+ * replica's \`primary_node_id\` (its link up) leads back to it without reaching a node that
+ * answers as a primary. No node of the cycle takes writes, nor feeds its replicas any.
+ */
+export function replicationCycle(
+  nodes: readonly Heartbeat[],
+  primaryId: string,
+  config: FailoverConfig,
+  now: number,
+): ReadonlySet<string> | undefined {
+  const byId = new Map(nodes.map((node) => [node.node_id, node]));
+  const path = new Set<string>();
+  let at: string | undefined = primaryId;
+  while (at !== undefined && !path.has(at)) {
+    const node = byId.get(at);
+    if (
+      node === undefined ||
+      node.role !== "replica" ||
+      node.db_status !== "up" ||
+      node.primary_link !== "up" ||
+      !isFresh(node, config, now)
+    )
+      return undefined;
+    path.add(at);
+    at = node.primary_node_id;
+  }
+  return at === primaryId ? path : undefined;
 }
 
 /** The primary's heartbeat is stale or missing (a crashed or restarted primary is still fresh). */
