@@ -3,11 +3,11 @@ import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
-  probeWrite,
   startChaosCluster,
   WAIT_MS,
   waitForFollowers,
   waitForNewPrimary,
+  waitForWritablePrimary,
   withClient,
 } from "../support/chaos-cluster.ts";
 import { continuousWriter, missingKeys } from "../support/data-safety.ts";
@@ -82,28 +82,18 @@ describe("a primary whose database comes back as a replica", () => {
     const writableWithinMs = Math.max(cooldownLeftMs, CONFIG.failureTimeoutMs) + MARGIN_MS;
 
     // Assess: a writable primary named by the topology again within the bound, holding every write.
-    let writableAfterMs: number | undefined;
-    let writablePrimary: string | undefined;
-    await active.waitFor(
-      "a writable primary named by the topology",
-      async () => {
-        const topology = await active.topology();
-        if (topology?.status !== "online" || topology.epoch <= failedOver.epoch) return false;
-        const named = topology.primary_node_id ?? "";
-        const probe = await probeWrite(active.node(named), "demoted-probe");
-        if (!probe.accepted) return false;
-        writablePrimary = named;
-        writableAfterMs = performance.now() - restartedAt;
-        return true;
-      },
+    const { primary: writablePrimary, afterMs: writableAfterMs } = await waitForWritablePrimary(
+      active,
+      failedOver.epoch,
+      restartedAt,
       writableWithinMs,
     );
     console.log(
-      `writable primary ${writablePrimary} ${Math.round(writableAfterMs ?? 0)} ms after the restart, ` +
-        `${Math.round((writableAfterMs ?? 0) - cooldownLeftMs)} ms after the cool-down ended`,
+      `writable primary ${writablePrimary} ${Math.round(writableAfterMs)} ms after the restart, ` +
+        `${Math.round(writableAfterMs - cooldownLeftMs)} ms after the cool-down ended`,
     );
     const report = await writer.stop();
-    const missing = await missingKeys(active.node(writablePrimary ?? ""), report.acked);
+    const missing = await missingKeys(active.node(writablePrimary), report.acked);
     expect(writablePrimary).not.toBe(promoted);
     expect(writableAfterMs).toBeLessThan(writableWithinMs);
     expect(report.acked.length).toBeGreaterThan(40);

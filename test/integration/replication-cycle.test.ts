@@ -2,9 +2,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   CHAOS_CONFIG,
-  probeWrite,
   startChaosCluster,
   WAIT_MS,
+  waitForWritablePrimary,
   withClient,
 } from "../support/chaos-cluster.ts";
 import { continuousWriter, missingKeys } from "../support/data-safety.ts";
@@ -65,26 +65,15 @@ describe("a named primary in a replication cycle with its own replica", () => {
     );
 
     // Assess: a writable primary named by the topology again within the bound, holding every write.
-    let writableAfterMs: number | undefined;
-    let writablePrimary: string | undefined;
-    await active.waitFor(
-      "a writable primary named by the topology",
-      async () => {
-        const topology = await active.topology();
-        if (topology?.status !== "online" || topology.epoch <= (start?.epoch ?? 0)) return false;
-        const named = topology.primary_node_id ?? "";
-        if (!(await probeWrite(active.node(named), "cycle-probe")).accepted) return false;
-        writablePrimary = named;
-        writableAfterMs = performance.now() - cycledAt;
-        return true;
-      },
+    const { primary: writablePrimary, afterMs } = await waitForWritablePrimary(
+      active,
+      start?.epoch ?? 0,
+      cycledAt,
       WRITABLE_WITHIN_MS,
     );
-    console.log(
-      `writable primary ${writablePrimary} ${Math.round(writableAfterMs ?? 0)} ms after the cycle formed`,
-    );
+    console.log(`writable primary ${writablePrimary} ${Math.round(afterMs)} ms after the cycle formed`);
     const report = await writer.stop();
-    const missing = await missingKeys(active.node(writablePrimary ?? ""), report.acked);
+    const missing = await missingKeys(active.node(writablePrimary), report.acked);
     expect(writablePrimary).not.toBe("node-1");
     expect(report.acked.length).toBeGreaterThan(20);
     expect(missing).toEqual([]);

@@ -340,3 +340,30 @@ export async function shortenReplicationTimeout(cluster: LocalCluster): Promise<
     });
   }
 }
+
+/**
+ * Waits until the topology names an online primary past \`afterEpoch\` that takes a write: its id
+ * and how long after \`since\` (a \`performance.now()\`) that was. Fails after \`withinMs\`.
+ */
+export async function waitForWritablePrimary(
+  cluster: LocalCluster,
+  afterEpoch: number,
+  since: number,
+  withinMs: number,
+): Promise<{ primary: string; afterMs: number }> {
+  let found: { primary: string; afterMs: number } | undefined;
+  await cluster.waitFor(
+    "a writable primary named by the topology",
+    async () => {
+      const topology = await cluster.topology();
+      if (topology?.status !== "online" || topology.epoch <= afterEpoch) return false;
+      const named = topology.primary_node_id ?? "";
+      if (!(await probeWrite(cluster.node(named), "writable-probe")).accepted) return false;
+      found = { primary: named, afterMs: performance.now() - since };
+      return true;
+    },
+    withinMs,
+  );
+  if (found === undefined) throw new Error("no writable primary");
+  return found;
+}
