@@ -42,6 +42,7 @@ async function probePrimary(ctx: AgentContext, info: ReplicationInfo): Promise<P
     return undefined;
   }
   if (!isParked(info)) ctx.probe.track(`${info.primary.host}:${info.primary.port}`);
+  else ctx.probe.resumeParkedWatch();
   if (ctx.probe.address === undefined) return undefined;
   try {
     return await ctx.probe.probe(info);

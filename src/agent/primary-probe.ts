@@ -8,6 +8,7 @@ import type { Database, DatabaseLink } from "./database.ts";
 import type { AgentOptions } from "./options.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import type { Mutex } from "./scheduling.ts";
+import type { StateDir } from "./state-dir.ts";
 
 /**
  * What the probe reads and changes of its agent (`AgentContext` is one): declared here so that the
@@ -29,6 +30,8 @@ export interface ProbeContext {
   readonly epochContext: Record<string, unknown>;
   readonly wakeHeartbeat: () => void;
   readonly monotonicNow: () => number;
+  /** Where the park is kept across agent restarts (\`parked\`). */
+  readonly state: StateDir;
 }
 /**
  * A replica's own look at its primary, as Sentinel does: a connection to the primary's address
@@ -127,13 +130,50 @@ export class PrimaryProbe {
    * (\`staysParked\`): simulator seed 7053, n2 parked from n1 at epoch 8, its process restarted from
    * its RDB, stepped down to n1 restarted empty, was wiped: 389 acknowledged writes lost.
    */
-  parkedFrom: string | undefined;
+  get parkedFrom(): string | undefined {
+    return this.#parkedFrom;
+  }
+
+  /** Kept in the state dir too (with \`parkedAtEpoch\`, set first): an agent restart keeps the park. */
+  set parkedFrom(address: string | undefined) {
+    this.#parkedFrom = address;
+    const saved = this.#ctx.state.state.parked;
+    if (address === undefined) {
+      if (saved !== undefined) this.#ctx.state.update({ parked: undefined });
+      return;
+    }
+    const atEpoch = this.parkedAtEpoch ?? 0;
+    if (saved?.from !== address || saved.at_epoch !== atEpoch)
+      this.#ctx.state.update({ parked: { from: address, at_epoch: atEpoch } });
+  }
+
+  #parkedFrom: string | undefined;
   readonly #ctx: ProbeContext;
   readonly #timeoutMs: number;
 
   constructor(ctx: ProbeContext, timeoutMs: number) {
     this.#ctx = ctx;
     this.#timeoutMs = timeoutMs;
+    // A park from before this agent's restart (nemesis seed 6601).
+    const saved = ctx.state.state.parked;
+    if (saved !== undefined) {
+      this.parkedAtEpoch = saved.at_epoch;
+      this.#parkedFrom = saved.from;
+    }
+  }
+
+  /**
+   * A parked replica whose park this agent restored from its state dir (\`parked\`) but watches no
+   * address yet: probes the address it was parked from again, keeping the park, so that it is
+   * unparked once that address holds its data again (or stays parked while it does not).
+   */
+  resumeParkedWatch(): void {
+    const from = this.#parkedFrom;
+    const atEpoch = this.parkedAtEpoch;
+    if (from === undefined || this.#address !== undefined) return;
+    this.track(from);
+    this.parkedAtEpoch = atEpoch;
+    this.parkedFrom = from;
   }
 
   get address(): string | undefined {

@@ -43,6 +43,14 @@ export const agentStateSchema = z.object({
   promoted_epoch: z.number().int().nonnegative().optional(),
   /** Ids of applied commands, oldest first, at most APPLIED_IDS_LIMIT. */
   applied_command_ids: z.array(z.string()).default([]),
+  /**
+   * Present while the replica is parked (src/agent/primary-probe.ts): the address it was parked
+   * from and the topology epoch then. An agent restarted meanwhile keeps the park as it was
+   * (\`staysParked\`) and probes that address again. Nemesis seed 6601 (guarantee 1): two replicas
+   * parked from their primary, which restarted from an older RDB; their agents, restarted later,
+   * forgot the park and followed it, and the full syncs wiped the last copies of 128 writes.
+   */
+  parked: z.object({ from: z.string().min(1), at_epoch: z.number().int().nonnegative() }).optional(),
   /** Present while the agent holds its database's writes blocked (survives an agent restart). */
   fence: fenceRecordSchema.optional(),
   /**

@@ -115,13 +115,13 @@ export function verdictFor(
     followsShardNode: snapshot.nodes.some((node) => node.node_address === followed),
     highestEpoch: ctx.highestEpoch,
     promotedEpoch: ctx.state.state.promoted_epoch,
-    parked: isParked(info) ? { from: ctx.probe.address } : undefined,
+    parked: isParked(info) ? { from: ctx.probe.address ?? ctx.probe.parkedFrom } : undefined,
   });
   // A parked replica, or one this agent parked whose process restarted as a master holding data
   // (from its RDB; one restarted empty has nothing a sync could destroy): either way its data
   // waits for a primary known to hold it, or for a new decision.
   const parkedFrom = isParked(info)
-    ? ctx.probe.address
+    ? (ctx.probe.address ?? ctx.probe.parkedFrom)
     : info.role === "primary" && info.offset > 0
       ? ctx.probe.parkedFrom
       : undefined;

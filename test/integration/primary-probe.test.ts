@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { type Database, type DialOptions, RedisLink, readReplicationInfo } from "../../src/agent/database.ts";
@@ -5,6 +8,7 @@ import { parseAgentOptions } from "../../src/agent/options.ts";
 import { PrimaryProbe, type ProbeContext } from "../../src/agent/primary-probe.ts";
 import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
 import { Mutex } from "../../src/agent/scheduling.ts";
+import { StateDir } from "../../src/agent/state-dir.ts";
 import type { Wake } from "../../src/core/wake.ts";
 import { type RedisNode, startRedisNodes } from "../../src/dev/local-stack/redis-nodes.ts";
 import { AgentFixture, RecordingLogger } from "../support/agent-harness.ts";
@@ -23,10 +27,15 @@ let probe: PrimaryProbe | undefined;
 let fixture: AgentFixture | undefined;
 let controllerAws: AwsAdapters | undefined;
 let agentAws: AwsAdapters | undefined;
+const stateDirs: StateDir[] = [];
 
 afterEach(async () => {
   probe?.close();
   probe = undefined;
+  for (const dir of stateDirs.splice(0)) {
+    dir.release();
+    rmSync(dir.dir, { recursive: true, force: true });
+  }
   for (const node of fixture?.nodes ?? []) node.signal("SIGCONT");
   await fixture?.close();
   fixture = undefined;
@@ -42,6 +51,12 @@ afterEach(async () => {
 
 /** What the probe reads of its agent; the paths these tests take change nothing in it. */
 function probeContext(): ProbeContext {
+  const state = StateDir.open(mkdtempSync(join(tmpdir(), "shardguard-probe-test-")), {
+    shard: "s1",
+    nodeId: "n2",
+    now: Date.now(),
+  });
+  stateDirs.push(state);
   return {
     options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:1" }),
     nodeId: "n2",
@@ -60,6 +75,7 @@ function probeContext(): ProbeContext {
     epochContext: {},
     wakeHeartbeat: () => {},
     monotonicNow: () => performance.now(),
+    state,
   };
 }
 
