@@ -81,6 +81,19 @@ export async function readSnapshot(ctx: AgentContext): Promise<ShardSnapshot | u
     rejudgeRestart(ctx);
     const primary = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
     if (primary) ctx.knownNodes.set(primary.address, primary.node_id);
+    // A read that names another primary, or none, withdraws a confirmation at once, also when the
+    // database does not answer this cycle (the verdict that sets it needs both). Nemesis seed
+    // 6602 (guarantee 2): node-3's database was hung while its agent read a topology naming its
+    // successor; the confirmation of its old epoch stood, and when the database woke with the
+    // agent cut off from the store, the agent set its old guard over the fence its successor had
+    // set there. An agentless replica then satisfied that guard: writes beside the new primary.
+    if (primary?.node_id !== ctx.nodeId && ctx.confirmed === true) {
+      ctx.confirmed = false;
+      ctx.unconfirmedReason =
+        primary === undefined
+          ? `the topology at epoch ${snapshot.topology?.epoch ?? "none"} names no primary`
+          : `the topology at epoch ${snapshot.topology?.epoch} names ${primary.node_id} primary`;
+    }
     return snapshot;
   } catch (error) {
     ctx.store.failed("snapshot", error, ctx.deps.clock.now());
