@@ -1,6 +1,6 @@
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
-import { holdsThroughLinks, syncWouldDestroy } from "../core/identity.ts";
+import { holdsThroughLinks, supersededBy, syncWouldDestroy } from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { refusesWrites } from "../core/write-guard.ts";
@@ -317,8 +317,19 @@ export class PrimaryProbe {
     if (linked) this.#linkedReplId = mine.replId;
     const sameProcess = this.#runId !== undefined && primary.runId === this.#runId;
     if (parked) {
+      // A primary on a lineage the shard's history records as taking over from this replica's
+      // (`supersededBy`): what the replica holds past the promotion is the branch a deposed
+      // primary took unacknowledged, which its step-down to this primary already gave up. Waiting
+      // for a newer epoch would leave it parked for good (simulator seeds 281090, 280962, 281137:
+      // a deposed primary parked by a partition before its first sync from its successor).
+      const superseded =
+        primary.role === "primary" && supersededBy(primary, mine, this.#ctx.lastTopology?.ancestry ?? []);
       if (sameProcess || continues)
         await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
+      else if (superseded)
+        await this.#unpark(
+          "a process on the lineage that took over from this replica's by a recorded promotion",
+        );
       else if (lostOwnData)
         await this.#unpark(
           "none: this replica's own database restarted without the lineage it was parked to keep",

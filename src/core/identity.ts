@@ -247,6 +247,33 @@ export function syncWouldDestroy(
   return !later;
 }
 
+/**
+ * \`source\`'s own lineage took over from \`replica\`'s by a recorded promotion (a later lineage of
+ * the shard's main line, \`topology.ancestry\`): whatever the replica holds of its lineage past that
+ * point is the tail of a primary the shard left (taken while its successor was chosen, never
+ * acknowledged by the replica the controller promoted), and following the source drops it as the
+ * failover's step-down does. Narrower than \`syncWouldDestroy\`'s \`later\`: only the source's
+ * current lineage counts (not its \`prior\`: a process restarted from an older RDB of that lineage
+ * takes a new id, and the links name none), and only the replica's own lineage (or the one it
+ * continues while it took nothing since). Simulator seeds 281090, 280962, 281137: a deposed
+ * primary, woken from a hang with a tail its successor lacks, stepped down to it, was parked by a
+ * partition before its first sync, and stayed parked at that epoch to the end.
+ */
+export function supersededBy(
+  source: ReplicationPoint,
+  replica: ReplicationPoint,
+  links: readonly LineageLink[],
+): boolean {
+  if (source.replId === "" || replica.replId === "") return false;
+  const lineages: ReplicationPoint[] = [{ replId: replica.replId, offset: replica.offset }];
+  if (replica.prior !== undefined && replica.offset <= replica.prior.offset)
+    lineages.push({ ...replica.prior });
+  return lineages.some(
+    (lineage) =>
+      heldThroughLinks({ replId: source.replId, offset: source.offset }, lineage, links) !== undefined,
+  );
+}
+
 /** The least \`until\` on the main line from lineage \`from\` to lineage \`to\`; undefined when the line does not reach it. */
 function alongMainLine(from: string, to: string, links: readonly LineageLink[]): number | undefined {
   let at = from;

@@ -12,6 +12,7 @@ import {
   peerPointOf,
   type ReplicationPoint,
   type RestartContext,
+  supersededBy,
   syncWouldDestroy,
 } from "../../src/core/identity.ts";
 import { aHeartbeat } from "../support/builders.ts";
@@ -563,12 +564,14 @@ describe("holdsThroughLinks: the shard's recorded lineage history (simulator see
   });
 });
 
+/** L0 -> L1 at 600 (A promoted), L1 -> L2 at 900 (B promoted): the main line. */
+const MAIN_LINE = [
+  { repl_id: "L0", until: 600, by: "L1" },
+  { repl_id: "L1", until: 900, by: "L2" },
+];
+
 describe("syncWouldDestroy: a restarted replica's first full sync (simulator seed 7032)", () => {
-  // L0 -> L1 at 600 (A promoted), L1 -> L2 at 900 (B promoted): the main line.
-  const links = [
-    { repl_id: "L0", until: 600, by: "L1" },
-    { repl_id: "L1", until: 900, by: "L2" },
-  ];
+  const links = MAIN_LINE;
 
   it.each([
     {
@@ -627,6 +630,83 @@ describe("syncWouldDestroy: a restarted replica's first full sync (simulator see
         const destroys = syncWouldDestroy(source, replica, links);
         if (holdsAllOf(source, replica)) expect(destroys).toBe(false);
         if (destroys) expect(syncWouldDestroy(source, replica, [])).toBe(true);
+      }),
+    );
+  });
+});
+
+describe("supersededBy: a parked replica's primary took over from its lineage (simulator seed 281090)", () => {
+  const links = MAIN_LINE;
+
+  it.each([
+    {
+      name: "the successor's lineage, the replica's tail past the promotion",
+      source: { replId: "L2", offset: 1000, prior: { replId: "L1", offset: 900 } },
+      replica: { replId: "L1", offset: 950 },
+      superseded: true,
+    },
+    {
+      name: "two promotions later on the main line",
+      source: { replId: "L2", offset: 1000 },
+      replica: { replId: "L0", offset: 700 },
+      superseded: true,
+    },
+    {
+      name: "the replica's earlier lineage, while it took nothing since",
+      source: { replId: "L2", offset: 1000 },
+      replica: { replId: "R1", offset: 950, prior: { replId: "L1", offset: 950 } },
+      superseded: true,
+    },
+    {
+      name: "not the replica's earlier lineage once it took writes on its own",
+      source: { replId: "L2", offset: 1000 },
+      replica: { replId: "R1", offset: 960, prior: { replId: "L1", offset: 950 } },
+      superseded: false,
+    },
+    {
+      name: "a source restarted from an older RDB of the later lineage (a new id no link names)",
+      source: { replId: "X7", offset: 920, prior: { replId: "L2", offset: 920 } },
+      replica: { replId: "L1", offset: 950 },
+      superseded: false,
+    },
+    {
+      name: "a source restarted from an RDB of the replica's own lineage",
+      source: { replId: "X7", offset: 800, prior: { replId: "L1", offset: 800 } },
+      replica: { replId: "L1", offset: 950 },
+      superseded: false,
+    },
+    {
+      name: "the replica on the later lineage, its source's earlier one behind it (syncWouldDestroy's prior pairing)",
+      source: { replId: "X7", offset: 920, prior: { replId: "L2", offset: 920 } },
+      replica: { replId: "L2", offset: 950, prior: { replId: "L1", offset: 900 } },
+      superseded: false,
+    },
+    {
+      name: "a source on an earlier lineage than the replica's",
+      source: { replId: "L1", offset: 950 },
+      replica: { replId: "L2", offset: 950, prior: { replId: "L1", offset: 900 } },
+      superseded: false,
+    },
+    {
+      name: "the same lineage (holdsAllOf's question, not this one)",
+      source: { replId: "L2", offset: 1000 },
+      replica: { replId: "L2", offset: 950 },
+      superseded: false,
+    },
+  ])("$name: $superseded", ({ source, replica, superseded }) => {
+    expect(supersededBy(source, replica, links)).toBe(superseded);
+  });
+
+  it("never without links, and never where syncWouldDestroy finds a destroying sync from a later lineage", () => {
+    const point = fc.record({
+      replId: fc.constantFrom("L0", "L1", "L2", "X7"),
+      offset: fc.nat(1200),
+    });
+    fc.assert(
+      fc.property(point, point, (source, replica) => {
+        expect(supersededBy(source, replica, [])).toBe(false);
+        if (supersededBy(source, replica, links) && replica.offset > 0)
+          expect(syncWouldDestroy(source, replica, links)).toBe(false);
       }),
     );
   });

@@ -53,6 +53,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // Every kind (`--faults all`): 220263, a stale PROMOTE promoted a target restarted empty (373
   // lost); 221485, a failover's target confirmed itself primary before its PROMOTE (12 lost).
   ...[220263, 221485].map((seed) => ({ seed, minutes: 10, faultKinds: [...ALL_FAULT_KINDS] })),
+  // 281090, 280962, 281137 (5 minutes, every kind): a deposed primary with an unacknowledged tail
+  // past its successor's promotion point, parked by a partition before its first sync from it,
+  // stayed parked at that epoch to the end ((d) "slave of none"; src/agent/primary-probe.ts).
+  ...[281090, 280962, 281137].map((seed) => ({ seed, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] })),
 ];
 
 describe("simulated seeds that found a hole", () => {

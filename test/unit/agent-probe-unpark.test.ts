@@ -1,0 +1,162 @@
+import { describe, expect, it, vi } from "vitest";
+import type { Database, DatabaseLink } from "../../src/agent/database.ts";
+import { parseAgentOptions } from "../../src/agent/options.ts";
+import { PARKED_HOST, PARKED_PORT, PrimaryProbe, type ProbeContext } from "../../src/agent/primary-probe.ts";
+import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
+import { Mutex } from "../../src/agent/scheduling.ts";
+import type { AgentState, StateDir } from "../../src/agent/state-dir.ts";
+import type { LineageLink } from "../../src/core/identity.ts";
+import type { Topology } from "../../src/core/model.ts";
+import { RecordingLogger } from "../support/agent-harness.ts";
+
+/**
+ * A parked replica whose primary answers on the lineage the shard's history records as taking over
+ * from the replica's (simulator seeds 281090, 280962, 281137): n1, the deposed primary, woke from a
+ * hang with writes past the offset its successor n2 was promoted at (lineage L to 33,888, n2's L to
+ * 33,600), stepped down to n2, and a partition parked it before its first sync. At the heal its
+ * probe found n2 "restarted" (not the process it linked to, not holding its tail), and the
+ * topology's epoch was the one it parked at: it stayed parked to the end of the run.
+ */
+
+const LINKS: LineageLink[] = [{ repl_id: "L", until: 33_600, by: "M" }];
+
+/** n1's own INFO: parked, on the old primary's lineage past the promotion point. */
+const PARKED: ReplicationInfo = {
+  role: "replica",
+  offset: 33_888,
+  replId: "L",
+  runId: "run-n1",
+  primary: {
+    host: PARKED_HOST,
+    port: PARKED_PORT,
+    link: "down",
+    lastIoSecondsAgo: undefined,
+    syncInProgress: false,
+  },
+  replicas: [],
+};
+
+/** n2 as its probe reads it: promoted at 33,600 of L, serving M since. */
+const PROMOTED: ReplicationInfo = {
+  role: "primary",
+  offset: 56_736,
+  replId: "M",
+  prior: { replId: "L", offset: 33_600 },
+  runId: "run-n2",
+  primary: undefined,
+  replicas: [],
+};
+
+function fakeLink(answer: ReplicationInfo): DatabaseLink {
+  return {
+    ready: true,
+    connect: async () => {},
+    replicationInfo: async () => answer,
+    configGet: async () => "0",
+    configSet: async () => {},
+    setName: async () => {},
+    on: () => {},
+    off: () => {},
+    disconnect: () => {},
+  };
+}
+
+/** A state dir's in-memory part, without its file: \`state\` and \`update\`. */
+function memoryState(): StateDir {
+  const held = { state: {} as AgentState };
+  return {
+    get state() {
+      return held.state;
+    },
+    update(changes: Partial<AgentState>) {
+      held.state = { ...held.state, ...changes };
+    },
+  } as Partial<StateDir> as StateDir;
+}
+
+function probeOf(primary: ReplicationInfo, links: LineageLink[]) {
+  const replicaOf = vi.fn(async (_host: string, _port: number) => {});
+  const db = {
+    dial: () => fakeLink(primary),
+    replicationInfo: async () => PARKED,
+    replicaOf,
+  } as Partial<Database> as Database;
+  const ctx: ProbeContext = {
+    options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:6379" }),
+    nodeId: "n1",
+    db,
+    logger: new RecordingLogger(),
+    roleLock: new Mutex(),
+    roleGeneration: 0,
+    lastInfo: PARKED,
+    lastInfoGeneration: 0,
+    heartbeatsWritten: 0,
+    lastTopology: { epoch: 1, ancestry: links } as Partial<Topology> as Topology,
+    highestEpoch: 1,
+    epochContext: {},
+    wakeHeartbeat: () => {},
+    monotonicNow: () => 0,
+    // The state dir's in-memory part: what the park persists (\`parked\`).
+    state: memoryState(),
+  };
+  const probe = new PrimaryProbe(ctx, 500);
+  probe.track("n2:6379");
+  return { probe, replicaOf };
+}
+
+describe("a parked replica whose primary took over from its lineage by a recorded promotion", () => {
+  it("follows it: its tail past the promotion is the branch the shard left (simulator seed 281090)", async () => {
+    // Arrange
+    const { probe, replicaOf } = probeOf(PROMOTED, LINKS);
+
+    // Act
+    const result = await probe.probe(PARKED);
+
+    // Assess
+    expect(result).toBe("ok");
+    expect(replicaOf).toHaveBeenCalledWith("n2", 6379);
+    expect(probe.lacksMyData).toBe(false);
+  });
+
+  it.each([
+    { name: "without the recorded link", primary: PROMOTED, links: [] },
+    {
+      name: "a process restarted from an older RDB of that lineage (a new id, the links name none)",
+      primary: {
+        ...PROMOTED,
+        replId: "R",
+        offset: 40_000,
+        prior: { replId: "M", offset: 40_000 },
+        runId: "run-r",
+      },
+      links: LINKS,
+    },
+    {
+      name: "a process restarted empty",
+      primary: { ...PROMOTED, replId: "E", offset: 0, prior: undefined, runId: "run-e" },
+      links: LINKS,
+    },
+    {
+      name: "a process on the replica's own lineage, behind it (an RDB of L restarted as L's primary)",
+      primary: {
+        ...PROMOTED,
+        replId: "N",
+        offset: 33_000,
+        prior: { replId: "L", offset: 33_000 },
+        runId: "run-n",
+      },
+      links: LINKS,
+    },
+  ])("stays parked: $name", async ({ primary, links }) => {
+    // Arrange
+    const { probe, replicaOf } = probeOf(primary, links);
+
+    // Act
+    const result = await probe.probe(PARKED);
+
+    // Assess
+    expect(result).toBe("restarted");
+    expect(replicaOf).not.toHaveBeenCalled();
+    expect(probe.lacksMyData).toBe(true);
+  });
+});
