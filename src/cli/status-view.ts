@@ -78,6 +78,11 @@ export interface ShardStatus {
   /** Nodes drained for maintenance (never promoted until undrained). */
   readonly drained: readonly string[];
   /**
+   * An offline shard's old primaries that nobody is known to have fenced (\`topology.deposed\`):
+   * the node the shard is brought online on fences each first (src/core/depose.ts).
+   */
+  readonly deposed: readonly { readonly node_id: string; readonly address: string }[];
+  /**
    * What the primary's replicas say of it when its own heartbeat is stale: serving without its
    * agent's heartbeats (failsafe: a store outage for its agent, or its agent down), or fenced.
    */
@@ -160,6 +165,7 @@ export function shardStatus(
     phase: topology?.status === "failing_over" ? topology.phase : undefined,
     paused_reason: topology?.paused_reason,
     drained: topology?.drained ?? [],
+    deposed: topology?.deposed ?? [],
     primary_seen_by_replicas: primaryId ? seenByReplicas(primaryId, nodes) : undefined,
     controller: controllerView(snapshot, config, nowMs, options),
     assumptions: brokenAssumptions(snapshot, config, nowMs),
@@ -327,6 +333,11 @@ export function renderShardStatus(status: ShardStatus, options: RenderOptions = 
     status.phase ? `phase ${status.phase}` : "",
     status.paused_reason ? `paused: ${status.paused_reason}` : "",
     status.drained.length > 0 ? pc.yellow(`drained: ${status.drained.join(", ")}`) : "",
+    status.deposed.length > 0
+      ? pc.yellow(
+          `old primaries to fence when it comes back: ${status.deposed.map((old) => `${old.node_id} (${old.address})`).join(", ")}`,
+        )
+      : "",
   ]
     .filter(Boolean)
     .join("  ");

@@ -253,3 +253,22 @@ describe("shard status: the assumptions of guarantee 1 that are broken now (issu
     expect(text).toMatch(/\n {2}assumption broken: member r1 last heard 5 min ago: /);
   });
 });
+
+describe("shard status: an offline shard's old primaries (nemesis seed 6303)", () => {
+  it("lists the old primaries the node brought online fences first, in the headline", () => {
+    // Prepare
+    const builder = aShardWithStalePrimary()
+      .offline()
+      .withTopology({ deposed: [{ node_id: "p1", address: "p1.local:6379" }] });
+    // Act
+    const status = statusOf(builder);
+    const text = plain(renderShardStatus(status));
+    // Assess
+    expect(status.deposed).toEqual([{ node_id: "p1", address: "p1.local:6379" }]);
+    expect(text).toMatch(/old primaries to fence when it comes back: p1 \(p1\.local:6379\)/);
+  });
+
+  it("lists none for an online shard", () => {
+    expect(statusOf(aHealthyShard()).deposed).toEqual([]);
+  });
+});
