@@ -2,8 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { AwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { AgentFixture, FAST_TIMINGS, redisRole, tryWrite } from "../support/agent-harness.ts";
-import { awsEnv } from "../support/aws.ts";
-import { TcpProxy } from "../support/tcp-proxy.ts";
+import type { TcpProxy } from "../support/tcp-proxy.ts";
 import { holdsFor, waitFor } from "../support/wait.ts";
 
 const QUERY = "DynamoDB_20120810.Query";
@@ -19,10 +18,9 @@ afterEach(async () => {
 
 /** Adapters whose DynamoDB traffic goes through a proxy the test can cut: a real outage of the table. */
 async function adaptersBehindProxy(): Promise<AwsAdapters> {
-  const endpoint = new URL(awsEnv().AWS_ENDPOINT_URL_DYNAMODB ?? "");
-  proxy = new TcpProxy(endpoint.hostname, Number(endpoint.port));
-  await proxy.start();
-  return fixture.adapters({ AWS_ENDPOINT_URL_DYNAMODB: proxy.url });
+  const behind = await fixture.adaptersBehindProxy();
+  proxy = behind.proxy;
+  return behind.aws;
 }
 
 /**

@@ -16,6 +16,7 @@ import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
 import type { WakeSender } from "../../src/core/wake.ts";
 import { type RedisNode, startRedisNodes } from "../../src/dev/local-stack/redis-nodes.ts";
 import { awsEnv, tableName, uniqueName } from "./aws.ts";
+import { TcpProxy } from "./tcp-proxy.ts";
 import { waitFor } from "./wait.ts";
 
 /** Short timings so that agent tests run in seconds (the production defaults are 5x longer). */
@@ -110,6 +111,17 @@ export class AgentFixture {
     });
     this.extraAdapters.push(built);
     return built;
+  }
+
+  /**
+   * Adapters whose DynamoDB traffic goes through a proxy the test can cut (a real outage of the
+   * table), and that proxy; the test closes it.
+   */
+  async adaptersBehindProxy(): Promise<{ aws: AwsAdapters; proxy: TcpProxy }> {
+    const endpoint = new URL(awsEnv().AWS_ENDPOINT_URL_DYNAMODB ?? "");
+    const proxy = new TcpProxy(endpoint.hostname, Number(endpoint.port));
+    await proxy.start();
+    return { aws: this.adapters({ AWS_ENDPOINT_URL_DYNAMODB: proxy.url }), proxy };
   }
 
   async startRedis(count: number): Promise<RedisNode[]> {
