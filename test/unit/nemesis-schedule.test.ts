@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { parseGap } from "../../bench/nemesis.ts";
 import {
   BACKGROUND_KINDS,
+  BACKGROUND_REST_MS,
   capZeros,
   drawMembershipChange,
   drawPriorities,
@@ -13,6 +14,7 @@ import {
   parseFaultKinds,
   type ScheduledFault,
   scheduleFaults,
+  UNTIL_END_FROM,
 } from "../../src/dev/nemesis/faults.ts";
 import { Random } from "../../src/dev/nemesis/random.ts";
 
@@ -27,13 +29,17 @@ describe("nemesis fault schedule", () => {
     expect(scheduleFaults(1, options)).not.toEqual(scheduleFaults(2, options));
   });
 
-  it("draws every enabled kind, equally often", () => {
+  it("draws every enabled kind equally often, a background kind at most two draws fewer", () => {
     const faults = scheduleFaults(7, { minutes: 30, nodes: 3 });
     const counts = Object.fromEntries(FAULT_KINDS.map((kind) => [kind, 0]));
     for (const fault of faults) counts[fault.kind] = (counts[fault.kind] ?? 0) + 1;
-    const values = Object.values(counts);
+    const values = FAULT_KINDS.filter((kind) => !BACKGROUND_KINDS.includes(kind)).map(
+      (kind) => counts[kind] ?? 0,
+    );
     expect(Math.min(...values)).toBeGreaterThan(0);
     expect(Math.max(...values) - Math.min(...values)).toBeLessThanOrEqual(1);
+    // A background draw that cannot start before the run's end (one at a time) is dropped.
+    for (const kind of BACKGROUND_KINDS) expect(counts[kind]).toBeGreaterThanOrEqual(Math.min(...values) - 2);
   });
 
   it("draws only the kinds asked for", () => {
@@ -100,11 +106,40 @@ describe("nemesis fault schedule", () => {
         expect(fault.durationMs).toBeLessThanOrEqual(180_000);
       }
     }
-    expect(kills.some((fault) => fault.params.untilEnd === true)).toBe(true);
     expect(kills.some((fault) => fault.params.untilEnd === false)).toBe(true);
     for (const fault of shortKills.filter((f) => f.params.untilEnd === false)) {
       expect(fault.durationMs).toBeLessThanOrEqual(0.35 * 120_000);
     }
+  });
+
+  it("kills one agent at a time, rests between, and leaves one dead until the end only in the last fifth", () => {
+    // 33-minute runs with the gaps of docs/chaos.md's long runs: seeds 6301-6603 drew 2-3 kills
+    // "until the end" from t=31 s on and left the shard offline for up to 31 minutes.
+    const untilEndStarts: number[] = [];
+    for (let seed = 6801; seed <= 6840; seed++) {
+      // Prepare
+      const totalMs = 33 * 60_000;
+      const faults = scheduleFaults(seed, { minutes: 33, nodes: 3, gapMinMs: 2500, gapMaxMs: 6000 });
+
+      // Act
+      const kills = faults.filter((fault) => fault.kind === "kill-agent-long");
+      const untilEnd = kills.filter((fault) => fault.params.untilEnd === true);
+
+      // Assess
+      expect(kills.length).toBeGreaterThanOrEqual(10);
+      expect(untilEnd.length).toBeLessThanOrEqual(1);
+      for (const fault of untilEnd) {
+        expect(fault.atMs).toBeGreaterThanOrEqual(totalMs * UNTIL_END_FROM);
+        expect(fault.atMs + fault.durationMs).toBe(totalMs);
+        untilEndStarts.push(fault.atMs);
+      }
+      for (const [index, fault] of kills.entries()) {
+        const next = kills[index + 1];
+        if (next)
+          expect(next.atMs - (fault.atMs + fault.durationMs)).toBeGreaterThanOrEqual(BACKGROUND_REST_MS.min);
+      }
+    }
+    expect(untilEndStarts.length).toBeGreaterThan(10);
   });
 
   it("restarts a node as a replica of another node, from its RDB or empty, after a downtime", () => {

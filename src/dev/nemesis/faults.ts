@@ -101,6 +101,22 @@ export interface ScheduleOptions {
  */
 export const BACKGROUND_KINDS: readonly FaultKind[] = ["kill-agent-long"];
 
+/**
+ * A background fault "until the end" starts only after this fraction of the run, and at most one
+ * does. Early ones left two of three agents dead for the rest of a run (seeds 6301-6603: 2-3 per
+ * run from t=31 s), so the shard stayed offline for up to 31 minutes and every kind that needs a
+ * primary was skipped: a run that starves its own schedule vouches for nothing.
+ */
+export const UNTIL_END_FROM = 0.8;
+
+/**
+ * One background fault at a time: a start that falls inside another's is moved to after it ends,
+ * plus a rest drawn from this range, so a run never has two agents dead for minutes from the
+ * schedule (two of three would leave no quorum to fail over with, which is an outage the product
+ * is right to have, not a test of it).
+ */
+export const BACKGROUND_REST_MS = { min: 20_000, max: 60_000 } as const;
+
 /** Priorities an operator sets (docs/agent.md `--priority`): 0 is "never promote". */
 const PRIORITY_VALUES: readonly number[] = [0, 0, 1, 50, 100, 100, 150, 200];
 
@@ -290,12 +306,9 @@ function draw(
       // a tenth..a third of a short one; one in four stays dead until the final heal restarts it.
       const min = Math.min(30_000, Math.round(state.totalMs * 0.1));
       const max = Math.max(min, Math.min(180_000, Math.round(state.totalMs * 0.35)));
+      // `untilEnd` is a wish: the schedule grants it only in the run's last part (UNTIL_END_FROM).
       const untilEnd = random.chance(0.25);
-      return {
-        target: random.pick(NODE_TARGETS_WEIGHTED),
-        params: { untilEnd },
-        durationMs: untilEnd ? state.totalMs : ms(min, max),
-      };
+      return { target: random.pick(NODE_TARGETS_WEIGHTED), params: { untilEnd }, durationMs: ms(min, max) };
     }
     case "restart-as-replica":
       // A supervisor restarting redis-server from a redis.conf that still says `replicaof`: down
@@ -388,6 +401,8 @@ export function scheduleFaults(seed: number, options: ScheduleOptions): Schedule
   const lockLeaseMs = options.lockLeaseMs ?? 5000;
   const state = { permanentKills: 0, nodes: options.nodes, totalMs, membership: new MembershipDraws(seed) };
   const faults: ScheduledFault[] = [];
+  let backgroundFreeAt = Number.NEGATIVE_INFINITY;
+  let untilEndDrawn = false;
   let bag: FaultKind[] = [];
   let atMs = warmupMs;
   while (atMs < totalMs - 2000) {
@@ -412,23 +427,31 @@ export function scheduleFaults(seed: number, options: ScheduleOptions): Schedule
       atMs = (active[active.length - maxConcurrent] as number) + 500;
       if (atMs >= totalMs - 2000) break;
     }
+    const gap = random.int(gapMinMs, gapMaxMs);
+    let startMs = atMs;
+    let params = drawn.params;
+    if (BACKGROUND_KINDS.includes(kind)) {
+      // One background fault at a time (BACKGROUND_REST_MS); "until the end" only late and once.
+      const rest = random.int(BACKGROUND_REST_MS.min, BACKGROUND_REST_MS.max);
+      startMs = Math.max(atMs, backgroundFreeAt + rest);
+      const untilEnd = params.untilEnd === true && !untilEndDrawn && startMs >= totalMs * UNTIL_END_FROM;
+      if ("untilEnd" in params) params = { ...params, untilEnd };
+      if (untilEnd) untilEndDrawn = true;
+    }
     // A background fault "until the end" lasts until the final heal; every other ends before.
-    const untilEnd = drawn.params.untilEnd === true;
+    const untilEnd = params.untilEnd === true;
     const durationMs = untilEnd
-      ? totalMs - atMs
-      : Math.max(100, Math.min(drawn.durationMs, totalMs - atMs - 1000));
-    faults.push({
-      id: faults.length + 1,
-      atMs,
-      kind,
-      target: drawn.target,
-      pick,
-      params: drawn.params,
-      durationMs,
-    });
-    atMs += random.int(gapMinMs, gapMaxMs);
+      ? totalMs - startMs
+      : Math.max(100, Math.min(drawn.durationMs, totalMs - startMs - 1000));
+    if (startMs < totalMs - 2000 && (untilEnd || durationMs >= drawn.durationMs || startMs === atMs)) {
+      if (BACKGROUND_KINDS.includes(kind)) backgroundFreeAt = startMs + durationMs;
+      faults.push({ id: 0, atMs: startMs, kind, target: drawn.target, pick, params, durationMs });
+    }
+    atMs += gap;
   }
-  return faults;
+  // Moved background faults start later than the slots drawn after them: number in time order.
+  faults.sort((x, y) => x.atMs - y.atMs);
+  return faults.map((fault, index) => ({ ...fault, id: index + 1 }));
 }
 
 /** "kill-redis primary (restart empty, 3.2 s)" */

@@ -272,9 +272,11 @@ function resourcesOf(fault: Pick<ScheduledFault, "kind" | "params">, target: str
     case "pause-agent":
     case "restart-agent":
     case "clock-skew":
-    case "kill-agent-long":
     case "priorities":
       return [`agent:${target}`];
+    case "kill-agent-long":
+      // One agent dead for minutes at a time, make-ups included (BACKGROUND_REST_MS).
+      return [`agent:${target}`, "background"];
     case "redis-clock-step":
       return [`clock:${target}`];
     case "operator":
