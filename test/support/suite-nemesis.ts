@@ -17,6 +17,8 @@ export async function runSuiteNemesis(options: {
   readonly faults: FaultKind[];
   readonly schedule: { readonly gapMinMs: number; readonly gapMaxMs: number; readonly maxConcurrent: number };
   readonly busyWaitMs?: number;
+  /** How long a fault skipped for want of a primary or a free target keeps trying (`--retry-skipped`). */
+  readonly retrySkippedMs?: number;
 }): Promise<SuiteNemesisRun> {
   const schedule = scheduleFaults(options.seed, {
     minutes: options.minutes,
@@ -35,6 +37,7 @@ export async function runSuiteNemesis(options: {
     settleTimeoutMs: 45_000,
     keepLogs: false,
     ...(options.busyWaitMs === undefined ? {} : { busyWaitMs: options.busyWaitMs }),
+    ...(options.retrySkippedMs === undefined ? {} : { retrySkippedMs: options.retrySkippedMs }),
     onLine: (line) => lines.push(line),
   });
   const log = `${lines.join("\n")}\n(${Math.round((performance.now() - started) / 1000)} s)`;
