@@ -87,7 +87,15 @@ export function planTarget(topology: Topology): string | undefined {
     : topology.primary_node_id;
 }
 
-/** The promoted node's own heartbeat says primary at the epoch, and it is fresh. */
+/**
+ * The promoted node's own heartbeat says primary at the epoch, fresh, from a database that answers
+ * (\`db_status: up\`). A down report keeps the role, offset and lineage of the database's last answer
+ * (heartbeat-report.ts \`downHeartbeat\`) and its \`last_updated\` stays fresh for a failure timeout
+ * after that answer: a target that died, or restarted without its data and is fenced, after its
+ * PROMOTE still reads "primary at the epoch, fresh" for up to that long, and confirming it would
+ * name a primary that cannot serve and start the cool-down (simulator seed 282758: 30 s without a
+ * writable primary). It is not confirmed; the continuation judges it not alive and retargets.
+ */
 export function targetConfirmed(
   snapshot: ShardSnapshot,
   target: string,
@@ -96,7 +104,13 @@ export function targetConfirmed(
   now: number,
 ): boolean {
   const node = snapshot.nodes.find((candidate) => candidate.node_id === target);
-  return node !== undefined && node.role === "primary" && node.epoch >= epoch && isFresh(node, config, now);
+  return (
+    node !== undefined &&
+    node.role === "primary" &&
+    node.db_status === "up" &&
+    node.epoch >= epoch &&
+    isFresh(node, config, now)
+  );
 }
 
 /** The shard as it was before the stored change began (what `decide` judged). */

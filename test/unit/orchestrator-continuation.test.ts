@@ -6,6 +6,7 @@ import {
   FailoverStateMissing,
   MAX_CONFIRM_ROUNDS,
   planTarget,
+  targetConfirmed,
 } from "../../src/core/continuation.ts";
 import { decide } from "../../src/core/decide.ts";
 import type { FailoverPhase, Topology } from "../../src/core/model.ts";
@@ -95,6 +96,26 @@ describe("decideContinuation: every case", () => {
       name: "confirm, target confirmed at the epoch: continue from repoint",
       shard: () => interrupted("confirm").withNode({ node_id: "r1", role: "primary", epoch: 4 }),
       expected: { kind: "continue", from: "repoint" },
+    },
+    {
+      // Simulator seed 282758: the target restarted empty 0.5 s after its PROMOTE; its agent's down
+      // report keeps the last answer's role, epoch and last_updated (fresh for a failure timeout).
+      name: "confirm, the target's database died after PROMOTE (its down report still reads primary at the epoch, fresh): not confirmed, replan",
+      shard: () =>
+        interrupted("confirm").withNode({
+          node_id: "r1",
+          role: "primary",
+          epoch: 4,
+          ageMs: 700,
+          db_status: "down",
+          db_crash: {
+            state: "restarted",
+            run_id: "r1-run",
+            first_seen: (NOW - 500) * 1000,
+            last_seen: (NOW - 50) * 1000,
+          },
+        }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
     },
     {
       name: "promote, target alive and not overdue: the same PROMOTE again",
@@ -192,6 +213,13 @@ describe("decideContinuation: every case", () => {
     const shard = aShard().withTopology({ status: "failing_over", phase: "promote", failover: undefined });
     expect(() => continuation(shard)).toThrow(FailoverStateMissing);
     expect(() => continuation(aShard())).toThrow(FailoverStateMissing);
+  });
+
+  it("confirms a target only from a database that answers: a fresh down report saying primary at the epoch is no confirmation", () => {
+    const up = interrupted("confirm").withNode({ node_id: "r1", role: "primary", epoch: 4, ageMs: 700 });
+    expect(targetConfirmed(up.build(), "r1", 4, config, NOW)).toBe(true);
+    const down = up.withNode({ node_id: "r1", db_status: "down" });
+    expect(targetConfirmed(down.build(), "r1", 4, config, NOW)).toBe(false);
   });
 
   it("reads the plan's target while failing over and the primary otherwise", () => {

@@ -337,6 +337,11 @@ export class SimWorld {
 
   /** Stops one controller's loop after its current cycle (an invocation ending). */
   readonly #controllerStops = new Map<string, AbortController>();
+  /**
+   * When a controller's invocation ends (virtual ms), once the nemesis has set it: what Lambda's
+   * `getRemainingTimeInMillis` counts down to. Unset: a process with no deadline.
+   */
+  readonly #controllerDeadlines = new Map<string, number>();
 
   startController(): void {
     this.#controllerIncarnation++;
@@ -357,7 +362,12 @@ export class SimWorld {
         log,
         metrics: discardMetrics,
       });
-      void loop.run({ signal, wake: aws.wake }).catch((error) => {
+      // The invocation's remaining time, as the Lambda handler passes it: once the nemesis has
+      // decided when this invocation ends (#thawController), the loop cuts its leases to that end
+      // and starts no phase that would not fit, as docs/controller.md ("Time budget") says.
+      const remainingMs = () =>
+        (this.#controllerDeadlines.get(host) ?? Number.POSITIVE_INFINITY) - this.sched.elapsed;
+      void loop.run({ signal, wake: aws.wake, remainingMs }).catch((error) => {
         this.log(`${host} loop ended: ${errorMessage(error)}`);
       });
     });
@@ -517,6 +527,9 @@ export class SimWorld {
   }
 
   #thawController(old: string, lingerMs: number): void {
+    // The frozen invocation wakes with lingerMs left before its end (a Lambda's deadline): a lease
+    // it takes or renews from now on is cut to that end, so its lock does not outlive it.
+    this.#controllerDeadlines.set(old, this.sched.elapsed + lingerMs);
     this.sched.resume(old);
     this.sched.schedule(lingerMs, () => {
       this.#controllerStops.get(old)?.abort();
