@@ -5,6 +5,7 @@ import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { refusesWrites } from "../core/write-guard.ts";
 import type { Database, DatabaseLink } from "./database.ts";
+import { topologyPrimary } from "./fencing.ts";
 import type { AgentOptions } from "./options.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import type { Mutex } from "./scheduling.ts";
@@ -324,17 +325,27 @@ export class PrimaryProbe {
       // a deposed primary parked by a partition before its first sync from its successor).
       const superseded =
         primary.role === "primary" && supersededBy(primary, mine, this.#ctx.lastTopology?.ancestry ?? []);
-      if (sameProcess || continues)
-        await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
-      else if (superseded)
-        await this.#unpark(
-          "a process on the lineage that took over from this replica's by a recorded promotion",
-        );
-      else if (lostOwnData)
-        await this.#unpark(
-          "none: this replica's own database restarted without the lineage it was parked to keep",
-        );
-      else {
+      // Only toward the primary the topology stands for (\`#namedPrimary\`): a failover past its
+      // PROMOTE names its target, and the address this replica was parked from is then a deposed
+      // primary; the replica waits parked for its repoint, or for its own PROMOTE when it is the
+      // target. Simulator seed 250903: n2, the target awaiting its PROMOTE, followed n1 back,
+      // restarted from its RDB under a new replication id; n2 and n3 took that id, which the
+      // shard's history does not record, and after n2's PROMOTE no node held the lineage the
+      // offline shard waited for.
+      const follow = this.#namedPrimary();
+      if (sameProcess || continues) {
+        if (follow) await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
+      } else if (superseded) {
+        if (follow)
+          await this.#unpark(
+            "a process on the lineage that took over from this replica's by a recorded promotion",
+          );
+      } else if (lostOwnData) {
+        if (follow)
+          await this.#unpark(
+            "none: this replica's own database restarted without the lineage it was parked to keep",
+          );
+      } else {
         this.lacksMyData = true;
         return "restarted";
       }
@@ -345,6 +356,17 @@ export class PrimaryProbe {
     // for (a member dead while its agent cannot shrink the set). With its heartbeat stale, that is
     // a failed primary.
     return answer.fenced && primary.role === "primary" ? "fenced" : "ok";
+  }
+
+  /**
+   * The address this replica watches is the primary the last topology read stands for, or that
+   * topology names none (no topology yet, an offline shard): only then may a parked replica follow
+   * it again by itself.
+   */
+  #namedPrimary(): boolean {
+    const topology = this.#ctx.lastTopology;
+    const named = topology === undefined ? undefined : topologyPrimary(topology);
+    return named === undefined || named.address === this.#address;
   }
 
   /**

@@ -1,7 +1,7 @@
 import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
 import { deposedWhenOffline } from "../core/depose.ts";
 import { errorMessage } from "../core/errors.ts";
-import { appendLink } from "../core/identity.ts";
+import { appendLink, type LineageLink } from "../core/identity.ts";
 import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { aborted, type ControllerDeps, type Outcome, type PhaseTimeouts, publish } from "./deps.ts";
@@ -70,13 +70,20 @@ async function write(run: Run, expectedEpoch: number, planned: Topology, guard?:
 export async function startPlan(run: Run, state: FailoverState, decidedOn: ShardSnapshot): Promise<void> {
   const now = run.deps.clock.now();
   const epoch = run.topology.epoch + 1;
+  // A replan names another target: the link is its report's, not the earlier target's.
+  const { target_link: _earlier, ...plan } = state;
+  const targetLink = reportedLink(decidedOn.nodes.find((node) => node.node_id === state.new_primary_node_id));
   const next: Topology = {
     ...run.topology,
     epoch,
     status: "failing_over",
     phase: "epoch_bumped",
     updated_at: now,
-    failover: { ...state, phase_started: { ...state.phase_started, epoch_bumped: now } },
+    failover: {
+      ...plan,
+      ...(targetLink === undefined ? {} : { target_link: targetLink }),
+      phase_started: { ...state.phase_started, epoch_bumped: now },
+    },
   };
   await write(run, epoch - 1, next, decidedOn);
   const detail = failoverDetail(run, state, epoch);
@@ -124,7 +131,7 @@ export async function complete(run: Run): Promise<Outcome> {
     phase_timings: phaseTimings(state, now),
   });
   const paused = run.topology.paused_reason !== undefined;
-  const ancestry = await ancestryAfter(run, state.new_primary_node_id);
+  const ancestry = await ancestryAfter(run, state);
   await write(run, epoch, {
     ...(ancestry === undefined ? {} : { ancestry }),
     shard: run.shard,
@@ -152,16 +159,36 @@ export async function complete(run: Run): Promise<Outcome> {
 }
 
 /**
+ * The lineage link a heartbeat shows (its \`repl_id\` continues its \`prior_lineage\` up to that
+ * offset), when its database answers: a restarted holder's \`repl_id\` is the dead process's.
+ */
+function reportedLink(heartbeat: Heartbeat | undefined): LineageLink | undefined {
+  const prior = heartbeat?.prior_lineage;
+  if (heartbeat === undefined || prior === undefined || heartbeat.db_status !== "up") return undefined;
+  if (prior.repl_id === "" || heartbeat.repl_id === "" || prior.repl_id === heartbeat.repl_id)
+    return undefined;
+  return { repl_id: prior.repl_id, until: prior.last_txn_id, by: heartbeat.repl_id };
+}
+
+/**
  * The lineage history with the link the new primary's report shows (its lineage continues its
  * \`prior_lineage\` up to that offset: \`LineageLink\`), the oldest dropped past
  * \`MAX_LINEAGE_LINKS\`; undefined when there is nothing new to record. A failed read only loses the
  * link (the history serves liveness: a parked replica's unpark).
+ * Before it, the link the target's report showed when the plan was decided (\`target_link\`), when
+ * the promoted database continues that lineage: Redis shows one earlier lineage only, and a target
+ * that held the shard's lineage as its \`prior_lineage\` (restarted from its RDB while deposed,
+ * brought back as the last resort) takes a new id at its PROMOTE that pushes the shard's lineage
+ * out of its report. Without the link a replica on that lineage, parked, finds the new primary
+ * neither continuing its data nor superseding it, and stays parked for good (simulator seed
+ * 282286: n1 restarted from its RDB under 998b, holding afff to 17,952, brought online and
+ * promoted to cb55; n2, parked on afff at 17,952, never followed it).
  */
-async function ancestryAfter(run: Run, newPrimary: string): Promise<Topology["ancestry"]> {
+async function ancestryAfter(run: Run, state: FailoverState): Promise<Topology["ancestry"]> {
   let heartbeat: Heartbeat | undefined;
   try {
     const snapshot = await run.deps.store.heartbeats.snapshot(run.shard);
-    heartbeat = snapshot.nodes.find((node) => node.node_id === newPrimary);
+    heartbeat = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
   } catch (error) {
     run.deps.log.warn("could not read the new primary's report: its lineage link is not recorded", {
       shard: run.shard,
@@ -171,11 +198,16 @@ async function ancestryAfter(run: Run, newPrimary: string): Promise<Topology["an
   }
   const prior = heartbeat?.prior_lineage;
   if (heartbeat === undefined || heartbeat.role !== "primary" || prior === undefined) return undefined;
-  return appendLink(run.topology.ancestry ?? [], {
+  const base = run.topology.ancestry ?? [];
+  const before = state.target_link;
+  const withTarget =
+    before !== undefined && before.by === prior.repl_id ? appendLink(base, before) : undefined;
+  const promoted = appendLink(withTarget ?? base, {
     repl_id: prior.repl_id,
     until: prior.last_txn_id,
     by: heartbeat.repl_id,
   });
+  return promoted ?? withTarget;
 }
 
 export interface OfflineCause {

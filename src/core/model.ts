@@ -191,6 +191,21 @@ export const failoverStateSchema = z.object({
    * catches up with its final offset before it detaches, or does not promote at all.
    */
   depose: z.object({ node_id: idSchema, address: addressSchema }).optional(),
+  /**
+   * The lineage link the target's report showed when the plan was decided (\`LineageLink\`,
+   * src/core/identity.ts): its replication id continues its \`prior_lineage\` up to that offset (a
+   * database restarted from its RDB, or a replica that followed one). Recorded in
+   * \`topology.ancestry\` with the promotion's own link when the change completes on that
+   * database, so the shard's history reaches the new primary from the lineage it was ranked on
+   * (simulator seed 282286).
+   */
+  target_link: z
+    .object({
+      repl_id: z.string().min(1).max(64),
+      until: z.number().int().nonnegative(),
+      by: z.string().min(1).max(64),
+    })
+    .optional(),
 });
 export type FailoverState = z.output<typeof failoverStateSchema>;
 

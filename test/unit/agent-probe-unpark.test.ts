@@ -74,7 +74,11 @@ function memoryState(): StateDir {
   } as Partial<StateDir> as StateDir;
 }
 
-function probeOf(primary: ReplicationInfo, links: LineageLink[]) {
+function probeOf(
+  primary: ReplicationInfo,
+  links: LineageLink[],
+  topology: Partial<Topology> = { epoch: 1, ancestry: links },
+) {
   const replicaOf = vi.fn(async (_host: string, _port: number) => {});
   const db = {
     dial: () => fakeLink(primary),
@@ -91,7 +95,7 @@ function probeOf(primary: ReplicationInfo, links: LineageLink[]) {
     lastInfo: PARKED,
     lastInfoGeneration: 0,
     heartbeatsWritten: 0,
-    lastTopology: { epoch: 1, ancestry: links } as Partial<Topology> as Topology,
+    lastTopology: topology as Topology,
     highestEpoch: 1,
     epochContext: {},
     wakeHeartbeat: () => {},
@@ -159,4 +163,93 @@ describe("a parked replica whose primary took over from its lineage by a recorde
     expect(replicaOf).not.toHaveBeenCalled();
     expect(probe.lacksMyData).toBe(true);
   });
+});
+
+/**
+ * Simulator seed 250903: n2 parked from n1 when n1's database died; the failover to n2 reached its
+ * PROMOTE phase, but the PROMOTE itself was late (a frozen controller). n1's database came back
+ * from its RDB under a new replication id, holding n2's data as its \`master_replid2\`; n2's probe
+ * unparked it to follow n1, n2 and n3 (behind n2) took n1's new id, which the shard's history does
+ * not record, and after n2's PROMOTE no node held the lineage the offline shard waited for.
+ * Here this node (n1) is the target and n2:6379 the deposed primary it was parked from.
+ */
+describe("a parked replica whose old primary comes back continuing its lineage", () => {
+  /** n2 restarted from its RDB: a new id, n1's lineage kept to where n1 stands. */
+  const RESTARTED_FROM_RDB: ReplicationInfo = {
+    ...PROMOTED,
+    replId: "R",
+    offset: 33_888,
+    prior: { replId: "L", offset: 33_888 },
+    runId: "run-r",
+  };
+  const topologyAt = (topology: Partial<Topology>): Partial<Topology> => ({
+    shard: "s1",
+    epoch: 1,
+    updated_at: 0,
+    primary_node_id: "n2",
+    primary_address: "n2:6379",
+    ...topology,
+  });
+
+  it("stays parked while the topology names another primary: itself, the target past its PROMOTE phase (simulator seed 250903)", async () => {
+    // Arrange
+    const topology = topologyAt({
+      status: "failing_over",
+      phase: "promote",
+      failover: {
+        kind: "failover",
+        old_primary_node_id: "n2",
+        new_primary_node_id: "n1",
+        new_primary_address: "n1:6379",
+        reason: "test",
+        started_at: 0,
+        candidates: [],
+        phase_started: {},
+      },
+    });
+    const { probe, replicaOf } = probeOf(RESTARTED_FROM_RDB, [], topology);
+
+    // Act
+    const result = await probe.probe(PARKED);
+
+    // Assess
+    expect(result).toBe("ok");
+    expect(replicaOf).not.toHaveBeenCalled();
+    expect(probe.lacksMyData).toBe(false);
+  });
+
+  it.each([
+    { name: "the topology names that primary", topology: topologyAt({ status: "online" }) },
+    {
+      name: "the failover away from it has not reached PROMOTE",
+      topology: topologyAt({
+        status: "failing_over",
+        phase: "epoch_bumped",
+        failover: {
+          kind: "failover",
+          old_primary_node_id: "n2",
+          new_primary_node_id: "n1",
+          new_primary_address: "n1:6379",
+          reason: "test",
+          started_at: 0,
+          candidates: [],
+          phase_started: {},
+        },
+      }),
+    },
+    { name: "the shard is offline", topology: { shard: "s1", epoch: 2, updated_at: 0, status: "offline" } },
+  ] as Array<{ name: string; topology: Partial<Topology> }>)(
+    "follows it when $name",
+    async ({ topology }) => {
+      // Arrange
+      const { probe, replicaOf } = probeOf(RESTARTED_FROM_RDB, [], topology);
+
+      // Act
+      const result = await probe.probe(PARKED);
+
+      // Assess
+      expect(result).toBe("ok");
+      expect(replicaOf).toHaveBeenCalledWith("n2", 6379);
+    },
+  );
 });

@@ -65,6 +65,12 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // 30 s (targetConfirmed, src/core/continuation.ts; this seed's schedule changed with the model fix,
   // the unit test in orchestrator-continuation.test.ts keeps the case).
   ...[281377, 282758].map((seed) => ({ seed, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] })),
+  // 250903: a target awaiting its PROMOTE, parked, followed its deposed old primary back (restarted
+  // from its RDB under a new id) and left the recorded lineage (src/agent/primary-probe.ts, a parked
+  // replica follows only the primary the topology names). 282286: a node brought online through its
+  // prior_lineage took a new id at its PROMOTE and the history lacked the step it was ranked on,
+  // so a parked replica stayed parked (failover.target_link, src/controller/transitions.ts).
+  ...[250903, 282286].map((seed) => ({ seed, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] })),
 ];
 
 describe("simulated seeds that found a hole", () => {
