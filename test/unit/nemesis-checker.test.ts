@@ -460,6 +460,45 @@ describe("nemesis checker", () => {
       ]);
     });
 
+    it("does not move the clock back to a write acknowledged between the heal and the cool-down's end (simulator seed 281619)", () => {
+      // Prepare: as above, the cool-down runs to 40 s and the fault heals at 13 s; a write taken just
+      // before the restart is recorded at 14 s (its WAIT gave up after the heal). The next fault comes
+      // at 36 s, before the cool-down ends: no failover was due in that stretch. A second run has its
+      // first write after the cool-down 20 s late and still fails, counted from the cool-down's end.
+      const before = [
+        ...acks(0, 5000, 1000, 1),
+        fault(6000, "inject", 1, "kill-redis"),
+        epochWithCooldown(10_000, 0, 1, "n2", 30_000),
+        fault(11_000, "heal", 1, "kill-redis"),
+        ...acks(11_500, 11_500, 1000, 10),
+        fault(12_000, "inject", 2, "restart-redis-fast"),
+        fault(13_000, "heal", 2, "restart-redis-fast"),
+        ...write(13_999, 11, "ok"),
+      ];
+      const seqs = [1, 2, 3, 4, 5, 6, 10, 11, 50];
+
+      // Act
+      const injected = check(
+        build([...before, fault(36_000, "inject", 3, "unmanaged-replica"), ...write(45_000, 50, "ok")]),
+        healthy("n1", seqs),
+        G3,
+      );
+      const late = check(build([...before, ...write(65_000, 50, "ok")]), healthy("n1", seqs), G3);
+
+      // Assess
+      expect(injected.availability).toEqual([]);
+      expect(late.availability).toEqual([
+        {
+          from: 40_000,
+          to: 65_001,
+          ms: 25_001,
+          limitMs: 14_000,
+          cause:
+            "#2 restart-redis-fast primary n1 healed (clock from the end of the cool-down in force, t=40.0 s)",
+        },
+      ]);
+    });
+
     it("fails a run whose shard stops taking writes with no fault active, and one never writable until the end", () => {
       // Prepare: writable, then nothing for 20 s with no fault at all; a fault later heals and the
       // history ends 16 s after it without a write.

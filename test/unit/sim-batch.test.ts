@@ -71,6 +71,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // prior_lineage took a new id at its PROMOTE and the history lacked the step it was ranked on,
   // so a parked replica stayed parked (failover.target_link, src/controller/transitions.ts).
   ...[250903, 282286].map((seed) => ({ seed, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] })),
+  // 301248, 281619 (5 minutes, every kind; (g3) only): writes a failover's confirmed target took
+  // while the failover stalled in repoint counted as stray (clients take that target: endpointOf;
+  // on fa1b090, before 281377's fix cut a thawed controller's lease), and the checker moved its
+  // clock back to a write acknowledged inside a cool-down.
+  ...[301248, 281619].map((seed) => ({ seed, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] })),
 ];
 
 describe("simulated seeds that found a hole", () => {

@@ -9,9 +9,11 @@ import { discardMetrics, silentLogger } from "../../adapters/observability.ts";
 import { SqsCommandBus } from "../../adapters/sqs-command-bus.ts";
 import { SqsWakeQueue } from "../../adapters/sqs-wake-queue.ts";
 import { type AgentHandle, startAgent } from "../../agent/agent.ts";
+import { endpointOf } from "../../client/primary-resolver.ts";
 import { ControllerLoop } from "../../controller/loop.ts";
 import { type FailoverConfig, parseFailoverConfig } from "../../core/config.ts";
 import { errorMessage } from "../../core/errors.ts";
+import { topologySchema } from "../../core/model.ts";
 import type { Logger } from "../../core/observability.ts";
 import { keys } from "../../core/table.ts";
 import { type CheckResult, check, type FinalRead } from "../nemesis/checker.ts";
@@ -393,6 +395,16 @@ export class SimWorld {
     };
   }
 
+  /**
+   * The node the topology advertises to clients as the client library reads it (`endpointOf`,
+   * src/client/primary-resolver.ts; the nemesis's writer resolves alike), undefined when none.
+   */
+  #advertisedPrimary(): string | undefined {
+    const item = this.table.peek({ pk: keys.controlPk(SHARD), sk: keys.topology });
+    const parsed = item === undefined ? undefined : topologySchema.safeParse(item);
+    return parsed?.success ? endpointOf(parsed.data)?.nodeId : undefined;
+  }
+
   readonly #clientConnections = new Map<string, SimConnection>();
 
   #connection(node: string): SimConnection {
@@ -459,6 +471,9 @@ export class SimWorld {
         this.sched.schedule(1000 / writesPerSecond, writeTick);
         const topology = this.#topology();
         const target = topology?.primary ?? "n1";
+        // A failover's target once confirmed (phases repoint and cleanup) is the primary clients
+        // take (endpointOf, docs/benchmark.md, issue 34): a write it takes is the shard's, not stray.
+        const advertised = topology?.status === "failing_over" ? this.#advertisedPrimary() : undefined;
         seq++;
         this.#writes++;
         void this.#write(target, seq, false);
@@ -467,7 +482,7 @@ export class SimWorld {
           const server = this.cluster.servers.get(node);
           if (node !== target && server?.up && server.role === "master" && this.sched.random.chance(0.2)) {
             seq++;
-            void this.#write(node, seq, true);
+            void this.#write(node, seq, node !== advertised);
           }
         }
       };
