@@ -169,3 +169,63 @@ describe("decide: the offline last resort and a node on an earlier lineage of th
     expect(beyond.reason).toMatch(/r1: lag 500 exceeds maxLagOnFailover 300/);
   });
 });
+
+describe("decide: the offline last resort ranks a node by the most of the stored lineage any of its lineages holds (simulator seed 7135)", () => {
+  const EARLIER = "lineage-p";
+  /**
+   * Offline on LATER up to 1100 (EARLIER -> LINEAGE at 400: r1's promotion; LINEAGE -> LATER at
+   * 1000: p1's). r1, the primary deposed at 1000, now a replica parked on LINEAGE at 1000 with
+   * EARLIER as its earlier lineage; r2 restarted from an RDB of LINEAGE saved at 900, a primary
+   * under a new id. p1, which took LATER past 1000, restarted empty and is unheard since.
+   */
+  function aShardOfTwoRestarts(offlineForMs: number) {
+    return aShard()
+      .withTopology({
+        status: "offline",
+        primary_node_id: undefined,
+        primary_address: undefined,
+        lineage: { node_id: "p1", repl_id: LATER, last_txn_id: 1100 },
+        ancestry: [
+          { repl_id: EARLIER, until: 400, by: LINEAGE },
+          { repl_id: LINEAGE, until: 1000, by: LATER },
+        ],
+        updated_at: NOW - offlineForMs,
+      })
+      .withNode({ node_id: "p1", repl_id: "lineage-empty", last_txn_id: 0, ageMs: 600_000 })
+      .withNode({
+        node_id: "r1",
+        repl_id: LINEAGE,
+        last_txn_id: 1000,
+        prior_lineage: { repl_id: EARLIER, last_txn_id: 400 },
+        primary_link: "down",
+      })
+      .withNode({
+        node_id: "r2",
+        role: "primary",
+        repl_id: "lineage-rdb",
+        last_txn_id: 900,
+        prior_lineage: { repl_id: LINEAGE, last_txn_id: 900 },
+        primary_node_id: undefined,
+        primary_link: undefined,
+      })
+      .build();
+  }
+
+  it("brings it back past the grace on the node whose own lineage holds the most, not by its earlier one", () => {
+    // Act
+    const decision = decide(aShardOfTwoRestarts(100_000), aConfig(), NOW);
+
+    // Assess: on the code before, r1 ranked 400 (its earlier lineage) and r2 (900) was brought back.
+    expect(decision).toMatchObject({ kind: "bring_online", target: { node_id: "r1" } });
+    expect(heldBy(decision)).toEqual({ r1: 1000, r2: 900 });
+  });
+
+  it("waits through the grace, naming that node as the last resort", () => {
+    // Act
+    const decision = decide(aShardOfTwoRestarts(10_000), aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none" });
+    expect(decision.reason).toMatch(/r1 holds the lineage up to 1000 as its earlier one/);
+  });
+});
