@@ -241,3 +241,87 @@ describe("decide: a named primary whose last report, now stale, is an empty repl
     });
   });
 });
+
+describe("decide: a demoted primary on the lineage of its promotion that a voter on an earlier lineage's branch finds restarted (simulator seed 7094)", () => {
+  /**
+   * Seed 7094: n3 (p1 here), promoted on lineage-c, was killed and came back from its RDB holding
+   * every write, as a replica (its config's `replicaof`), parked by its agent. n1 (r1), the one
+   * fresh voter, was back from an older RDB of lineage-a, the lineage two promotions before
+   * (`rdb-branch`, continuing lineage-a up to 2286), and reported p1 "restarted". r2, a member
+   * holding every write too, was hung. The shard went offline on r1's lineage, came back on r1,
+   * and the full syncs from it wiped p1 and r2: 1,023 acknowledged writes lost.
+   */
+  function the7094Shard(sinceMs: number) {
+    return aShard()
+      .withTopology({
+        ancestry: [
+          { repl_id: LINEAGE, until: 2609, by: "lineage-b" },
+          { repl_id: "lineage-b", until: 2655, by: "lineage-c" },
+        ],
+      })
+      .withNode({
+        node_id: "p1",
+        role: "replica",
+        repl_id: "lineage-c",
+        last_txn_id: 2777,
+        primary_node_id: undefined,
+        primary_link: "down",
+        primary_probe: "restarted",
+        role_since: (NOW - sinceMs) * 1000,
+      })
+      .withNode({
+        node_id: "r1",
+        repl_id: "rdb-branch",
+        last_txn_id: 2286,
+        prior_lineage: { repl_id: LINEAGE, last_txn_id: 2286 },
+        primary_node_id: undefined,
+        primary_link: "down",
+        primary_probe: "restarted",
+      })
+      .withNode({
+        node_id: "r2",
+        repl_id: "lineage-c",
+        last_txn_id: 2777,
+        db_status: "down",
+        ageMs: 7600,
+        agent_updated: (NOW - 500) * 1000,
+        primary_node_id: undefined,
+        primary_link: "down",
+        primary_probe: "unreachable",
+      })
+      .guardedBy(["r2"]);
+  }
+
+  it("does not take the voter's lineage for the shard's: p1 holds all of r1's data through the shard's history", () => {
+    // Act
+    const decision = decide(the7094Shard(3_500).build(), aConfig(), NOW);
+
+    // Assess: judged as a demoted primary on its own lineage (the newest of the history), not as a
+    // process restarted without its data; on the code before, offline on r1's rdb-branch @ 2286.
+    expect(decision.reason).not.toMatch(/restarted on another lineage/);
+    expect(decision).toMatchObject({
+      kind: "mark_offline",
+      lineage: { repl_id: "lineage-c", last_txn_id: 2777 },
+    });
+  });
+
+  it("brings the offline shard back on p1, which holds every write, not on r1", () => {
+    // Prepare: offline on p1's lineage, as the row above marks it.
+    const snapshot = the7094Shard(4_500)
+      .withTopology({
+        status: "offline",
+        epoch: 4,
+        primary_node_id: undefined,
+        primary_address: undefined,
+        lineage: { node_id: "p1", repl_id: "lineage-c", last_txn_id: 2777 },
+        cooldown_until: NOW - 1000,
+      })
+      .build();
+
+    // Act
+    const decision = decide(snapshot, aConfig(), NOW);
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "bring_online", target: { node_id: "p1" } });
+  });
+});

@@ -44,7 +44,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // restart (7,731 lost); 7008 needed the model's -NOMASTERLINK; 7032, a replica restarted with
   // its config's replicaof full-synced from a node on another lineage (796 lost); 7039, a vote by a
   // replica on a lineage of its own deposed a live primary (814 lost).
-  ...[7003, 7008, 7032, 7039, 7046].map((seed) => ({
+  // 7094 (twelfth session): a primary back from its RDB as a replica, holding every write on the
+  // lineage of its promotion, was voted "restarted" by a replica on an earlier lineage of the
+  // shard's history, and the shard came back on that replica (1,023 lost; restartedPrimary,
+  // src/core/decide/primary.ts, now judges the vote through the history).
+  ...[7003, 7008, 7032, 7039, 7046, 7094].map((seed) => ({
     seed,
     minutes: 10,
     faultKinds: LOST_STATE_HUNT,

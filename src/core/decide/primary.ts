@@ -1,5 +1,5 @@
 import type { FailoverConfig } from "../config.ts";
-import { holdsAllOf, type LineageLink, reportedPointOf } from "../identity.ts";
+import { holdsThroughLinks, type LineageLink, reportedPointOf } from "../identity.ts";
 import type { Heartbeat, Lineage } from "../model.ts";
 import type { ShardSnapshot } from "../ports.ts";
 import { freshVoters } from "./view.ts";
@@ -58,13 +58,18 @@ export function restartedPrimary(
     return undefined;
   const voters = freshVoters(snapshot, primary.node_id, config, now);
   // A replica whose data the primary holds all of (through either one's earlier lineage: a node
-  // restarted from its RDB, or promoted) has no evidence that the primary lost anything.
+  // restarted from its RDB, or promoted; or through the shard's recorded lineage history, as the
+  // replica's own probe judges a primary: `holdsThroughLinks`) has no evidence that the primary
+  // lost anything. Simulator seed 7094: primary n3, back from its RDB on the lineage of its
+  // promotion as a replica (its config's `replicaof`), holding every write; n1, the one fresh
+  // voter, back from an older RDB of an earlier lineage of that history, found it "restarted";
+  // its lineage became the shard's and the shard was brought back on n1 (1,023 lost).
   const restarted = voters.filter(
     (node) =>
       node.primary_probe === "restarted" &&
       node.repl_id !== undefined &&
       node.repl_id !== primary.repl_id &&
-      !holdsAllOf(reportedPointOf(primary), reportedPointOf(node)),
+      !holdsThroughLinks(reportedPointOf(primary), reportedPointOf(node), links),
   );
   const replIds = new Set(restarted.map((node) => node.repl_id));
   const [replId] = replIds;
