@@ -139,7 +139,8 @@ export function topologyBefore(topology: Topology, state: FailoverState, now: nu
  *   `abandon`.
  * - `repoint`/`cleanup`: `continue` there.
  * - `promote`/`confirm`: target confirmed: `continue` from repoint; target alive and not overdue
- *   (MAX_CONFIRM_ROUNDS confirm timeouts since the epoch was bumped): `continue` from promote
+ *   (MAX_CONFIRM_ROUNDS confirm timeouts since the epoch was bumped), or alive within a confirm
+ *   timeout of this plan's last PROMOTE (the start of its `confirm` phase): `continue` from promote
  *   (the same PROMOTE again); otherwise `replan` to the best other eligible node, or `offline`.
  */
 export function decideContinuation(
@@ -173,7 +174,17 @@ export function decideContinuation(
   const alive = node?.alive === true;
   const attemptStarted = state.phase_started.epoch_bumped ?? state.started_at;
   const overdue = now - attemptStarted > MAX_CONFIRM_ROUNDS * options.confirmTimeoutMs;
-  if (alive && !overdue) {
+  // The last PROMOTE of this plan went out when its confirm phase was recorded (phases.ts
+  // \`execute\`); a live target is not replaced before a confirm timeout since then, whatever the
+  // time since the epoch bump: it may be applying it and taking acknowledged writes (simulator
+  // seed 320092: the PROMOTE sent 42 s after the bump, the shard taken offline 24 ms after the
+  // target applied it, and brought online on the old primary without what the target's replica
+  // had acknowledged). A \`confirm\` start from an earlier plan (a replan keeps the timings) is older
+  // than this plan's bump and does not count.
+  const sentAt = state.phase_started.confirm;
+  const justSent =
+    sentAt !== undefined && sentAt >= attemptStarted && now - sentAt <= options.confirmTimeoutMs;
+  if (alive && (!overdue || justSent)) {
     return { kind: "continue", from: "promote", reason: `${target} is alive; sending PROMOTE again` };
   }
   return retarget(

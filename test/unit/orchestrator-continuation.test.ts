@@ -138,6 +138,64 @@ describe("decideContinuation: every case", () => {
       expected: { kind: "replan" },
     },
     {
+      // Simulator seed 320092: the controller froze 42 s between recording promote and sending
+      // PROMOTE, then had no time left to confirm; 24 ms after the target applied PROMOTE the next
+      // invocation judged it overdue from the epoch bump and took the shard offline.
+      name: "confirm, overdue since the epoch bump but PROMOTE sent within a confirm timeout (simulator seed 320092): the same PROMOTE again",
+      shard: () => {
+        const shard = interrupted("confirm");
+        const topology = shard.build().topology as Topology;
+        const failover = topology.failover as NonNullable<Topology["failover"]>;
+        return shard.withTopology({
+          failover: {
+            ...failover,
+            phase_started: {
+              epoch_bumped: NOW - 42_000,
+              promote: NOW - 42_000,
+              confirm: NOW - 30,
+            },
+          },
+        });
+      },
+      expected: { kind: "continue", from: "promote" },
+    },
+    {
+      name: "confirm, overdue, the confirm start an earlier plan's (before this plan's bump): replan",
+      shard: () => {
+        const shard = interrupted("confirm");
+        const topology = shard.build().topology as Topology;
+        const failover = topology.failover as NonNullable<Topology["failover"]>;
+        return shard.withTopology({
+          failover: {
+            ...failover,
+            phase_started: {
+              confirm: NOW - MAX_CONFIRM_ROUNDS * CONFIRM_MS - 10,
+              epoch_bumped: NOW - MAX_CONFIRM_ROUNDS * CONFIRM_MS - 1,
+            },
+          },
+        });
+      },
+      expected: { kind: "replan" },
+    },
+    {
+      name: "confirm, overdue, PROMOTE sent more than a confirm timeout ago: replan",
+      shard: () => {
+        const shard = interrupted("confirm");
+        const topology = shard.build().topology as Topology;
+        const failover = topology.failover as NonNullable<Topology["failover"]>;
+        return shard.withTopology({
+          failover: {
+            ...failover,
+            phase_started: {
+              epoch_bumped: NOW - MAX_CONFIRM_ROUNDS * CONFIRM_MS - 1,
+              confirm: NOW - CONFIRM_MS - 1,
+            },
+          },
+        });
+      },
+      expected: { kind: "replan" },
+    },
+    {
       name: "confirm, target dead: replan to the next eligible node",
       shard: () => interrupted("confirm").withNode({ node_id: "r1", ageMs: 10_000 }),
       expected: { kind: "replan" },

@@ -80,6 +80,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // on fa1b090, before 281377's fix cut a thawed controller's lease), and the checker moved its
   // clock back to a write acknowledged inside a cool-down.
   ...[301248, 281619].map((seed) => ({ seed, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] })),
+  // 320092 (twelfth session, 21 lost): a controller frozen between recording phase promote and
+  // sending PROMOTE deferred confirm; the next run, 24 ms after the target promoted, judged it
+  // overdue from the epoch bump and took the shard offline while it took acknowledged writes
+  // (confirm's start is now recorded when PROMOTE goes out: src/controller/phases.ts).
+  { seed: 320092, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {
