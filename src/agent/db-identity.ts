@@ -96,6 +96,22 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   ctx.dbRecord.identity = current;
   const context = restartContext(ctx);
   const verdict = judgeRestart(previous, current, context);
+  // Back behind the dead process's last answer on its lineage (a replica from an older RDB): what
+  // it held past the new offset it may have acknowledged; reported while the new process lacks it.
+  if (
+    verdict.kind !== "same" &&
+    previous !== undefined &&
+    previous.replId !== "" &&
+    current.replId === previous.replId &&
+    current.offset < previous.offset
+  ) {
+    const answeredAt = ctx.lastAnswered?.last_updated;
+    ctx.dbRecord.restartedBehind = {
+      repl_id: previous.replId,
+      last_txn_id: previous.offset,
+      last_updated: answeredAt ?? Math.floor(ctx.deps.clock.now() * 1000),
+    };
+  }
   if (verdict.kind === "lost-data") ctx.dbRecord.restarted = true;
   if (verdict.kind !== "same") ctx.dbRecord.pendingRestart = undefined;
   // "It continues" rests on what the other nodes reported holding. Reports read before this

@@ -20,6 +20,14 @@ export class DatabaseRecord {
    * judges it again (nemesis seed 5101).
    */
   pendingRestart: { readonly previous: DatabaseIdentity; readonly seenAt: number } | undefined;
+  /**
+   * The previous process's last answer, when the database restarted behind it on the same lineage
+   * (the heartbeat's \`restarted_behind\` while the new process holds less; gate
+   * \`replica_down_ahead\`, nemesis seed 6803). Not persisted: an agent restarted with it loses it.
+   */
+  restartedBehind:
+    | { readonly repl_id: string; readonly last_txn_id: number; readonly last_updated: number }
+    | undefined;
   /** Monotonic ms when `identity` was last written to the state dir. */
   persistedAt = Number.NEGATIVE_INFINITY;
   /**

@@ -41,6 +41,13 @@ export function heartbeatFromInfo(
   };
   const prior = priorLineageOf(info);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
+  const behind = ctx.dbRecord.restartedBehind;
+  if (behind !== undefined) {
+    if (info.replId === behind.repl_id && info.offset < behind.last_txn_id)
+      heartbeat.restarted_behind = behind;
+    // Caught up (or on another lineage now): what it held is held again, or judged by the lineage.
+    else ctx.dbRecord.restartedBehind = undefined;
+  }
   if (info.role === "primary") {
     const outsiders = unnamedReplicas(ctx, info);
     if (outsiders.length > 0) heartbeat.outsiders = outsiders;

@@ -93,6 +93,21 @@ export const heartbeatSchema = z.object({
   prior_lineage: z
     .object({ repl_id: z.string().min(1), last_txn_id: z.number().int().nonnegative() })
     .optional(),
+  /**
+   * The last answer of this node's previous database process, when the process answering now
+   * restarted behind it on the same lineage (a replica back from an RDB older than what it
+   * acknowledged): \`repl_id\`, the offset it had answered (\`last_txn_id\`) and when
+   * (\`last_updated\`, µs). What it held past its current offset it may have acknowledged
+   * (\`WAIT 1\`), and the old primary may be the only copy left (gate \`replica_down_ahead\`;
+   * nemesis seed 6803). Reported only while the new process holds less of that lineage.
+   */
+  restarted_behind: z
+    .object({
+      repl_id: z.string().min(1),
+      last_txn_id: z.number().int().nonnegative(),
+      last_updated: z.number().int().nonnegative(),
+    })
+    .optional(),
   primary_node_id: idSchema.optional(),
   /** The replica's own view of its link to the primary. */
   primary_link: z.enum(["up", "down"]).optional(),

@@ -29,7 +29,12 @@ import {
   unfencedOldPrimary,
 } from "./offline-view.ts";
 import { describeCandidates } from "./pick-candidate.ts";
-import { describePriorityZero, priorityZeroRemedy } from "./replacing.ts";
+import {
+  describePriorityZero,
+  priorityZeroRemedy,
+  type Replacing,
+  restartedBehindRule,
+} from "./replacing.ts";
 import { describeHeartbeatAge, isAlive, type ShardView } from "./view.ts";
 
 /** The wait and refusal rules of an offline shard, in order (docs/safety.md). */
@@ -185,6 +190,32 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
         `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${describePriorityZero(ahead, v.topology)} holds more and may have acknowledged writes it lacks; priority 0 is never promoted: ` +
         `waiting for a node with as much, or for an operator to ${priorityZeroRemedy(ahead, v.topology)}`
       );
+    },
+  },
+  {
+    name: "replica_down_ahead_offline",
+    code: "waiting_for_replica",
+    // As replica_down_ahead, against the old primary the stored lineage names, for a replica whose
+    // database came back behind its last answer (restarted_behind) holding less than it answered,
+    // the target itself included: what it acknowledged past the target may be on that old primary
+    // alone (nemesis seed 6803).
+    invariant: [1],
+    primaryStale: false,
+    test: (v) => {
+      if (v.target === undefined) return undefined;
+      const { best, lineage } = v.target;
+      const oldId = lineage.node_id;
+      const replacing: Replacing = {
+        ...v,
+        primaryId: oldId,
+        primary: v.snapshot.nodes.find((node) => node.node_id === oldId),
+        members: undefined,
+        returning: oldId === undefined ? "the old primary" : `the old primary ${oldId}`,
+      };
+      const tail = restartedBehindRule(replacing, best, lineage);
+      return tail === undefined
+        ? undefined
+        : `shard offline; not bringing it back on ${best.node_id} (last_txn_id ${best.last_txn_id}) while ${tail}`;
     },
   },
   {

@@ -164,10 +164,12 @@ export function downAhead(v: Replacing, best: Candidate, lineage: Lineage, withi
     .filter(
       (node) =>
         node.node_id !== v.primaryId &&
-        node.node_id !== best.node_id &&
-        (node.db_status === "down"
-          ? node.repl_id === lineage.repl_id && node.last_txn_id > best.last_txn_id
-          : restartedAhead(node, best, lineage)) &&
+        // The candidate itself counts when it is back behind its own last answer (nemesis 6803).
+        ((node.node_id !== best.node_id &&
+          (node.db_status === "down"
+            ? node.repl_id === lineage.repl_id && node.last_txn_id > best.last_txn_id
+            : restartedAhead(node, best, lineage))) ||
+          restartedBehindAhead(node, best, lineage)) &&
         // A report dated beyond the clock bound is no evidence.
         heartbeatAgeMs(node, v.now) >= -MAX_CLOCK_SKEW_MS &&
         downAgeMs(node, v.now) <= graceMs === within,
@@ -191,8 +193,29 @@ function restartedAhead(node: Heartbeat, best: Candidate, lineage: Lineage): boo
   );
 }
 
+/**
+ * A database answering again on the lineage, restarted behind what its dead process last answered
+ * (\`restarted_behind\`: a replica back from an older RDB keeps the replication id at the RDB's
+ * offset), when that answer held more than \`best\`: what it acknowledged past its current offset may
+ * be on the old primary alone. \`best\` may be this very node (nemesis seed 6803: node-2, back from
+ * its RDB 1,837 bytes behind its last answer, was brought online 2.9 s after it while primary
+ * node-1, hung 27 s, held the 23 writes node-2 had acknowledged).
+ */
+function restartedBehindAhead(node: Heartbeat, best: Candidate, lineage: Lineage): boolean {
+  const behind = node.restarted_behind;
+  return (
+    behind !== undefined &&
+    node.db_status === "up" &&
+    behind.repl_id === lineage.repl_id &&
+    behind.last_txn_id > best.last_txn_id &&
+    !(node.repl_id === behind.repl_id && node.last_txn_id >= behind.last_txn_id)
+  );
+}
+
 /** How long \`node\`'s copy has been out of reach: since its database's last answer, or since it answers in its current role. */
 function downAgeMs(node: Heartbeat, now: number): number {
+  if (node.db_status === "up" && node.restarted_behind !== undefined)
+    return now - node.restarted_behind.last_updated / 1000;
   if (node.db_status === "down" || node.role_since === undefined) return heartbeatAgeMs(node, now);
   return now - node.role_since / 1000;
 }
@@ -202,7 +225,9 @@ function describeDownAhead(nodes: readonly Heartbeat[], now: number): string {
     .map((node) =>
       node.db_status === "down"
         ? `${node.node_id} (database down, last answered ${describeHeartbeatAge(node, now, "ago")}, last_txn_id ${node.last_txn_id})`
-        : `${node.node_id} (database restarted, holding the lineage as its earlier one up to ${node.prior_lineage?.last_txn_id})`,
+        : node.restarted_behind !== undefined
+          ? `${node.node_id} (database restarted behind its last answer: up to ${node.last_txn_id} now, ${node.restarted_behind.last_txn_id} ${Math.round(now - node.restarted_behind.last_updated / 1000)} ms ago)`
+          : `${node.node_id} (database restarted, holding the lineage as its earlier one up to ${node.prior_lineage?.last_txn_id})`,
     )
     .join(", ");
 }
@@ -219,6 +244,23 @@ export const replicaDownAheadRule: TargetRule = (v, best, lineage) => {
     `${describeDownAhead(down, v.now)} held more when its database last answered and may have acknowledged writes it lacks,` +
     ` which only ${v.primaryId ?? "the old primary"} may still hold: waiting up to ${DOWN_AHEAD_GRACE} failure timeouts for its database` +
     ` to answer again (its RDB or AOF may hold them) or for ${v.returning} to return`
+  );
+};
+
+/**
+ * \`replicaDownAheadRule\` for the nodes back behind their last answer only (\`restarted_behind\`):
+ * an offline shard's bring-online (gate \`replica_down_ahead_offline\`; a replica merely down is
+ * not waited for there yet, docs/safety.md).
+ */
+export const restartedBehindRule: TargetRule = (v, best, lineage) => {
+  const down = downAhead(v, best, lineage, true).filter(
+    (node) => node.db_status === "up" && node.restarted_behind !== undefined,
+  );
+  if (down.length === 0) return undefined;
+  return (
+    `${describeDownAhead(down, v.now)} held more when its database last answered and may have acknowledged writes it lacks,` +
+    ` which only ${v.primaryId ?? "the old primary"} may still hold: waiting up to ${DOWN_AHEAD_GRACE} failure timeouts after that answer` +
+    ` for ${v.returning} to return`
   );
 };
 
