@@ -85,6 +85,12 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // overdue from the epoch bump and took the shard offline while it took acknowledged writes
   // (confirm's start is now recorded when PROMOTE goes out: src/controller/phases.ts).
   { seed: 320092, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 330349 (5 minutes, every kind; (e) and (g3) only): a controller-overlap froze the controller
+  // just after it took its lock for a full 60 s lease; thawed 45 s later under a store outage, it
+  // could not release it and stopped, and the other controller waited the lease out 11 s past the
+  // heal. The simulator now cuts such a lease to the invocation's end, as the Lambda's deadline
+  // would have (src/dev/sim/world.ts #cutLease).
+  { seed: 330349, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

@@ -1,3 +1,4 @@
+import crypto from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -344,6 +345,11 @@ export class SimWorld {
    * `getRemainingTimeInMillis` counts down to. Unset: a process with no deadline.
    */
   readonly #controllerDeadlines = new Map<string, number>();
+  /**
+   * Per controller host: the lock owner tokens it drew and its AWS clock, so that the lease it holds
+   * when the nemesis decides its end can be cut to that end (#cutLease).
+   */
+  readonly #controllerOwners = new Map<string, { owners: Set<string>; clock: AwsClock }>();
 
   startController(): void {
     this.#controllerIncarnation++;
@@ -354,8 +360,17 @@ export class SimWorld {
     const signal = AbortSignal.any([this.#abort.signal, stop.signal]);
     const aws = this.#aws(() => host, "ctl");
     const log = this.#logger(host, "info");
+    const owners = new Set<string>();
+    this.#controllerOwners.set(host, { owners, clock: aws.clock });
     this.sched.onHost(host, () => {
       const loop = new ControllerLoop({
+        // The product's own token (src/controller/deps.ts `newOwnerOf`, the same random draw),
+        // remembered for #cutLease.
+        newOwner: () => {
+          const owner = `controller-${crypto.randomUUID()}`;
+          owners.add(owner);
+          return owner;
+        },
         store: aws.store,
         bus: aws.bus,
         events: { publish: async () => {} },
@@ -545,11 +560,37 @@ export class SimWorld {
     // The frozen invocation wakes with lingerMs left before its end (a Lambda's deadline): a lease
     // it takes or renews from now on is cut to that end, so its lock does not outlive it.
     this.#controllerDeadlines.set(old, this.sched.elapsed + lingerMs);
+    this.#cutLease(old, lingerMs);
     this.sched.resume(old);
     this.sched.schedule(lingerMs, () => {
       this.#controllerStops.get(old)?.abort();
       this.log(`nemesis ${old} stops after its current cycle`);
     });
+  }
+
+  /**
+   * A lease `host` took before the nemesis froze it was asked for with no deadline known (the sim
+   * decides on the freeze, and so on the invocation's end, only afterwards). A Lambda's deadline
+   * is fixed when it starts, and every lease is `min(lockLeaseMs, remaining time)` (src/core/budget.ts
+   * `leaseWithin`), so the lock of an invocation that ends in `remainingMs` expires by then at the
+   * latest: the stored lease is cut to that, as the product would have asked for it.
+   */
+  #cutLease(host: string, remainingMs: number): void {
+    const controller = this.#controllerOwners.get(host);
+    const lock = this.table.peek({ pk: keys.controlPk(SHARD), sk: keys.lock });
+    if (!controller || !lock || !controller.owners.has(String(lock.owner))) return;
+    const end = controller.clock.now() + remainingMs;
+    if (Number(lock.expires_at) <= end) return;
+    this.table.execute("UpdateCommand", {
+      Key: { pk: keys.controlPk(SHARD), sk: keys.lock },
+      UpdateExpression: "SET expires_at = :end",
+      ConditionExpression: "#owner = :owner",
+      ExpressionAttributeNames: { "#owner": "owner" },
+      ExpressionAttributeValues: { ":end": end, ":owner": lock.owner },
+    });
+    this.log(
+      `nemesis ${host}'s lease cut to its end (${remainingMs} ms from now), as its deadline would have cut it`,
+    );
   }
 
   #inject(kind: FaultKind | "controller-stall", durationMs: number): Fault | undefined {
