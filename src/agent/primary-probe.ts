@@ -332,19 +332,17 @@ export class PrimaryProbe {
       // restarted from its RDB under a new replication id; n2 and n3 took that id, which the
       // shard's history does not record, and after n2's PROMOTE no node held the lineage the
       // offline shard waited for.
-      const follow = this.#namedPrimary();
-      if (sameProcess || continues) {
-        if (follow) await this.#unpark(sameProcess ? "the same process" : "a process continuing its lineage");
-      } else if (superseded) {
-        if (follow)
-          await this.#unpark(
-            "a process on the lineage that took over from this replica's by a recorded promotion",
-          );
-      } else if (lostOwnData) {
-        if (follow)
-          await this.#unpark(
-            "none: this replica's own database restarted without the lineage it was parked to keep",
-          );
+      const why = sameProcess
+        ? "the same process"
+        : continues
+          ? "a process continuing its lineage"
+          : superseded
+            ? "a process on the lineage that took over from this replica's by a recorded promotion"
+            : lostOwnData
+              ? "none: this replica's own database restarted without the lineage it was parked to keep"
+              : undefined;
+      if (why !== undefined) {
+        if (this.#namedPrimary()) await this.#unpark(why);
       } else {
         this.lacksMyData = true;
         return "restarted";
