@@ -11,7 +11,7 @@ import {
 import { decide } from "../../src/core/decide.ts";
 import type { FailoverPhase, Topology } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
-import { aConfig, aShard, NOW, type ShardBuilder } from "../support/builders.ts";
+import { aConfig, aShard, LINEAGE, NOW, type ShardBuilder } from "../support/builders.ts";
 
 /**
  * decideContinuation: what a controller does with a change it finds `failing_over`. The table
@@ -363,6 +363,23 @@ describe("decideContinuation: a retarget passes the gates a failover passes (RET
       shard: () => targetDown().withNode({ node_id: "r3", priority: 0, last_txn_id: 995 }),
       expected: { kind: "wait", code: "waiting_for_replica" },
       reason: "r3 (priority 0, last_txn_id 995) holds more",
+    },
+    {
+      name: "judges the replicas that followed the target through the link the plan was decided on (sim 340561)",
+      shard: () => {
+        const shard = targetDown()
+          .guardedBy(["r1", "r2"])
+          .withNode({ node_id: "r2", repl_id: "lineage-b", last_txn_id: 1200 });
+        const topology = shard.build().topology as Topology;
+        return shard.withTopology({
+          failover: {
+            ...(topology.failover as NonNullable<Topology["failover"]>),
+            target_link: { repl_id: LINEAGE, until: 1000, by: "lineage-b" },
+          },
+        });
+      },
+      expected: { kind: "replan" },
+      reason: "target r1 is no longer alive after PROMOTE; promoting r2 instead",
     },
     {
       name: "retargets once no gate holds: the dead target's agent reports, the other member is heard",

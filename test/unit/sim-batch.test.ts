@@ -91,6 +91,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // heal. The simulator now cuts such a lease to the invocation's end, as the Lambda's deadline
   // would have (src/dev/sim/world.ts #cutLease).
   { seed: 330349, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 340561 (thirteenth session; (g3) and (d) only): a bring_online whose target held the lineage
+  // only as its prior died before completing; the retarget judged the replicas that had followed it
+  // against the ancestry without the plan's own target_link, found them "foreign" and took the
+  // shard offline for good (src/core/decide/retarget.ts).
+  { seed: 340561, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

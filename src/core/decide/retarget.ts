@@ -50,10 +50,18 @@ export function retargetView(view: ShardView, state: FailoverState, problem: str
   const primaryId = state.old_primary_node_id;
   const lineage = promotedLineage(view, state) ?? state.lineage;
   const members = guardMembers(snapshot, primaryId);
+  // The plan was decided on its target's link (a database continuing the lineage through its
+  // prior, `target_link`), recorded in the ancestry only once the change completes. The replicas
+  // that followed the target hold what it held, so they are judged through that link too (simulator
+  // seed 340561: without it they were "foreign" and the shard went offline for good).
+  const links = [
+    ...(view.topology?.ancestry ?? []),
+    ...(state.target_link === undefined ? [] : [state.target_link]),
+  ];
   const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
     exclude: primaryId,
     members,
-    links: view.topology?.ancestry,
+    links,
   }).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
   const best = candidates[0];
   return {
