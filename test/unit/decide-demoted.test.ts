@@ -325,3 +325,94 @@ describe("decide: a demoted primary on the lineage of its promotion that a voter
     expect(decision).toMatchObject({ kind: "bring_online", target: { node_id: "p1" } });
   });
 });
+
+describe("decide: a demoted primary followed only by a deposed primary on an earlier lineage (nemesis seed 6808)", () => {
+  /**
+   * Seed 6808, scaled: r2 (node-212r), primary on lineage-a, hung with its agent dead; r1
+   * (node-253r) was promoted from lineage-a at 1000 (lineage-b), then p1 (node-2) from lineage-b
+   * at 1400 (lineage-c). p1 acknowledged writes with r1, which had full-synced from it, up to 1500;
+   * then p1's redis came back from its RDB as a replica (1450, behind), parked by its agent; r1
+   * parked when p1's connection closed. r2's agent, back, had it step down to follow p1, the
+   * topology's primary: p1, a replica with its link down, refuses its sync, so r2 stays on
+   * lineage-a at 1050, past the point (1000) the shard's history left it. The only follower of
+   * p1, r2 gave the shard its lineage: r1, holding every write, counted 1000 of lineage-a, r2
+   * 1050, and gate outside_set_ahead held for ever (no writable primary for 70 s after heal-all).
+   */
+  function the6808Shard(r2: { repl_id?: string; last_txn_id?: number } = {}) {
+    return aShard()
+      .withTopology({
+        ancestry: [
+          { repl_id: LINEAGE, until: 1000, by: "lineage-b" },
+          { repl_id: "lineage-b", until: 1400, by: "lineage-c" },
+        ],
+      })
+      .withNode({
+        node_id: "p1",
+        role: "replica",
+        repl_id: "lineage-c",
+        last_txn_id: 1450,
+        restarted_behind: { repl_id: "lineage-c", last_txn_id: 1500, last_updated: (NOW - 5_000) * 1000 },
+        primary_node_id: undefined,
+        primary_link: "down",
+        role_since: (NOW - 5_000) * 1000,
+      })
+      .withNode({
+        node_id: "r1",
+        repl_id: "lineage-c",
+        last_txn_id: 1500,
+        primary_node_id: undefined,
+        primary_link: "down",
+        priority: 50,
+      })
+      .withNode({
+        node_id: "r2",
+        repl_id: r2.repl_id ?? LINEAGE,
+        last_txn_id: r2.last_txn_id ?? 1050,
+        primary_node_id: "p1",
+        primary_link: "down",
+      })
+      .guardedBy(["r1"]);
+  }
+
+  it("judges the replacement by the lineage of p1's promotion, not the deposed follower's: the member holding every write is promoted", () => {
+    // Act
+    const decision = decide(the6808Shard().build(), aConfig(), NOW);
+
+    // Assess: on the code before, `none` / waiting_for_replica (outside_set_ahead) on lineage-a, for ever.
+    expect(decision).toMatchObject({
+      kind: "failover",
+      oldPrimary: "p1",
+      target: { node_id: "r1" },
+      lineage: { repl_id: "lineage-c", last_txn_id: 1500 },
+    });
+  });
+
+  it("never promotes the deposed follower in the member's place: with no node holding p1's lineage, no failover to r2", () => {
+    // Prepare: r1's heartbeat is gone; r2 holds lineage-a only, none of what p1 acknowledged.
+    const snapshot = the6808Shard().build();
+    const decision = decide(
+      { ...snapshot, nodes: snapshot.nodes.filter((node) => node.node_id !== "r1") },
+      aConfig(),
+      NOW,
+    );
+
+    // Assess
+    expect(decision.kind === "failover" ? decision.target.node_id : undefined).toBeUndefined();
+    expect(decision.kind === "mark_offline" ? decision.lineage : { repl_id: "lineage-c" }).toMatchObject({
+      repl_id: "lineage-c",
+    });
+  });
+
+  it("still judges by the followers' lineage when the shard's history never continued it (a follower on p1's own lineage ahead is waited for)", () => {
+    // Prepare: r2 follows p1 on lineage-c, ahead of r1, outside p1's set.
+    const decision = decide(
+      the6808Shard({ repl_id: "lineage-c", last_txn_id: 1600 }).build(),
+      aConfig(),
+      NOW,
+    );
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none", code: "waiting_for_replica" });
+    expect(decision.reason).toMatch(/r2 \(last_txn_id 1600\), outside p1's replica set, holds more/);
+  });
+});

@@ -188,16 +188,35 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
  * The lineage a demoted primary's replacement must hold: the one its followers agree on (its own
  * \`repl_id\` is a new one when it restarted empty), up to the highest offset of it known, its own
  * included when it kept the lineage (an operator's REPLICAOF, a restart from its RDB).
+ * Followers on a lineage the shard's history left for a later one (\`continuedLater\`) do not count.
  */
 function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topology: Topology): Lineage {
+  const inferred = inferLineage(nodes, primary.node_id);
   const followed =
-    inferLineage(nodes, primary.node_id) ?? topology.lineage ?? historyTip(nodes, primary, topology);
+    (inferred !== undefined && continuedLater(inferred.repl_id, topology) ? undefined : inferred) ??
+    topology.lineage ??
+    historyTip(nodes, primary, topology);
   if (followed === undefined || followed.repl_id !== primary.repl_id) return followed ?? lineageOf(primary);
   return {
     ...followed,
     node_id: primary.node_id,
     last_txn_id: Math.max(followed.last_txn_id, primary.last_txn_id),
   };
+}
+
+/**
+ * The shard's history continued \`replId\` into a later lineage (a link leaves it) and it is not the
+ * newest one: followers on it hold an ancestor of what the demoted primary served, not its lineage.
+ * A deposed primary whose agent was dead through later promotions steps down to follow the
+ * topology's primary; that one, a replica with its link down, refuses its sync (Redis:
+ * NOMASTERLINK), so it keeps its old lineage, maybe past the point the history left it. Nemesis seed
+ * 6808: node-212r, primary two promotions before, was node-2's one follower; its lineage became the
+ * shard's, node-253r, the member holding every write of node-2's (it had full-synced from it),
+ * counted only up to that point, and gate outside_set_ahead held on node-212r for ever.
+ */
+function continuedLater(replId: string, topology: Topology): boolean {
+  const links = topology.ancestry ?? [];
+  return links.at(-1)?.by !== replId && links.some((link) => link.repl_id === replId);
 }
 
 /**
