@@ -368,7 +368,7 @@ describe("self-fencing when the table is unreachable", () => {
     // Assess (the heartbeat can show the new role a moment before the agent lifts its fence, which a
     // replica does not need: a fresh-clone CI run read the status in between)
     expect(await redisRole(primaryNode)).toBe("slave");
-    await waitFor(() => !cutOff.handle.status().fenced || undefined, "n1's fence lifted", 5000);
+    await waitFor(() => !cutOff.handle.status().fenced || undefined, "n1's fence lifted", 15_000);
     expect(await configValue(primaryNode, "min-replicas-to-write")).toBe("0");
     expect(cutOff.logger.find("write fence lifted")?.attributes.reason).toBe("replica of n2");
   });

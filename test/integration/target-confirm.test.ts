@@ -30,6 +30,14 @@ describe("the target of a failover whose database became a primary before its PR
     const { n1, n2, n1Agent: oldAgent, n2Agent: agent } = await active.linkedPair();
     const first = await tryWrite(n1, "before-failover");
     if (first !== "OK") throw new Error(`n1 refused the first write: ${first}`);
+    // The write is not waited for by WAIT: n2 must hold it before n1 dies (a fresh-clone CI run at
+    // load 20 killed n1 first, and the last assertion found the key missing).
+    const reader = n2.client();
+    await waitFor(
+      async () => (await reader.get("before-failover")) !== null || undefined,
+      "n2 holding the first write",
+    );
+    reader.disconnect();
     await active.primaryDiesForN2({ n1, n2, n1Agent: oldAgent });
     await active.waitForHeartbeat("n2", (hb) => hb.primary_link === "down", "n2 sees n1 gone");
 
