@@ -135,7 +135,10 @@ export const timeoutsOf = (deps: ControllerDeps): PhaseTimeouts => ({
   ...deps.timeouts,
 });
 
-export const newOwnerOf = (deps: ControllerDeps) => (deps.newOwner ?? (() => `controller-${randomUUID()}`))();
+/** A fresh lock owner token: one per controller run (the lock's \`owner\`). */
+export const newOwnerToken = (): string => `controller-${randomUUID()}`;
+
+export const newOwnerOf = (deps: ControllerDeps) => (deps.newOwner ?? newOwnerToken)();
 
 export async function publish(
   deps: ControllerDeps,

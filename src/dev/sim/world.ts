@@ -1,4 +1,3 @@
-import crypto from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,6 +10,7 @@ import { SqsCommandBus } from "../../adapters/sqs-command-bus.ts";
 import { SqsWakeQueue } from "../../adapters/sqs-wake-queue.ts";
 import { type AgentHandle, startAgent } from "../../agent/agent.ts";
 import { endpointOf } from "../../client/primary-resolver.ts";
+import { newOwnerToken } from "../../controller/deps.ts";
 import { ControllerLoop } from "../../controller/loop.ts";
 import { type FailoverConfig, parseFailoverConfig } from "../../core/config.ts";
 import { errorMessage } from "../../core/errors.ts";
@@ -364,10 +364,9 @@ export class SimWorld {
     this.#controllerOwners.set(host, { owners, clock: aws.clock });
     this.sched.onHost(host, () => {
       const loop = new ControllerLoop({
-        // The product's own token (src/controller/deps.ts `newOwnerOf`, the same random draw),
-        // remembered for #cutLease.
+        // The product's own token (src/controller/deps.ts), remembered for #cutLease.
         newOwner: () => {
-          const owner = `controller-${crypto.randomUUID()}`;
+          const owner = newOwnerToken();
           owners.add(owner);
           return owner;
         },
