@@ -14,8 +14,10 @@ import { type ReplicationInfo, replicatingFrom, syncedReplicaAddresses } from ".
  * so with the old primary's agent dead nothing else keeps it from taking writes again once some
  * replica re-attaches. One that does not answer (hung, cut off) is tried again every cycle while
  * this node stays the primary of that epoch: a hung database answers the first connection after
- * it wakes. The old primary's agent, when it runs, lifts the fence as its topology says (it
- * becomes a replica of the new primary, or sets its guard again at a newer epoch).
+ * it wakes. Past that epoch the next promotion fences it: the topology keeps every replaced
+ * primary not known to have stood down (\`topology.deposed\`, src/core/depose.ts \`deposedAfter\`;
+ * nemesis seed 6811). The old primary's agent, when it runs, lifts the fence as its topology says
+ * (it becomes a replica of the new primary, or sets its guard again at a newer epoch).
  */
 
 /**

@@ -39,7 +39,11 @@ export function heartbeatFromInfo(
       (ctx.dbRecord.roleSeen?.role === info.role ? ctx.dbRecord.roleSeen.since : answeredFromMs) * 1000,
     ),
   };
-  const prior = priorLineageOf(info);
+  // Redis's own earlier lineage, else the one the probe remembers from its primary's report while
+  // this replica is on the primary's replication id (a full sync clears a replica's own
+  // \`master_replid2\`: \`RememberedPrior\`, src/core/identity.ts). The controller then finds the
+  // replica holding the shard's lineage up to that offset (simulator seed 7046).
+  const prior = priorLineageOf(ctx.probe.withPrior(info));
   if (prior !== undefined) heartbeat.prior_lineage = prior;
   const behind = ctx.dbRecord.restartedBehind;
   if (behind !== undefined) {

@@ -1,6 +1,13 @@
 import { parseAddress } from "../core/address.ts";
 import { errorMessage } from "../core/errors.ts";
-import { holdsThroughLinks, supersededBy, syncWouldDestroy } from "../core/identity.ts";
+import {
+  holdsThroughLinks,
+  type RememberedPrior,
+  rememberPrior,
+  supersededBy,
+  syncWouldDestroy,
+  withRememberedPrior,
+} from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import type { Logger } from "../core/observability.ts";
 import { refusesWrites } from "../core/write-guard.ts";
@@ -106,6 +113,13 @@ export class PrimaryProbe {
   #primaryOffset: number | undefined;
   /** Probes in a row the primary did not answer (PARK_AFTER_SILENT_PROBES). */
   #silent = 0;
+  /**
+   * The earlier lineage this replica's data continues by its primary's report (\`rememberPrior\`):
+   * learnt while linked on the primary's replication id, kept while the replica is on that id
+   * (whatever it follows, parked or not, its database restarted on that id or not), forgotten once
+   * it left it.
+   */
+  #remembered: RememberedPrior | undefined;
 
   /** The primary's `master_repl_offset` read by the last `probe()` (the heartbeat's `primary_probe_offset`). */
   get primaryOffset(): number | undefined {
@@ -181,6 +195,16 @@ export class PrimaryProbe {
     return this.#address;
   }
 
+  /**
+   * \`info\` with the earlier lineage its data continues: Redis's own \`master_replid2\`, else the
+   * one remembered from its primary's report while it is on that primary's replication id (a full
+   * sync clears the replica's own: \`RememberedPrior\`). The probe judges its primary on it, and the
+   * heartbeat reports it as \`prior_lineage\`.
+   */
+  withPrior(info: ReplicationInfo): ReplicationInfo {
+    return withRememberedPrior(info, this.#remembered);
+  }
+
   /** run_id of the primary process this replica last replicated from (kept while parked). */
   get lastPrimaryRunId(): string | undefined {
     return this.#runId;
@@ -254,12 +278,17 @@ export class PrimaryProbe {
   }
 
   /**
-   * Probes the primary; `mine` is this replica's INFO. Unparks a parked replica whose primary is
+   * Probes the primary; `read` is this replica's INFO. Unparks a parked replica whose primary is
    * back as itself (or continues its lineage).
    */
-  async probe(mine: ReplicationInfo): Promise<ProbeResult> {
+  async probe(read: ReplicationInfo): Promise<ProbeResult> {
     const answer = await this.#info();
     this.#primaryOffset = answer?.info.role === "primary" ? answer.info.offset : undefined;
+    // Forgotten as soon as the replica left the id it was learnt on; learnt below, once linked.
+    this.#remembered = rememberPrior(this.#remembered, read, { replId: "", offset: 0 }, false);
+    // This replica's data as the probe judges it: with the earlier lineage remembered from its
+    // primary's report when Redis shows none (a full sync clears it: simulator seeds 343143, 372957).
+    const mine = this.withPrior(read);
     if (answer === undefined) {
       this.#silent++;
       const address = this.#address;
@@ -291,6 +320,7 @@ export class PrimaryProbe {
       return "restarted";
     }
     const linked = !parked && mine.primary?.link === "up";
+    this.#remembered = rememberPrior(this.#remembered, read, primary, linked);
     // A replica process this agent never pointed (its database restarted with its config file's
     // \`replicaof\`, or an operator's) that has not synced yet, following a process that does not
     // hold its data and took over from it by no recorded promotion (\`syncWouldDestroy\`): park

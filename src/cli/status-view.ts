@@ -78,8 +78,8 @@ export interface ShardStatus {
   /** Nodes drained for maintenance (never promoted until undrained). */
   readonly drained: readonly string[];
   /**
-   * An offline shard's old primaries that nobody is known to have fenced (\`topology.deposed\`):
-   * the node the shard is brought online on fences each first (src/core/depose.ts).
+   * The shard's old primaries that nobody is known to have fenced (\`topology.deposed\`), online or
+   * offline: the next node promoted, or brought online, fences each first (src/core/depose.ts).
    */
   readonly deposed: readonly { readonly node_id: string; readonly address: string }[];
   /**
@@ -335,7 +335,7 @@ export function renderShardStatus(status: ShardStatus, options: RenderOptions = 
     status.drained.length > 0 ? pc.yellow(`drained: ${status.drained.join(", ")}`) : "",
     status.deposed.length > 0
       ? pc.yellow(
-          `old primaries to fence when it comes back: ${status.deposed.map((old) => `${old.node_id} (${old.address})`).join(", ")}`,
+          `old primaries not known fenced (the next promotion fences them): ${status.deposed.map((old) => `${old.node_id} (${old.address})`).join(", ")}`,
         )
       : "",
   ]

@@ -1,5 +1,5 @@
 import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
-import { deposedWhenOffline } from "../core/depose.ts";
+import { deposedAfter, deposedWhenOffline } from "../core/depose.ts";
 import { errorMessage } from "../core/errors.ts";
 import { appendLink, type LineageLink } from "../core/identity.ts";
 import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "../core/model.ts";
@@ -73,8 +73,19 @@ export async function startPlan(run: Run, state: FailoverState, decidedOn: Shard
   // A replan names another target: the link is its report's, not the earlier target's.
   const { target_link: _earlier, ...plan } = state;
   const targetLink = reportedLink(decidedOn.nodes.find((node) => node.node_id === state.new_primary_node_id));
+  // The old primaries still unfenced, which the target fences before it opens: a replan's earlier
+  // target past its PROMOTE joins them, the target itself and those whose agents stood down leave.
+  const deposed = deposedAfter({
+    topology: run.topology,
+    epoch,
+    primary: { node_id: state.new_primary_node_id, address: state.new_primary_address },
+    replacesNamed: false,
+    reports: decidedOn.nodes,
+  });
+  const { deposed: _before, ...current } = run.topology;
   const next: Topology = {
-    ...run.topology,
+    ...current,
+    ...(deposed === undefined ? {} : { deposed }),
     epoch,
     status: "failing_over",
     phase: "epoch_bumped",
@@ -131,9 +142,20 @@ export async function complete(run: Run): Promise<Outcome> {
     phase_timings: phaseTimings(state, now),
   });
   const paused = run.topology.paused_reason !== undefined;
-  const ancestry = await ancestryAfter(run, state);
+  const reports = await nodeReports(run);
+  const ancestry = ancestryAfter(run, state, reports);
+  // The replaced primary joins the old primaries still unfenced (nemesis seed 6811); the new
+  // primary and those whose agents stood down leave (src/core/depose.ts \`deposedAfter\`).
+  const deposed = deposedAfter({
+    topology: run.topology,
+    epoch,
+    primary: { node_id: state.new_primary_node_id, address: state.new_primary_address },
+    replacesNamed: true,
+    reports,
+  });
   await write(run, epoch, {
     ...(ancestry === undefined ? {} : { ancestry }),
+    ...(deposed === undefined ? {} : { deposed }),
     shard: run.shard,
     epoch,
     primary_node_id: state.new_primary_node_id,
@@ -184,18 +206,12 @@ function reportedLink(heartbeat: Heartbeat | undefined): LineageLink | undefined
  * 282286: n1 restarted from its RDB under 998b, holding afff to 17,952, brought online and
  * promoted to cb55; n2, parked on afff at 17,952, never followed it).
  */
-async function ancestryAfter(run: Run, state: FailoverState): Promise<Topology["ancestry"]> {
-  let heartbeat: Heartbeat | undefined;
-  try {
-    const snapshot = await run.deps.store.heartbeats.snapshot(run.shard);
-    heartbeat = snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
-  } catch (error) {
-    run.deps.log.warn("could not read the new primary's report: its lineage link is not recorded", {
-      shard: run.shard,
-      error: errorMessage(error),
-    });
-    return undefined;
-  }
+function ancestryAfter(
+  run: Run,
+  state: FailoverState,
+  reports: readonly Heartbeat[] | undefined,
+): Topology["ancestry"] {
+  const heartbeat = reports?.find((node) => node.node_id === state.new_primary_node_id);
   const prior = heartbeat?.prior_lineage;
   if (heartbeat === undefined || heartbeat.role !== "primary" || prior === undefined) return undefined;
   const base = run.topology.ancestry ?? [];
@@ -208,6 +224,22 @@ async function ancestryAfter(run: Run, state: FailoverState): Promise<Topology["
     by: heartbeat.repl_id,
   });
   return promoted ?? withTarget;
+}
+
+/**
+ * The nodes' reports as the change completes; undefined when the read fails (the lineage link is
+ * then not recorded, and no old primary leaves \`deposed\` for its report).
+ */
+async function nodeReports(run: Run): Promise<readonly Heartbeat[] | undefined> {
+  try {
+    return (await run.deps.store.heartbeats.snapshot(run.shard)).nodes;
+  } catch (error) {
+    run.deps.log.warn("could not read the nodes' reports: the new primary's lineage link is not recorded", {
+      shard: run.shard,
+      error: errorMessage(error),
+    });
+    return undefined;
+  }
 }
 
 export interface OfflineCause {
@@ -231,7 +263,7 @@ export async function goOffline(run: Run, cause: OfflineCause): Promise<Outcome>
     updated_at: now,
     lineage: cause.lineage,
     cooldown_until: run.topology.cooldown_until,
-    deposed: deposedWhenOffline(run.topology),
+    deposed: deposedWhenOffline(run.topology, epoch),
   });
   await run.lock.appendHistory({
     shard: run.shard,

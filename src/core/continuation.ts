@@ -124,7 +124,8 @@ export function topologyBefore(topology: Topology, state: FailoverState, now: nu
     primary_address: wasOffline ? undefined : topology.primary_address,
     updated_at: now,
     lineage: wasOffline ? state.lineage : undefined,
-    deposed: wasOffline ? topology.deposed : undefined,
+    // The old primaries still unfenced, online and offline alike (src/core/depose.ts \`deposedAfter\`).
+    deposed: topology.deposed,
     paused_reason: topology.paused_reason,
     cooldown_until: topology.cooldown_until,
   };

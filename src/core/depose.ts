@@ -32,8 +32,8 @@ export interface DeposeInput {
 /**
  * The databases to fence before this node opens as primary: the primary the topology names while
  * the failover runs (the old one, whatever this node followed), the node it replicated from, and
- * the old primaries an offline shard keeps (\`topology.deposed\`, brought online on this node),
- * each once; never itself or a parked replica's address.
+ * the old primaries the topology keeps unfenced (\`topology.deposed\`, \`deposedAfter\`: earlier
+ * primaries, online or offline since), each once; never itself or a parked replica's address.
  */
 export function deposedAddresses(input: DeposeInput): string[] {
   const { topology } = input;
@@ -41,11 +41,11 @@ export function deposedAddresses(input: DeposeInput): string[] {
     topology?.primary_node_id !== undefined && topology.primary_node_id !== input.selfId
       ? topology.primary_address
       : undefined;
-  const offlineOld = (topology?.deposed ?? [])
+  const keptOld = (topology?.deposed ?? [])
     .filter((old) => old.node_id !== input.selfId)
     .map((old) => old.address);
   const addresses: string[] = [];
-  for (const address of [named, input.followed, ...offlineOld]) {
+  for (const address of [named, input.followed, ...keptOld]) {
     if (address === undefined || address === input.selfAddress || input.ignore.includes(address)) continue;
     if (!addresses.includes(address)) addresses.push(address);
   }
@@ -83,31 +83,104 @@ export const DEPOSE_CATCH_UP_MS = 2_000;
 /** Phases after which a failover's target may have applied its PROMOTE. */
 const PROMOTED_PHASES: ReadonlySet<string> = new Set(["promote", "confirm", "repoint", "cleanup"]);
 
-/**
- * The old primaries an offline topology keeps (\`topology.deposed\`) when the shard goes offline
- * from \`topology\`: those it kept already, the primary it names, and a failover's target that may
- * have applied its PROMOTE; each node once, the latest address kept. Nemesis seed 6303 (guarantee
- * 2): primary node-22r's agent was dead when its only member restarted empty; the shard went
- * offline, naming no primary, and a recover brought it online on that member. Nothing fenced
- * node-22r (the successor fenced only the primary the topology named, none), so when an agentless
- * replica attached to it, its guard counted that replica and it took writes beside the new
- * primary for 135 s. Now the offline topology remembers it, and the node brought online fences it
- * before it opens (\`deposedAddresses\`).
- */
-export function deposedWhenOffline(topology: Topology | undefined): Topology["deposed"] {
-  if (topology === undefined) return undefined;
-  const entries = [...(topology.deposed ?? [])];
-  const add = (node_id: string | undefined, address: string | undefined) => {
-    if (node_id === undefined || address === undefined) return;
-    const index = entries.findIndex((entry) => entry.node_id === node_id);
-    if (index >= 0) entries.splice(index, 1);
-    entries.push({ node_id, address });
-  };
-  add(topology.primary_node_id, topology.primary_address);
+/** The schema's bound on \`topology.deposed\` (src/core/model.ts): the latest are kept. */
+export const MAX_DEPOSED = 16;
+
+type DeposedEntry = NonNullable<Topology["deposed"]>[number];
+
+/** `entries` with `node_id` at the end (once, its latest address and epoch), at most MAX_DEPOSED. */
+function withDeposed(
+  entries: readonly DeposedEntry[],
+  node_id: string | undefined,
+  address: string | undefined,
+  epoch: number,
+): DeposedEntry[] {
+  if (node_id === undefined || address === undefined) return [...entries];
+  return [...entries.filter((entry) => entry.node_id !== node_id), { node_id, address, epoch }].slice(
+    -MAX_DEPOSED,
+  );
+}
+
+/** A failover's target that may have applied its PROMOTE (\`failover\` in a promoting phase). */
+function promotedTarget(topology: Topology): { node_id: string; address: string } | undefined {
   const failover = topology.failover;
-  if (failover !== undefined && topology.phase !== undefined && PROMOTED_PHASES.has(topology.phase))
-    add(failover.new_primary_node_id, failover.new_primary_address);
-  // At most the schema's bound, the latest kept.
-  const kept = entries.slice(-16);
+  if (failover === undefined || topology.phase === undefined || !PROMOTED_PHASES.has(topology.phase))
+    return undefined;
+  return { node_id: failover.new_primary_node_id, address: failover.new_primary_address };
+}
+
+/**
+ * An entry's own agent says its database stood down: the node's report, from a database that
+ * answers at the entry's address, says replica, and its agent obeyed a topology at least as new as
+ * the one that deposed it (\`epoch\`; an entry without one: \`atLeast\`, the epoch of the topology
+ * that keeps it). Only an agent that followed the newer topology demotes its database; a replica
+ * takes no writes, and its agent keeps its guard from then on. A dead agent's last report (primary
+ * at the older epoch) never says so: nemesis seed 6811's node-2.
+ */
+export function stoodDown(entry: DeposedEntry, reports: readonly Heartbeat[], atLeast: number): boolean {
+  const report = reports.find((node) => node.node_id === entry.node_id);
+  return (
+    report !== undefined &&
+    report.db_status === "up" &&
+    report.role === "replica" &&
+    report.node_address === entry.address &&
+    report.epoch >= (entry.epoch ?? atLeast)
+  );
+}
+
+/**
+ * The old primaries a topology keeps (\`topology.deposed\`): every primary the shard replaced whose
+ * database nobody is known to have fenced, online and offline alike. Each promotion's target
+ * fences each of them before it opens (\`deposedAddresses\`), so one that was hung or cut off
+ * through its own successor's epoch is still fenced by every later one (nemesis seed 6811: node-2,
+ * primary at epoch 26, agent killed and redis hung; node-22r, promoted at 27, could not reach it,
+ * epoch 28 came before node-2 woke, and nothing fenced it again: a replica restarted with
+ * \`replicaof node-2\` acknowledged 32 writes there that were lost). An entry is
+ * - added at each change of the shard's primary, with the epoch of the topology written then: the
+ *   primary \`topology\` names (replaced), and a failover's target that may have applied its
+ *   PROMOTE (replaced by a replan or by going offline);
+ * - dropped when the node is the shard's primary again (\`primary\`, by id or address), or when its
+ *   own agent says its database stood down (\`stoodDown\`, from \`reports\`);
+ * - at most MAX_DEPOSED, the latest kept.
+ * \`epoch\` is the epoch of the topology being written; undefined when nothing is kept.
+ */
+export function deposedAfter(input: {
+  readonly topology: Topology | undefined;
+  readonly epoch: number;
+  /** The primary the written topology names or promotes (a plan's target): never kept. */
+  readonly primary?: { readonly node_id: string; readonly address: string } | undefined;
+  /** Whether the primary \`topology\` names is replaced (a change completes or the shard goes offline). */
+  readonly replacesNamed: boolean;
+  /** The nodes' reports, when read (the decision's snapshot); none: nothing is dropped for them. */
+  readonly reports?: readonly Heartbeat[] | undefined;
+}): Topology["deposed"] {
+  const { topology, epoch, primary } = input;
+  if (topology === undefined) return undefined;
+  let entries: DeposedEntry[] = [...(topology.deposed ?? [])];
+  if (input.replacesNamed)
+    entries = withDeposed(entries, topology.primary_node_id, topology.primary_address, epoch);
+  const target = promotedTarget(topology);
+  if (target !== undefined) entries = withDeposed(entries, target.node_id, target.address, epoch);
+  const reports = input.reports ?? [];
+  const kept = entries.filter(
+    (entry) =>
+      entry.node_id !== primary?.node_id &&
+      entry.address !== primary?.address &&
+      !stoodDown(entry, reports, topology.epoch),
+  );
   return kept.length === 0 ? undefined : kept;
+}
+
+/**
+ * The old primaries an offline topology keeps when the shard goes offline from \`topology\` at
+ * \`epoch\` (\`deposedAfter\`: those it kept, the primary it names, and a failover's target that may
+ * have applied its PROMOTE). Nemesis seed 6303 (guarantee 2): primary node-22r's agent was dead
+ * when its only member restarted empty; the shard went offline, naming no primary, and a recover
+ * brought it online on that member. Nothing fenced node-22r (the successor fenced only the primary
+ * the topology named, none), so when an agentless replica attached to it, its guard counted that
+ * replica and it took writes beside the new primary for 135 s. Now the offline topology remembers
+ * it, and the node brought online fences it before it opens (\`deposedAddresses\`).
+ */
+export function deposedWhenOffline(topology: Topology | undefined, epoch: number): Topology["deposed"] {
+  return deposedAfter({ topology, epoch, replacesNamed: true });
 }

@@ -330,6 +330,70 @@ export function holdsSomeOf(other: ReplicationPoint, data: ReplicationPoint): bo
   );
 }
 
+/**
+ * The earlier lineage a replica's data continues by its primary's report rather than its own: a
+ * replica that full-synced from a primary whose replication id continues an earlier lineage (a
+ * promoted node, a primary restarted from its RDB under a new id) takes that id and, as every full
+ * sync does, an empty \`master_replid2\`. Its data is the primary's id up to its own offset, and
+ * that id continues \`prior\` up to \`prior.offset\`: so does the replica's, while it stays on
+ * \`on\`. Without it a parked replica finds a later primary holding all of its data neither
+ * continuing nor superseding it and stays parked for good (simulator seeds 343143, 372957), and the
+ * controller takes it for foreign to the shard's lineage (seed 7046).
+ */
+export interface RememberedPrior {
+  /** The replication id the replica's data and its primary's share. */
+  readonly on: string;
+  /** What that id continues: the primary's \`master_replid2\` and \`second_repl_offset\` - 1. */
+  readonly prior: { readonly replId: string; readonly offset: number };
+}
+
+/**
+ * What a replica remembers of the earlier lineage its data continues after one probe of its
+ * primary: the primary's own earlier lineage when the replica is \`linked\` (its link up, not
+ * parked) on the primary's current replication id, else what it remembered while it is still on
+ * that id; nothing once it left it. Every process on one replication id shows the same earlier
+ * lineage or none (an id continues one lineage, from the offset it started at; a replica that
+ * continued partially onto it may show a lower offset of it): the highest offset shown is kept.
+ */
+export function rememberPrior(
+  remembered: RememberedPrior | undefined,
+  mine: ReplicationPoint,
+  primary: ReplicationPoint,
+  linked: boolean,
+): RememberedPrior | undefined {
+  if (mine.replId === "") return undefined;
+  const kept = remembered?.on === mine.replId ? remembered : undefined;
+  const shown = primary.prior;
+  if (
+    !linked ||
+    primary.replId !== mine.replId ||
+    shown === undefined ||
+    shown.replId === "" ||
+    shown.replId === mine.replId
+  )
+    return kept;
+  if (kept !== undefined && kept.prior.replId === shown.replId && kept.prior.offset >= shown.offset)
+    return kept;
+  return { on: mine.replId, prior: { replId: shown.replId, offset: shown.offset } };
+}
+
+/**
+ * \`point\` with the earlier lineage its data continues: its own (Redis's \`master_replid2\`), else
+ * the one \`remembered\` while it is on that id, no further than its own offset (an id starts where
+ * its earlier lineage ends: a database on it holds at least that much).
+ */
+export function withRememberedPrior<T extends ReplicationPoint>(
+  point: T,
+  remembered: RememberedPrior | undefined,
+): T {
+  if (point.prior !== undefined || remembered === undefined) return point;
+  if (point.replId === "" || remembered.on !== point.replId) return point;
+  return {
+    ...point,
+    prior: { replId: remembered.prior.replId, offset: Math.min(remembered.prior.offset, point.offset) },
+  };
+}
+
 /** A heartbeat's replication point as it reports it (`repl_id`, `last_txn_id`, `prior_lineage`). */
 export function reportedPointOf(node: Heartbeat): ReplicationPoint {
   const prior = node.prior_lineage;

@@ -86,9 +86,12 @@ export const heartbeatSchema = z.object({
   /**
    * The earlier lineage this node's data continues, up to `last_txn_id` of it (Redis
    * `master_replid2` and `second_repl_offset` - 1): a promoted replica's old primary's, or its own
-   * from before a restart from its RDB (Redis 7 gives such a primary a new `master_replid`). With
-   * `db_status: down` and a `restarted` crash report, what the new process answering in place of
-   * the dead one holds: a candidate when the shard is offline on that lineage.
+   * from before a restart from its RDB (Redis 7 gives such a primary a new `master_replid`); for a
+   * replica whose full sync cleared its own, its primary's, remembered while it is linked on the
+   * primary's `master_replid` and kept while it stays on it (`RememberedPrior`, src/core/identity.ts:
+   * simulator seeds 343143, 7046). With `db_status: down` and a `restarted` crash report, what the
+   * new process answering in place of the dead one holds: a candidate when the shard is offline on
+   * that lineage.
    */
   prior_lineage: z
     .object({ repl_id: z.string().min(1), last_txn_id: z.number().int().nonnegative() })
@@ -241,14 +244,24 @@ export const topologySchema = z.object({
   /** The lineage of the last primary while the shard is offline (a returning node must match it). */
   lineage: lineageSchema.optional(),
   /**
-   * Old primaries nobody is known to have fenced while the shard is offline (\`deposedWhenOffline\`,
-   * src/core/depose.ts): the primary the topology named when it went offline (and a failover's
-   * target past its PROMOTE), kept across offline re-markings and recovers. The node the shard is
-   * brought online on fences each of these databases before it opens its writes; the online
-   * topology written at the end of that change drops the list.
+   * Old primaries nobody is known to have fenced (\`deposedAfter\`, src/core/depose.ts), online and
+   * offline alike: each primary the shard replaced (and a failover's target past its PROMOTE that a
+   * replan or going offline replaced), with \`epoch\`, the epoch of the topology that deposed it.
+   * Every promotion's target fences each of these databases before it opens its writes
+   * (\`deposedAddresses\`), so one that was hung or cut off through its own successor's epoch is
+   * still fenced by the later ones (nemesis seeds 6303, 6811). An entry is dropped when the node is
+   * the shard's primary again, or when its own agent reports its database a replica at that epoch
+   * or later; at most 16, the latest kept.
    */
   deposed: z
-    .array(z.object({ node_id: idSchema, address: addressSchema }))
+    .array(
+      z.object({
+        node_id: idSchema,
+        address: addressSchema,
+        /** The epoch of the topology that deposed it (absent: written by an older controller). */
+        epoch: z.number().int().nonnegative().optional(),
+      }),
+    )
     .max(16)
     .optional(),
   /**

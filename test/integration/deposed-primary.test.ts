@@ -1,4 +1,3 @@
-import type { Redis } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
@@ -6,6 +5,7 @@ import {
   linesWith,
   probeWrite,
   startChaosCluster,
+  tryAcknowledgedWrite,
   WAIT_MS,
   waitForFollowers,
   waitForNewPrimary,
@@ -39,17 +39,6 @@ afterEach(async (context) => {
   await cluster?.stop({ keepLogs: context.task.result?.state === "fail" });
   cluster = undefined;
 });
-
-/** One write to `client` and `WAIT 1`: "acked" when a replica acknowledged it, else why not. */
-async function tryWrite(client: Redis, key: string): Promise<"acked" | string> {
-  try {
-    await client.set(key, "v");
-    const acked = Number(await client.call("WAIT", "1", "200"));
-    return acked >= 1 ? "acked" : "unacknowledged";
-  } catch (error) {
-    return error instanceof Error ? (error.message.split(" ")[0] ?? "error") : String(error);
-  }
-}
 
 describe("a deposed primary whose agent is dead", () => {
   it("takes no write once promoted past, even when a replica outside its set re-attaches to it", {
@@ -106,7 +95,7 @@ describe("a deposed primary whose agent is dead", () => {
       const until = Date.now() + AGENT_LATE_MS;
       for (let index = 0; Date.now() < until; index++) {
         const key = `${PREFIX}:${index}`;
-        const outcome = await tryWrite(client, key);
+        const outcome = await tryAcknowledgedWrite(client, key);
         outcomes.push(outcome);
         if (outcome === "acked") acked.push(key);
         await new Promise((resolve) => setTimeout(resolve, 20)); // pacing of the writer, not a wait for a condition

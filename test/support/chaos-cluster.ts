@@ -194,6 +194,17 @@ export async function probeWrite(node: RedisNode, key: string): Promise<WritePro
   }
 }
 
+/** One write to `client` and `WAIT 1`: "acked" when a replica acknowledged it, else why not (the error's code). */
+export async function tryAcknowledgedWrite(client: Redis, key: string): Promise<"acked" | string> {
+  try {
+    await client.set(key, "v");
+    const acked = Number(await client.call("WAIT", "1", "200"));
+    return acked >= 1 ? "acked" : "unacknowledged";
+  } catch (error) {
+    return error instanceof Error ? (error.message.split(" ")[0] ?? "error") : String(error);
+  }
+}
+
 /**
  * Writes `count` keys `<prefix>:<n>` to a node and waits until `replicas` replicas acknowledged
  * them (Redis WAIT), so that exactly what the test expects to survive has reached them.

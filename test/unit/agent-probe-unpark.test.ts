@@ -253,3 +253,135 @@ describe("a parked replica whose old primary comes back continuing its lineage",
     },
   );
 });
+
+/**
+ * Simulator seed 343143: n2, restarted empty, full-synced from n1, itself restarted from its RDB
+ * under a new replication id D that continues the shard's lineage L up to 157,488 (n1's
+ * \`master_replid2\`). A full sync clears the replica's own earlier lineage: n2 stood on D with
+ * none. Parked later from n3 (promoted on lineage A, which took over from L at 170,256 by a
+ * recorded promotion), it found n3 neither continuing its data nor superseding it, although n3
+ * holds all of it, and stayed parked to the end ("slave of none, link down").
+ */
+describe("a parked replica that full-synced from a primary continuing an earlier lineage", () => {
+  const LINKED_ON_D: ReplicationInfo = {
+    role: "replica",
+    offset: 157_488,
+    replId: "D",
+    runId: "run-n2",
+    primary: { host: "n1", port: 6379, link: "up", lastIoSecondsAgo: 0, syncInProgress: false },
+    replicas: [],
+  };
+  const PARKED_ON_D: ReplicationInfo = {
+    ...LINKED_ON_D,
+    primary: {
+      host: PARKED_HOST,
+      port: PARKED_PORT,
+      link: "down",
+      lastIoSecondsAgo: undefined,
+      syncInProgress: false,
+    },
+  };
+  const N1: ReplicationInfo = {
+    role: "primary",
+    offset: 157_488,
+    replId: "D",
+    prior: { replId: "L", offset: 157_488 },
+    runId: "run-n1",
+    primary: undefined,
+    replicas: [],
+  };
+  const N3: ReplicationInfo = {
+    role: "primary",
+    offset: 260_000,
+    replId: "N3",
+    prior: { replId: "A", offset: 252_000 },
+    runId: "run-n3",
+    primary: undefined,
+    replicas: [],
+  };
+  const ancestry: LineageLink[] = [{ repl_id: "L", until: 170_256, by: "A" }];
+
+  function setup() {
+    const replicaOf = vi.fn(async (_host: string, _port: number) => {});
+    const db = {
+      dial: (address: string) => fakeLink(address === "n1:6379" ? N1 : N3),
+      replicationInfo: async () => PARKED_ON_D,
+      replicaOf,
+    } as Partial<Database> as Database;
+    const topology = {
+      shard: "s1",
+      epoch: 3,
+      updated_at: 0,
+      status: "online",
+      primary_node_id: "n3",
+      primary_address: "n3:6379",
+      ancestry,
+    } as Partial<Topology> as Topology;
+    const ctx: ProbeContext = {
+      options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:6379" }),
+      nodeId: "n2",
+      db,
+      logger: new RecordingLogger(),
+      roleLock: new Mutex(),
+      roleGeneration: 0,
+      lastInfo: PARKED_ON_D,
+      lastInfoGeneration: 0,
+      heartbeatsWritten: 0,
+      lastTopology: topology,
+      highestEpoch: 3,
+      epochContext: {},
+      wakeHeartbeat: () => {},
+      monotonicNow: () => 0,
+      state: memoryState(),
+    };
+    return { probe: new PrimaryProbe(ctx, 500), replicaOf };
+  }
+
+  it.each([
+    {
+      name: "remembered from n1's report while linked on D: it follows n3",
+      learnt: true,
+      result: "ok",
+      follows: true,
+    },
+    {
+      name: "never linked on D (nothing remembered): it stays parked",
+      learnt: false,
+      result: "restarted",
+      follows: false,
+    },
+  ])("$name", async ({ learnt, result, follows }) => {
+    // Arrange
+    const { probe, replicaOf } = setup();
+    if (learnt) {
+      probe.track("n1:6379");
+      await probe.probe(LINKED_ON_D);
+    }
+    probe.track("n3:6379");
+
+    // Act
+    const probed = await probe.probe(PARKED_ON_D);
+
+    // Assess
+    expect(probed).toBe(result);
+    if (follows) expect(replicaOf).toHaveBeenCalledWith("n3", 6379);
+    else expect(replicaOf).not.toHaveBeenCalled();
+    expect(probe.withPrior(PARKED_ON_D).prior).toEqual(learnt ? { replId: "L", offset: 157_488 } : undefined);
+  });
+
+  it("forgets the remembered earlier lineage once its database left that replication id", async () => {
+    // Arrange
+    const { probe } = setup();
+    probe.track("n1:6379");
+    await probe.probe(LINKED_ON_D);
+    // Its database restarted empty (a new id), still pointed at n1.
+    const resynced: ReplicationInfo = { ...LINKED_ON_D, replId: "E", offset: 0, runId: "run-n2b" };
+
+    // Act
+    await probe.probe(resynced);
+
+    // Assess
+    expect(probe.withPrior(resynced).prior).toBeUndefined();
+    expect(probe.withPrior(LINKED_ON_D).prior).toBeUndefined();
+  });
+});

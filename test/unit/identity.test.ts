@@ -10,10 +10,13 @@ import {
   judgeRestart,
   MAX_LINEAGE_LINKS,
   peerPointOf,
+  type RememberedPrior,
   type ReplicationPoint,
   type RestartContext,
+  rememberPrior,
   supersededBy,
   syncWouldDestroy,
+  withRememberedPrior,
 } from "../../src/core/identity.ts";
 import { aHeartbeat } from "../support/builders.ts";
 
@@ -827,5 +830,165 @@ describe("appendLink", () => {
     expect(next).toHaveLength(MAX_LINEAGE_LINKS);
     expect(next?.[0]?.repl_id).toBe("L1");
     expect(next?.at(-1)?.by).toBe("Y");
+  });
+});
+
+/**
+ * Simulator seeds 343143 and 7046: a replica that full-synced from a primary whose replication id
+ * continues an earlier lineage (restarted from its RDB under a new id D, the shard's lineage L kept
+ * as its \`master_replid2\` up to 157,488) takes D with no earlier lineage of its own (a full sync
+ * clears it). Its data is L up to 157,488 all the same: remembered from its primary's report while
+ * linked on D, it is judged by it while it stays on D.
+ */
+describe("rememberPrior / withRememberedPrior: the earlier lineage a full sync cleared (simulator seeds 343143, 7046)", () => {
+  const primaryOnD: ReplicationPoint = {
+    replId: "D",
+    offset: 157_488,
+    prior: { replId: "L", offset: 157_488 },
+  };
+  const replicaOnD: ReplicationPoint = { replId: "D", offset: 157_488 };
+  const onD: RememberedPrior = { on: "D", prior: { replId: "L", offset: 157_488 } };
+
+  it.each([
+    {
+      name: "linked on the primary's id: its earlier lineage",
+      remembered: undefined,
+      mine: replicaOnD,
+      primary: primaryOnD,
+      linked: true,
+      expected: onD,
+    },
+    {
+      name: "not linked (parked, link down): nothing learnt",
+      remembered: undefined,
+      mine: replicaOnD,
+      primary: primaryOnD,
+      linked: false,
+      expected: undefined,
+    },
+    {
+      name: "linked, but on another id than the primary's (a full sync not done yet)",
+      remembered: undefined,
+      mine: { replId: "A", offset: 200_000 },
+      primary: primaryOnD,
+      linked: true,
+      expected: undefined,
+    },
+    {
+      name: "a primary showing no earlier lineage: nothing to learn",
+      remembered: undefined,
+      mine: replicaOnD,
+      primary: { replId: "D", offset: 160_000 },
+      linked: true,
+      expected: undefined,
+    },
+    {
+      name: "kept while still on that id, whatever it follows now",
+      remembered: onD,
+      mine: { replId: "D", offset: 158_000 },
+      primary: { replId: "N3", offset: 252_000, prior: { replId: "A", offset: 252_000 } },
+      linked: false,
+      expected: onD,
+    },
+    {
+      name: "forgotten once on another id",
+      remembered: onD,
+      mine: { replId: "N3", offset: 252_000 },
+      primary: { replId: "N3", offset: 252_000 },
+      linked: true,
+      expected: undefined,
+    },
+    {
+      name: "forgotten by an empty replication id",
+      remembered: onD,
+      mine: { replId: "", offset: 0 },
+      primary: primaryOnD,
+      linked: true,
+      expected: undefined,
+    },
+    {
+      name: "a lower offset of the same earlier lineage (a partial continue) does not replace it",
+      remembered: onD,
+      mine: replicaOnD,
+      primary: { replId: "D", offset: 160_000, prior: { replId: "L", offset: 150_000 } },
+      linked: true,
+      expected: onD,
+    },
+  ] as Array<{
+    name: string;
+    remembered: RememberedPrior | undefined;
+    mine: ReplicationPoint;
+    primary: ReplicationPoint;
+    linked: boolean;
+    expected: RememberedPrior | undefined;
+  }>)("rememberPrior: $name", ({ remembered, mine, primary, linked, expected }) => {
+    // Act
+    const result = rememberPrior(remembered, mine, primary, linked);
+
+    // Assess
+    expect(result).toEqual(expected);
+  });
+
+  it.each([
+    {
+      name: "on the remembered id: the remembered earlier lineage",
+      point: replicaOnD,
+      expected: { replId: "L", offset: 157_488 },
+    },
+    {
+      name: "past it on that id: still, to where the id started",
+      point: { replId: "D", offset: 170_000 },
+      expected: { replId: "L", offset: 157_488 },
+    },
+    {
+      name: "no further than its own offset",
+      point: { replId: "D", offset: 100 },
+      expected: { replId: "L", offset: 100 },
+    },
+    { name: "on another id: none", point: { replId: "E", offset: 157_488 }, expected: undefined },
+    {
+      name: "Redis's own earlier lineage wins",
+      point: { replId: "D", offset: 157_488, prior: { replId: "K", offset: 10 } },
+      expected: { replId: "K", offset: 10 },
+    },
+  ] as Array<{ name: string; point: ReplicationPoint; expected: ReplicationPoint["prior"] }>)(
+    "withRememberedPrior: $name",
+    ({ point, expected }) => {
+      // Act
+      const result = withRememberedPrior(point, onD);
+
+      // Assess
+      expect(result.prior).toEqual(expected);
+    },
+  );
+
+  // n3 promoted from lineage A (which took over from L at 170,256) holds every write of the replica
+  // on D; the history knows nothing of D.
+  const links = [{ repl_id: "L", until: 170_256, by: "A" }];
+  const n3: ReplicationPoint = { replId: "N3", offset: 260_000, prior: { replId: "A", offset: 252_000 } };
+
+  it.each([
+    { name: "without the remembered earlier lineage (the code before)", remembered: undefined, holds: false },
+    { name: "with it", remembered: onD, holds: true },
+    {
+      name: "with it, once the replica took writes on D past its start (they are on D alone)",
+      remembered: onD,
+      replica: { replId: "D", offset: 158_000 },
+      holds: false,
+    },
+  ] as Array<{
+    name: string;
+    remembered: RememberedPrior | undefined;
+    replica?: ReplicationPoint;
+    holds: boolean;
+  }>)("a later primary holds all of the parked replica's data: $name", ({ remembered, replica, holds }) => {
+    // Arrange
+    const data = withRememberedPrior(replica ?? replicaOnD, remembered);
+
+    // Act
+    const result = holdsThroughLinks(n3, data, links);
+
+    // Assess
+    expect(result).toBe(holds);
   });
 });

@@ -48,7 +48,12 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // lineage of its promotion, was voted "restarted" by a replica on an earlier lineage of the
   // shard's history, and the shard came back on that replica (1,023 lost; restartedPrimary,
   // src/core/decide/primary.ts, now judges the vote through the history).
-  ...[7003, 7008, 7032, 7039, 7046, 7094].map((seed) => ({
+  // 7039 is no longer replayed here: since a replica remembers its primary's earlier lineage
+  // (343143's fix) its draws changed, and faults destroy both copies of 184 writes (n2 restarted
+  // from an RDB behind them at 404.1 s, n3, the parked member holding them, at 417.5 s, during the
+  // cool-down after epoch 10): beyond guarantee 1 (docs/simulation.md). Its hole stays covered by a
+  // row of decide.test.ts and test/integration/orphan-vote.test.ts.
+  ...[7003, 7008, 7032, 7046, 7094].map((seed) => ({
     seed,
     minutes: 10,
     faultKinds: LOST_STATE_HUNT,

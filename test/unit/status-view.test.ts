@@ -254,7 +254,7 @@ describe("shard status: the assumptions of guarantee 1 that are broken now (issu
   });
 });
 
-describe("shard status: an offline shard's old primaries (nemesis seed 6303)", () => {
+describe("shard status: the old primaries not known fenced (nemesis seeds 6303, 6811)", () => {
   it("lists the old primaries the node brought online fences first, in the headline", () => {
     // Prepare
     const builder = aShardWithStalePrimary()
@@ -265,10 +265,27 @@ describe("shard status: an offline shard's old primaries (nemesis seed 6303)", (
     const text = plain(renderShardStatus(status));
     // Assess
     expect(status.deposed).toEqual([{ node_id: "p1", address: "p1.local:6379" }]);
-    expect(text).toMatch(/old primaries to fence when it comes back: p1 \(p1\.local:6379\)/);
+    expect(text).toMatch(
+      /old primaries not known fenced \(the next promotion fences them\): p1 \(p1\.local:6379\)/,
+    );
   });
 
-  it("lists none for an online shard", () => {
+  it("lists an online shard's, which its next promotion fences first", () => {
+    // Prepare
+    const builder = aHealthyShard().withTopology({
+      deposed: [{ node_id: "p0", address: "p0.local:6379", epoch: 3 }],
+    });
+    // Act
+    const status = statusOf(builder);
+    const text = plain(renderShardStatus(status));
+    // Assess
+    expect(status.status).toBe("online");
+    expect(text).toMatch(
+      /old primaries not known fenced \(the next promotion fences them\): p0 \(p0\.local:6379\)/,
+    );
+  });
+
+  it("lists none for an online shard that keeps none", () => {
     expect(statusOf(aHealthyShard()).deposed).toEqual([]);
   });
 });
