@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import { AgentFixture } from "../support/agent-harness.ts";
-import { holdsFor } from "../support/wait.ts";
+import { holdsFor, waitFor } from "../support/wait.ts";
 
 /**
  * Simulator seed 7003 (guarantee 5, and through it 1: 2,810 acknowledged writes lost), with real
@@ -57,6 +57,13 @@ describe("an agent restarted without its state dir beside a primary restarted em
       "n1",
       (hb) => hb.role === "primary" && hb.db_status === "up",
       "n1 serving",
+    );
+    // n1's guard demands n2 from its first report on; Redis counts n2 good from its first
+    // acknowledgement (a second at most): under load the first write may come before it.
+    await waitFor(
+      async () => (await tryWrite(primary, "acked:probe")) === "OK",
+      "n1 taking writes (n2 counted good by its guard)",
+      15_000,
     );
     const client = primary.client();
     for (let i = 0; i < KEYS; i++) {
