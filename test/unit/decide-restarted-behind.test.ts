@@ -100,3 +100,68 @@ describe("decide: a replica back from its RDB behind what it last answered (neme
     expect(decision.reason).toContain("for the old primary p1 to return");
   });
 });
+
+/**
+ * Nemesis seed 7214 (guarantee 1, 11 replica-acknowledged writes lost): primary p1's one replica,
+ * r2 (priority 0, outside p1's empty replica set), acknowledged writes; p1's database came back from
+ * its RDB as a replica, behind what it last answered, and r2's agent went stale under a slow store.
+ * The shard, offline, was brought back on p1 itself: `replica_down_ahead_offline` skipped the old
+ * primary even as the target, and every other gate counted fresh nodes or members only. r2 later
+ * resynced from p1. Now the old primary as the target counts, as any candidate back behind its last
+ * answer does.
+ */
+type NodeInput = Partial<HeartbeatInput> & { ageMs?: number };
+
+function offlineOnOldPrimary(p1: NodeInput, r2: NodeInput = { ageMs: 8_000 }) {
+  return aShard()
+    .offline(1200)
+    .withTopology({ updated_at: NOW - 2_000 })
+    .without("r1")
+    .withNode({
+      node_id: "p1",
+      role: "replica",
+      primary_node_id: undefined,
+      primary_link: "down",
+      last_txn_id: 1000,
+      ...p1,
+    })
+    .withNode({ node_id: "r2", priority: 0, last_txn_id: 1200, primary_link: "down", ...r2 })
+    .guardedBy([]);
+}
+
+describe("decide: the old primary back from its RDB behind what it last answered, as the target (nemesis 7214)", () => {
+  it.each([
+    {
+      name: "does not bring the shard back on it within the grace while the replica that followed it is stale (7214)",
+      build: () => offlineOnOldPrimary(behind(3_000)),
+      expected: { kind: "none", code: "waiting_for_replica" },
+    },
+    {
+      name: "brings it back past the grace (the replica passed over)",
+      build: () => offlineOnOldPrimary(behind(GRACE_MS + 1_000)),
+      expected: { kind: "bring_online", target: "p1" },
+    },
+    {
+      name: "brings it back at once when its last answer held no more than it holds now",
+      build: () => offlineOnOldPrimary(behind(3_000, 1000), { ageMs: 8_000, last_txn_id: 1000 }),
+      expected: { kind: "bring_online", target: "p1" },
+    },
+    {
+      name: "holds for the priority-0 replica once it reports again (it holds more; an operator must act)",
+      build: () => offlineOnOldPrimary(behind(GRACE_MS + 1_000), { ageMs: 100 }),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+  ])("$name", ({ build, expected }) => {
+    expect(outcome(decide(build().build(), CONFIG, NOW))).toEqual(expected);
+  });
+
+  it("says what it waits for", () => {
+    const decision = decide(offlineOnOldPrimary(behind(3_000)).build(), CONFIG, NOW);
+    expect(decision.reason).toContain(
+      "not bringing it back on p1 (last_txn_id 1000) while p1 (database restarted behind its last answer: up to 1000 now, 1200 3000 ms ago)",
+    );
+    expect(decision.reason).toContain("which only the replicas that followed it may still hold");
+    const heard = decide(offlineOnOldPrimary(behind(GRACE_MS + 1_000), { ageMs: 100 }).build(), CONFIG, NOW);
+    expect(heard.reason).toContain("priority 0 is never promoted");
+  });
+});

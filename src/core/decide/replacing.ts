@@ -163,7 +163,9 @@ export function downAhead(v: Replacing, best: Candidate, lineage: Lineage, withi
   return v.snapshot.nodes
     .filter(
       (node) =>
-        node.node_id !== v.primaryId &&
+        // The old primary counts only as the target (an offline shard's bring-online): back behind
+        // what it last answered, what it acknowledged past that is on replicas alone (nemesis 7214).
+        (node.node_id !== v.primaryId || node.node_id === best.node_id) &&
         // The candidate itself counts when it is back behind its own last answer (nemesis 6803).
         ((node.node_id !== best.node_id &&
           (node.db_status === "down"
@@ -257,6 +259,12 @@ export const restartedBehindRule: TargetRule = (v, best, lineage) => {
     (node) => node.db_status === "up" && node.restarted_behind !== undefined,
   );
   if (down.length === 0) return undefined;
+  if (down.some((node) => node.node_id === v.primaryId))
+    return (
+      `${describeDownAhead(down, v.now)} held more when its database last answered and may have acknowledged writes it lacks,` +
+      ` which only the replicas that followed it may still hold: waiting up to ${DOWN_AHEAD_GRACE} failure timeouts after that answer` +
+      " for a node with as much to report"
+    );
   return (
     `${describeDownAhead(down, v.now)} held more when its database last answered and may have acknowledged writes it lacks,` +
     ` which only ${v.primaryId ?? "the old primary"} may still hold: waiting up to ${DOWN_AHEAD_GRACE} failure timeouts after that answer` +
