@@ -2,6 +2,7 @@ import { jsonLineLogger } from "../adapters/observability.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Role } from "../core/model.ts";
 import type { Logger, LogLevel } from "../core/observability.ts";
+import { CLOCK_WATCH_INTERVAL_MS, clockStepFence } from "./clock-watch.ts";
 import { runCommandConsumer } from "./command-consumer.ts";
 import { AgentContext, type AgentDeps } from "./context.ts";
 import { CrashWatch } from "./crash-watch.ts";
@@ -9,6 +10,7 @@ import { type Database, RedisDatabase, redisConnectSettings } from "./database.t
 import { runCycle, runHeartbeatLoop } from "./heartbeat-loop.ts";
 import { HttpEndpoint } from "./http-endpoint.ts";
 import { type AgentOptionsInput, parseAgentOptions } from "./options.ts";
+import type { ReplicationInfo } from "./redis-info.ts";
 import { runLoop } from "./scheduling.ts";
 import { SentinelEndpoint } from "./sentinel-endpoint.ts";
 import { StateDir } from "./state-dir.ts";
@@ -141,6 +143,7 @@ export async function startAgent(
     runHeartbeatLoop(ctx, signal),
     new CrashWatch(ctx).run(signal),
     runFenceWatchdog(ctx, signal),
+    runClockWatch(ctx, signal),
     runCommandConsumer(ctx, signal),
   ]);
 
@@ -163,6 +166,47 @@ export async function startAgent(
     },
     stop,
   };
+}
+
+/**
+ * Reads a primary's database clock every CLOCK_WATCH_INTERVAL_MS, independently of the heartbeat
+ * loop, and fences at once on a backward step (\`clockStepFence\`, src/agent/clock-watch.ts; issue
+ * 30, finding 5). The cycle judges the same watch, but only after its store calls: with the store
+ * slow, a cycle's guard came seconds after its INFO, while Redis's guard counted a cut-off replica
+ * good on the stepped clock (nemesis seed 6811: node-125r took writes for 2.1 s beside the new
+ * primary; its cycle had waited out three store timeouts). The fence is lifted by the cycle's
+ * guard once the watch's window is past. A database whose INFO has no \`server_time_usec\` (before
+ * Redis 7) is not watched; nor is a replica (its guard counts nothing).
+ */
+function runClockWatch(ctx: AgentContext, signal: AbortSignal): Promise<void> {
+  const tick = Math.max(25, Math.min(CLOCK_WATCH_INTERVAL_MS, ctx.options.heartbeatIntervalMs));
+  return runLoop(
+    "clock watch",
+    signal,
+    ctx.logger,
+    async () => {
+      const last = ctx.lastInfo;
+      if (last?.role !== "primary" || last.clock === undefined) return tick;
+      const generation = ctx.roleGeneration;
+      let info: ReplicationInfo;
+      try {
+        info = await ctx.db.replicationInfo();
+      } catch {
+        // Down or hung: the heartbeat cycle and the crash watch report it.
+        return tick;
+      }
+      const reason = clockStepFence(ctx, info);
+      if (reason === undefined || info.role !== "primary") return tick;
+      await ctx.roleLock.run(async () => {
+        // A role change since the read is the cycle's to judge; a fence already set stands.
+        if (ctx.roleGeneration !== generation) return;
+        if (ctx.appliedGuard === "fence" && ctx.state.state.fence !== undefined) return;
+        await fence(ctx, reason);
+      });
+      return tick;
+    },
+    () => tick,
+  );
 }
 
 /**

@@ -17,6 +17,12 @@ interface Watch {
   reason: string | undefined;
 }
 
+/**
+ * How often a primary's agent reads its database's clock outside its heartbeat cycle, ms
+ * (\`runClockWatch\`, src/agent/agent.ts): the longest a step goes unseen, plus one INFO round trip.
+ */
+export const CLOCK_WATCH_INTERVAL_MS = 250;
+
 const watches = new WeakMap<ClockWatchContext, Watch>();
 
 /**

@@ -406,6 +406,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
   const viaLab = (url: string | undefined) =>
     url && labAws ? url.replace("//127.0.0.1:", `//${labAws}:`) : url;
   let cluster: LocalCluster | undefined;
+  /**
+   * Every redis-server the run started, retired ones included: a heal that restarts a node after a
+   * membership change retired it would otherwise leave a process the cluster no longer stops, and
+   * the run would not exit (nemesis 7211: a redis-server at a replaced node's address outlived the
+   * report). The final cleanup stops them all.
+   */
+  const everStarted = new Set<RedisNode>();
   // Logs and the history stay when asked, and always after a run that did not pass.
   let keepLogs = options.keepLogs ?? true;
   try {
@@ -448,6 +455,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     const controllers: ManagedProcess[] = [...active.controllers];
     const dead = new Set<string>();
     const redisById = new Map(active.redis.map((node) => [node.id, node]));
+    for (const node of active.redis) everStarted.add(node);
     const byAddress = new Map(active.redis.map((node) => [node.address, node.id]));
     const enableRdb = async (node: RedisNode) => {
       const client = node.client({ maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
@@ -504,6 +512,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       }
       active.attach(node);
       redisById.set(id, node);
+      everStarted.add(node);
       await node.start({ timeoutMs: 15_000, replicaOf: options.replicaOf, extraArgs: FENCED_START_ARGS });
       await enableRdb(node);
       active.startAgent(id);
@@ -1112,6 +1121,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             // it), as an unmanaged replica would; the heal stops it.
             const primaryNode = redisById.get(id) as RedisNode;
             const anonymous = new RedisNode(await freePort(), `anonymous-${fault.id}`);
+            everStarted.add(anonymous);
             await anonymous.start({ timeoutMs: 15_000, replicaOf: primaryNode.address });
             line(`  membership: anonymous replica ${anonymous.address} of ${id} (${primaryNode.address})`);
             heals.push(() => anonymous.destroy());
@@ -1606,6 +1616,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     };
   } finally {
     await cluster?.stop({ keepLogs });
+    await Promise.all([...everStarted].map((node) => node.stop().catch(() => undefined)));
     if (!keepLogs && options.historyPath === undefined)
       rmSync(dirname(historyPath), { recursive: true, force: true });
     await Promise.all(proxies.map((proxy) => proxy.stop()));
