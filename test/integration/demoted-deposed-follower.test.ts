@@ -4,6 +4,7 @@ import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  hangAfterUnsentWrite,
   roleOf,
   startChaosCluster,
   WAIT_MS,
@@ -49,12 +50,6 @@ const CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000, 
 const MARGIN_MS = 10_000;
 /** How long node-1 stays busy after its last write: long enough to be SIGSTOPped before it sends it. */
 const BUSY_MS = 2000;
-/** Read-only: spins on TIME for ARGV[1] microseconds (Redis flushes replica output only after it). */
-const BUSY_SCRIPT = `
-local start = redis.call('TIME')
-local now = start
-repeat now = redis.call('TIME') until (now[1] - start[1]) * 1000000 + (now[2] - start[2]) > tonumber(ARGV[1])
-return 1`;
 
 let cluster: LocalCluster | undefined;
 
@@ -85,36 +80,7 @@ describe("a demoted primary whose only follower is a primary deposed before it (
     // its replicas (busy in a script, then SIGSTOP): its offset is past theirs. The link's offset
     // below tells it (node-1's heartbeat past it), not this pause.
     await active.stopAgent("node-1", "SIGKILL");
-    const busy = node1.client({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    busy.on("error", () => {});
-    await busy.connect();
-    const probe = node1.client({
-      commandTimeout: 100,
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-    });
-    probe.on("error", () => {});
-    await probe.connect();
-    void busy
-      .pipeline()
-      .set(`${PREFIX}:unsent`, "v")
-      .eval(BUSY_SCRIPT, 0, String(BUSY_MS * 1000))
-      .exec()
-      .catch(() => undefined);
-    // node-1 is inside the script once another connection's PING goes unanswered for 100 ms.
-    await active.waitFor(
-      "node-1 busy in the script",
-      async () =>
-        probe.ping().then(
-          () => false,
-          () => true,
-        ),
-      BUSY_MS,
-    );
-    node1.signal("SIGSTOP");
-    probe.disconnect();
-    busy.disconnect();
+    await hangAfterUnsentWrite(active, node1, `${PREFIX}:unsent`, BUSY_MS);
 
     // The controller promotes node-2 (lineage B continues A at node-2's offset); node-3 follows it
     // and acknowledges writes; node-2's RDB, saved, lacks the last of them.

@@ -6,6 +6,7 @@ import { NetLab } from "../../src/dev/netlab/netlab.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  hangAfterUnsentWrite,
   linesWith,
   roleOf,
   startChaosCluster,
@@ -59,12 +60,6 @@ const KEYS = 100;
 const QUEUED = 20;
 /** How long node-1 stays busy after its last write: long enough to be SIGSTOPped before it sends it. */
 const BUSY_MS = 2000;
-/** Read-only: spins on TIME for ARGV[1] microseconds (Redis flushes replica output only after it). */
-const BUSY_SCRIPT = `
-local start = redis.call('TIME')
-local now = start
-repeat now = redis.call('TIME') until (now[1] - start[1]) * 1000000 + (now[2] - start[2]) > tonumber(ARGV[1])
-return 1`;
 
 const unavailable = NetLab.unavailableReason();
 if (unavailable) console.warn(`parked-superseded test skipped: ${unavailable}`);
@@ -110,39 +105,12 @@ describe.runIf(unavailable === undefined)(
       // Act: node-1 takes one more write (no WAIT) and hangs before sending it to its replicas
       // (busy in a script, then SIGSTOP; its agent stays alive); then writes are queued on a
       // connected client (not awaited: they wait in node-1's socket and run when it wakes).
-      const busy = node1.client({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      busy.on("error", () => {});
-      await busy.connect();
-      const probe = node1.client({
-        commandTimeout: 100,
-        lazyConnect: true,
-        maxRetriesPerRequest: 0,
-        retryStrategy: () => null,
-      });
-      probe.on("error", () => {});
-      await probe.connect();
       const queue = node1.client({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
       queue.on("error", () => {});
       await queue.connect();
       const outcomes: Array<Promise<string>> = [];
       try {
-        void busy
-          .pipeline()
-          .set(`${PREFIX}:unsent`, "v")
-          .eval(BUSY_SCRIPT, 0, String(BUSY_MS * 1000))
-          .exec()
-          .catch(() => undefined);
-        // node-1 is inside the script once another connection's PING goes unanswered for 100 ms.
-        await active.waitFor(
-          "node-1 busy in the script",
-          async () =>
-            probe.ping().then(
-              () => false,
-              () => true,
-            ),
-          BUSY_MS,
-        );
-        node1.signal("SIGSTOP");
+        await hangAfterUnsentWrite(active, node1, `${PREFIX}:unsent`, BUSY_MS);
         for (let index = 0; index < QUEUED; index++) {
           outcomes.push(
             queue.set(`${PREFIX}:queued:${index}`, "v").then(
@@ -239,8 +207,6 @@ describe.runIf(unavailable === undefined)(
         expect(await countKeys(node1, `${PREFIX}:before`, KEYS)).toBe(KEYS);
       } finally {
         queue.disconnect();
-        probe.disconnect();
-        busy.disconnect();
       }
     });
   },

@@ -378,3 +378,56 @@ export async function waitForWritablePrimary(
   if (found === undefined) throw new Error("no writable primary");
   return found;
 }
+
+/** Read-only: spins on TIME for ARGV[1] microseconds (Redis flushes replica output only after it). */
+const BUSY_SCRIPT = `
+local start = redis.call('TIME')
+local now = start
+repeat now = redis.call('TIME') until (now[1] - start[1]) * 1000000 + (now[2] - start[2]) > tonumber(ARGV[1])
+return 1`;
+
+/**
+ * Has `node` take one more write (`key`, no WAIT) and hang before sending it to its replicas: the
+ * write is pipelined ahead of a script busy for `busyMs`, and the process is SIGSTOPped once
+ * another connection's PING goes unanswered for 100 ms (it is inside the script). Its offset is
+ * then past its replicas'. The caller continues it (SIGCONT).
+ */
+export async function hangAfterUnsentWrite(
+  cluster: LocalCluster,
+  node: RedisNode,
+  key: string,
+  busyMs: number,
+): Promise<void> {
+  const busy = node.client({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  busy.on("error", () => {});
+  const probe = node.client({
+    commandTimeout: 100,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  probe.on("error", () => {});
+  try {
+    await busy.connect();
+    await probe.connect();
+    void busy
+      .pipeline()
+      .set(key, "v")
+      .eval(BUSY_SCRIPT, 0, String(busyMs * 1000))
+      .exec()
+      .catch(() => undefined);
+    await cluster.waitFor(
+      `${node.id} busy in the script`,
+      async () =>
+        probe.ping().then(
+          () => false,
+          () => true,
+        ),
+      busyMs,
+    );
+    node.signal("SIGSTOP");
+  } finally {
+    probe.disconnect();
+    busy.disconnect();
+  }
+}
