@@ -221,6 +221,14 @@ export function judgeAgainstOwnReport(ctx: AgentContext, snapshot: ShardSnapshot
   ctx.dbRecord.restarted = true;
   ctx.dbRecord.pendingRestart = undefined;
   ctx.appliedGuard = undefined;
+  // The down report keeps the dead process's lineage and offset (\`downHeartbeat\`), and this agent
+  // never read that process: what it answered before this first snapshot (cycles while the store
+  // did not answer) is the new process's, on another replication id. The node's own stored report
+  // is the dead process's last. Nemesis seed 7301 (guarantee 1, 36 acknowledged writes lost): the
+  // down report named the new process's id, the controller stored it as the shard's lineage, the
+  // two replicas holding every write were "foreign" to it, and the shard came back on a node
+  // holding only the restarted process's data.
+  ctx.schedule.lastAnswered = mine;
   persistRestarted(ctx);
   recordRestart(ctx, mine.db_crash?.run_id);
   ctx.logger.error(
