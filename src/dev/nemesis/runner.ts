@@ -1265,7 +1265,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       const present = new Set<number>();
       let answered = 0;
       const silent: string[] = [];
-      for (const node of memberNodes().filter((candidate) => !dead.has(candidate.id))) {
+      // Every redis-server the run still runs, not only the node set: a node leaving it (a shrink
+      // whose drain was refused) may be the primary holding the writes (nemesis 7304, #31: "159
+      // missing" while the primary node-21b, outside the set, held them all).
+      for (const node of active.redis.filter((candidate) => !dead.has(candidate.id))) {
         if (acked.length === 0) break;
         const client = node.client({
           maxRetriesPerRequest: 0,
