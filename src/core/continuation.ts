@@ -126,6 +126,12 @@ export function topologyBefore(topology: Topology, state: FailoverState, now: nu
     lineage: wasOffline ? state.lineage : undefined,
     // The old primaries still unfenced, online and offline alike (src/core/depose.ts \`deposedAfter\`).
     deposed: topology.deposed,
+    // The shard's lineage history, recorded only when a change completes: what \`decide\` judged had
+    // it. Without it a demoted primary restarted empty, no replica following it, was judged by its
+    // own new lineage (online-view.ts \`historyTip\`): the parked replicas holding every write were
+    // "foreign", the shard went offline on the empty lineage and came back on that node at offset 0
+    // (simulator seed 420097, guarantee 1: 3,182 replica-acknowledged writes lost).
+    ancestry: topology.ancestry,
     paused_reason: topology.paused_reason,
     cooldown_until: topology.cooldown_until,
   };

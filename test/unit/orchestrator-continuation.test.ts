@@ -286,6 +286,69 @@ describe("decideContinuation: every case", () => {
   });
 });
 
+/**
+ * Simulator seed 420097 (guarantee 1, 3,182 replica-acknowledged writes lost): p1, the primary of
+ * LINEAGE (promoted from lineage-0 at 500, the shard's recorded history), restarted empty; its
+ * agent stepped it down to the failover's target, which was never promoted, and it answers as a
+ * replica of nowhere on the empty process's lineage at offset 0. r1 and r2 hold every write and
+ * are parked (no primary, link down). A controller resumes the failover before PROMOTE and judges
+ * the shard as it was: the history must come with it, or the demoted p1 is judged by its own
+ * (empty) lineage, r1 and r2 are "foreign", the shard goes offline on that lineage, and it is
+ * brought back on p1 at offset 0.
+ */
+const emptyDemotedPrimary = (ancestry: Topology["ancestry"]) => {
+  const shard = aShard()
+    .withNode({
+      node_id: "p1",
+      role: "replica",
+      repl_id: "lineage-empty",
+      last_txn_id: 0,
+      primary_node_id: undefined,
+      primary_link: "down",
+      role_since: (NOW - 120_000) * 1000,
+    })
+    .withNode({ node_id: "r1", last_txn_id: 1000, primary_node_id: undefined, primary_link: "down" })
+    .withNode({ node_id: "r2", last_txn_id: 990, primary_node_id: undefined, primary_link: "down" })
+    .failingOver("epoch_bumped", "r1");
+  return ancestry === undefined ? shard : shard.withTopology({ ancestry });
+};
+
+describe("decideContinuation: before PROMOTE, the shard is judged with its lineage history (simulator seed 420097)", () => {
+  const HISTORY = [{ repl_id: "lineage-0", until: 500, by: LINEAGE }];
+  const rows: ReadonlyArray<{
+    readonly name: string;
+    readonly shard: () => ShardBuilder;
+    readonly expected: Partial<Continuation> & { kind: Continuation["kind"] };
+  }> = [
+    {
+      name: "the demoted primary restarted empty, the holders parked: the plan to r1 holds",
+      shard: () => emptyDemotedPrimary(HISTORY),
+      expected: { kind: "continue", from: "promote" },
+    },
+    {
+      name: "the same with the target gone: another holder of the lineage, never the empty node",
+      shard: () => emptyDemotedPrimary(HISTORY).withNode({ node_id: "r1", ageMs: 10_000 }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
+    {
+      name: "the same with both holders gone: offline on the history's lineage, not the empty one",
+      shard: () =>
+        emptyDemotedPrimary(HISTORY)
+          .withNode({ node_id: "r1", ageMs: 10_000 })
+          .withNode({ node_id: "r2", ageMs: 10_000 }),
+      expected: { kind: "offline", lineage: expect.objectContaining({ repl_id: LINEAGE }) },
+    },
+  ];
+
+  it.each(rows)("$name", ({ shard, expected }) => {
+    // Act
+    const result = continuation(shard());
+
+    // Assess
+    expect(result).toMatchObject(expected);
+  });
+});
+
 /** p1 dead; the failover to r1 is past PROMOTE and r1's database died (its agent still reports). */
 const targetDown = () =>
   interrupted("confirm").withNode({

@@ -104,6 +104,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // against the ancestry without the plan's own target_link, found them "foreign" and took the
   // shard offline for good (src/core/decide/retarget.ts).
   { seed: 340561, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 420097 (sixteenth session, 3,182 lost): a controller resumed before PROMOTE a failover whose old
+  // primary had restarted empty and stepped down behind parked replicas; the shard as it was lacked
+  // its lineage history, was judged by the empty process's lineage, went offline on it and came back
+  // on that node at offset 0 (topologyBefore, src/core/continuation.ts).
+  { seed: 420097, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
 ];
 
 describe("simulated seeds that found a hole", () => {
