@@ -42,7 +42,9 @@ export async function readInfo(
       // Every read is another observation of that, so the report is confirmed and stays current
       // (src/core/crash.ts): an agent restarted after its database died sees the new process
       // once per cycle, and never sees the old one go (the crash watch only reports deaths it saw).
-      recordRestart(ctx, previousRunId);
+      // An agent restarted with its state dir after the restart knows only the process answering
+      // now: that one is not the process that died (nemesis seed 7311).
+      recordRestart(ctx, previousRunId === info.runId ? undefined : previousRunId);
     } else if (ctx.crash !== undefined) {
       ctx.logger.info("database answers again", {
         ...ctx.epochContext,
@@ -206,10 +208,15 @@ export function judgeAgainstOwnReport(ctx: AgentContext, snapshot: ShardSnapshot
   // wiped n2: 7,731 acknowledged writes lost). Guarantee 1.
   if (mine.epoch > ctx.highestEpoch) ctx.state.update({ highest_epoch: mine.epoch });
   if (mine.repl_id === "") return;
+  // A restart the report recorded names the dead process, unless it names the one answering now:
+  // an agent restarted with its state after the restart took the live process for the dead one, and
+  // "the same process" would open an empty database (nemesis seed 7311, guarantee 5: 264
+  // acknowledged writes lost). Then the lineage and offset judge it.
+  const deadRunId = mine.db_crash?.run_id === current.runId ? undefined : mine.db_crash?.run_id;
   const previous: DatabaseIdentity = {
     ...reportedPointOf(mine),
     // The report names no process; a restart it recorded names the dead one.
-    runId: mine.db_crash?.run_id || "(this node's last report)",
+    runId: deadRunId || "(this node's last report)",
     role: mine.role,
     synced: 0,
   };
@@ -230,7 +237,7 @@ export function judgeAgainstOwnReport(ctx: AgentContext, snapshot: ShardSnapshot
   // holding only the restarted process's data.
   ctx.schedule.lastAnswered = mine;
   persistRestarted(ctx);
-  recordRestart(ctx, mine.db_crash?.run_id);
+  recordRestart(ctx, deadRunId);
   ctx.logger.error(
     "database does not continue this node's last report: restarted without its data while this agent was down; fenced until it follows the shard's primary",
     {

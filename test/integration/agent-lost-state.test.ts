@@ -108,4 +108,79 @@ describe("an agent restarted without its state dir beside a primary restarted em
     );
     expect(await tryWrite(primary, "last")).toMatch(/NOREPLICAS|READONLY/);
   });
+
+  it("keeps it fenced when an agent restarted with its state came between (nemesis seed 7311)", {
+    timeout: 90_000,
+  }, async () => {
+    // Nemesis seed 7311 (guarantee 5, and through it 1: 264 acknowledged writes lost): after the
+    // empty restart, an agent restarted with its state dir took the live, empty process for the
+    // one that died and stored that run id in its report's restart; the agent after it, started
+    // without its state, found that run id still answering, judged the process "the same" and
+    // opened it. Now a restart naming the live process is not taken as the dead one's.
+    fixture = new AgentFixture();
+    const [primary, replica] = await fixture.startRedis(2);
+    if (!primary || !replica) throw new Error("redis nodes missing");
+    await fixture.setTopology(undefined, {
+      epoch: 0,
+      primary_node_id: "n1",
+      primary_address: primary.address,
+      status: "online",
+    });
+    const first = await fixture.startAgent(primary, { nodeId: "n1" });
+    await fixture.startAgent(replica, { nodeId: "n2" });
+    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+    await waitFor(
+      async () => (await tryWrite(primary, "acked:probe")) === "OK",
+      "n1 taking writes (n2 counted good by its guard)",
+      15_000,
+    );
+    const client = primary.client();
+    for (let i = 0; i < KEYS; i++) {
+      await client.set(`acked:${i}`, "v");
+      expect(await client.wait(1, 1000)).toBe(1);
+    }
+    client.disconnect();
+    await fixture.waitForHeartbeat("n1", (hb) => hb.last_txn_id > 0, "n1 reporting an offset");
+
+    // Act: n1's database restarts empty; its agent reports it; that agent restarts with its state
+    // dir and reports again; then the next one starts without a state dir.
+    primary.signal("SIGKILL");
+    await primary.stop();
+    primary.wipeData();
+    await primary.start({ extraArgs: FENCED_START_ARGS });
+    const restarted = await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => hb.db_status === "down" && hb.db_crash?.state === "restarted",
+      "n1 reporting its database restarted without its data",
+    );
+    await fixture.stopAgent(first);
+    const second = await fixture.startAgent(primary, { nodeId: "n1", stateDir: first.stateDir });
+    const written = (hb: { agent_updated?: number | undefined; last_updated: number }) =>
+      hb.agent_updated ?? hb.last_updated;
+    const again = await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => written(hb) > written(restarted) + 1_000_000 && hb.db_status === "down",
+      "the agent restarted with its state reporting again",
+    );
+    await fixture.stopAgent(second);
+    await fixture.startAgent(primary, { nodeId: "n1" });
+
+    // Assess: as in the test above, the empty process stays fenced and reported down for 8 s.
+    await fixture.waitForHeartbeat(
+      "n1",
+      (hb) => written(hb) > written(again),
+      "the stateless agent's first report",
+    );
+    await holdsFor(
+      async () => {
+        const reply = await tryWrite(primary, "after");
+        const snapshot = await fixture.snapshot();
+        const n1 = snapshot.nodes.find((node) => node.node_id === "n1");
+        return reply !== "OK" && n1?.db_status === "down" && (snapshot.replicaSets.n1 ?? []).includes("n2");
+      },
+      "n1's empty process fenced and reported down, n2 in its set",
+      8_000,
+    );
+    expect(await tryWrite(primary, "last")).toMatch(/NOREPLICAS|READONLY/);
+  });
 });
