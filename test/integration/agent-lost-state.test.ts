@@ -36,53 +36,58 @@ async function tryWrite(node: RedisNode, key: string): Promise<string> {
   }
 }
 
+/**
+ * n1 primary, n2 its replica, KEYS writes n2 acknowledged; then n1's database restarts empty
+ * (fenced by its config) and its agent reports it restarted without its data.
+ */
+async function primaryRestartedEmpty() {
+  fixture = new AgentFixture();
+  const [primary, replica] = await fixture.startRedis(2);
+  if (!primary || !replica) throw new Error("redis nodes missing");
+  await fixture.setTopology(undefined, {
+    epoch: 0,
+    primary_node_id: "n1",
+    primary_address: primary.address,
+    status: "online",
+  });
+  const first = await fixture.startAgent(primary, { nodeId: "n1" });
+  await fixture.startAgent(replica, { nodeId: "n2" });
+  await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
+  await fixture.waitForHeartbeat("n1", (hb) => hb.role === "primary" && hb.db_status === "up", "n1 serving");
+  // n1's guard demands n2 from its first report on; Redis counts n2 good from its first
+  // acknowledgement (a second at most): under load the first write may come before it.
+  await waitFor(
+    async () => (await tryWrite(primary, "acked:probe")) === "OK",
+    "n1 taking writes (n2 counted good by its guard)",
+    15_000,
+  );
+  const client = primary.client();
+  for (let i = 0; i < KEYS; i++) {
+    await client.set(`acked:${i}`, "v");
+    expect(await client.wait(1, 1000)).toBe(1);
+  }
+  client.disconnect();
+  await fixture.waitForHeartbeat("n1", (hb) => hb.last_txn_id > 0, "n1 reporting an offset");
+
+  // Act: n1's database restarts empty (fenced by its config); its agent sees it and reports it.
+  primary.signal("SIGKILL");
+  await primary.stop();
+  primary.wipeData();
+  await primary.start({ extraArgs: FENCED_START_ARGS });
+  const restarted = await fixture.waitForHeartbeat(
+    "n1",
+    (hb) => hb.db_status === "down" && hb.db_crash?.state === "restarted",
+    "n1 reporting its database restarted without its data",
+  );
+  return { primary, first, restarted };
+}
+
 describe("an agent restarted without its state dir beside a primary restarted empty", () => {
   it("keeps the empty process fenced and reported down, and the replica holding the writes in the set", {
     timeout: 90_000,
   }, async () => {
     // Prepare: n1 primary, n2 its replica, every key acknowledged by n2.
-    fixture = new AgentFixture();
-    const [primary, replica] = await fixture.startRedis(2);
-    if (!primary || !replica) throw new Error("redis nodes missing");
-    await fixture.setTopology(undefined, {
-      epoch: 0,
-      primary_node_id: "n1",
-      primary_address: primary.address,
-      status: "online",
-    });
-    const first = await fixture.startAgent(primary, { nodeId: "n1" });
-    await fixture.startAgent(replica, { nodeId: "n2" });
-    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
-    await fixture.waitForHeartbeat(
-      "n1",
-      (hb) => hb.role === "primary" && hb.db_status === "up",
-      "n1 serving",
-    );
-    // n1's guard demands n2 from its first report on; Redis counts n2 good from its first
-    // acknowledgement (a second at most): under load the first write may come before it.
-    await waitFor(
-      async () => (await tryWrite(primary, "acked:probe")) === "OK",
-      "n1 taking writes (n2 counted good by its guard)",
-      15_000,
-    );
-    const client = primary.client();
-    for (let i = 0; i < KEYS; i++) {
-      await client.set(`acked:${i}`, "v");
-      expect(await client.wait(1, 1000)).toBe(1);
-    }
-    client.disconnect();
-    await fixture.waitForHeartbeat("n1", (hb) => hb.last_txn_id > 0, "n1 reporting an offset");
-
-    // Act: n1's database restarts empty (fenced by its config); its agent sees it and reports it.
-    primary.signal("SIGKILL");
-    await primary.stop();
-    primary.wipeData();
-    await primary.start({ extraArgs: FENCED_START_ARGS });
-    const restarted = await fixture.waitForHeartbeat(
-      "n1",
-      (hb) => hb.db_status === "down" && hb.db_crash?.state === "restarted",
-      "n1 reporting its database restarted without its data",
-    );
+    const { primary, first, restarted } = await primaryRestartedEmpty();
     // Its agent dies; the next one starts without a state dir.
     await fixture.stopAgent(first);
     await fixture.startAgent(primary, { nodeId: "n1" });
@@ -117,42 +122,7 @@ describe("an agent restarted without its state dir beside a primary restarted em
     // one that died and stored that run id in its report's restart; the agent after it, started
     // without its state, found that run id still answering, judged the process "the same" and
     // opened it. Now a restart naming the live process is not taken as the dead one's.
-    fixture = new AgentFixture();
-    const [primary, replica] = await fixture.startRedis(2);
-    if (!primary || !replica) throw new Error("redis nodes missing");
-    await fixture.setTopology(undefined, {
-      epoch: 0,
-      primary_node_id: "n1",
-      primary_address: primary.address,
-      status: "online",
-    });
-    const first = await fixture.startAgent(primary, { nodeId: "n1" });
-    await fixture.startAgent(replica, { nodeId: "n2" });
-    await fixture.waitForHeartbeat("n2", (hb) => hb.primary_link === "up", "n2 linked");
-    await waitFor(
-      async () => (await tryWrite(primary, "acked:probe")) === "OK",
-      "n1 taking writes (n2 counted good by its guard)",
-      15_000,
-    );
-    const client = primary.client();
-    for (let i = 0; i < KEYS; i++) {
-      await client.set(`acked:${i}`, "v");
-      expect(await client.wait(1, 1000)).toBe(1);
-    }
-    client.disconnect();
-    await fixture.waitForHeartbeat("n1", (hb) => hb.last_txn_id > 0, "n1 reporting an offset");
-
-    // Act: n1's database restarts empty; its agent reports it; that agent restarts with its state
-    // dir and reports again; then the next one starts without a state dir.
-    primary.signal("SIGKILL");
-    await primary.stop();
-    primary.wipeData();
-    await primary.start({ extraArgs: FENCED_START_ARGS });
-    const restarted = await fixture.waitForHeartbeat(
-      "n1",
-      (hb) => hb.db_status === "down" && hb.db_crash?.state === "restarted",
-      "n1 reporting its database restarted without its data",
-    );
+    const { primary, first, restarted } = await primaryRestartedEmpty();
     await fixture.stopAgent(first);
     const second = await fixture.startAgent(primary, { nodeId: "n1", stateDir: first.stateDir });
     const written = (hb: { agent_updated?: number | undefined; last_updated: number }) =>
