@@ -183,12 +183,38 @@ export class PrimaryProbe {
    * unparked once that address holds its data again (or stays parked while it does not).
    */
   resumeParkedWatch(): void {
-    const from = this.#parkedFrom;
-    const atEpoch = this.parkedAtEpoch;
-    if (from === undefined || this.#address !== undefined) return;
+    if (this.#address !== undefined) return;
+    const saved = this.#parkedFrom;
+    const adopted = saved === undefined ? this.#adoptablePark() : undefined;
+    const from = saved ?? adopted?.address;
+    const atEpoch = saved !== undefined ? this.parkedAtEpoch : adopted?.epoch;
+    if (from === undefined) return;
     this.track(from);
     this.parkedAtEpoch = atEpoch;
     this.parkedFrom = from;
+    if (adopted !== undefined) {
+      this.#ctx.logger.info("parked replica: watching the topology's primary for its data", {
+        ...this.#ctx.epochContext,
+        primaryAddress: adopted.address,
+        topologyEpoch: adopted.epoch,
+      });
+    }
+  }
+
+  /**
+   * A park this agent does not know where from (its state dir lost, or the database parked before
+   * this process started) is taken as a park from the primary a committed (\`online\`) topology
+   * names: the probe then follows that primary once it is known to hold this replica's data, and
+   * never before (\`staysParked\` holds the repoint at that epoch). Without it such a replica waited
+   * for a newer epoch, for ever while that primary stayed healthy (guarantee 3; simulator seed
+   * 420081: n3's agent restarted without its state, n2 healthy and ahead on n3's lineage).
+   */
+  #adoptablePark(): { address: string; epoch: number } | undefined {
+    const topology = this.#ctx.lastTopology;
+    if (topology === undefined || topology.status !== "online") return undefined;
+    const named = topologyPrimary(topology);
+    if (named === undefined || named.node_id === this.#ctx.nodeId) return undefined;
+    return { address: named.address, epoch: topology.epoch };
   }
 
   get address(): string | undefined {

@@ -74,10 +74,12 @@ function memoryState(): StateDir {
   } as Partial<StateDir> as StateDir;
 }
 
+/** \`watching\`: the address the probe tracks (null: a park this agent does not know yet). */
 function probeOf(
   primary: ReplicationInfo,
   links: LineageLink[],
   topology: Partial<Topology> = { epoch: 1, ancestry: links },
+  watching: string | null = "n2:6379",
 ) {
   const replicaOf = vi.fn(async (_host: string, _port: number) => {});
   const db = {
@@ -104,8 +106,8 @@ function probeOf(
     state: memoryState(),
   };
   const probe = new PrimaryProbe(ctx, 500);
-  probe.track("n2:6379");
-  return { probe, replicaOf };
+  if (watching !== null) probe.track(watching);
+  return { probe, replicaOf, state: ctx.state };
 }
 
 describe("a parked replica whose primary took over from its lineage by a recorded promotion", () => {
@@ -383,5 +385,83 @@ describe("a parked replica that full-synced from a primary continuing an earlier
     // Assess
     expect(probe.withPrior(resynced).prior).toBeUndefined();
     expect(probe.withPrior(LINKED_ON_D).prior).toBeUndefined();
+  });
+});
+
+/**
+ * Simulator seed 420081: n3, parked from n2 by a silence, lost its agent's state; the new agent
+ * found its database parked from a primary it did not know, and waited for a newer epoch than the
+ * online topology's, for ever while n2, the topology's primary, was healthy and ahead on n3's
+ * lineage (guarantee 3). Now such a park is taken as one from the topology's primary: the probe
+ * watches it and follows it once it is known to hold the replica's data, never before.
+ */
+describe("a parked replica whose agent does not know where it was parked from", () => {
+  const online = (topology: Partial<Topology> = {}): Partial<Topology> => ({
+    shard: "s1",
+    epoch: 3,
+    updated_at: 0,
+    status: "online",
+    primary_node_id: "n2",
+    primary_address: "n2:6379",
+    ...topology,
+  });
+  /** n2 ahead on n1's lineage L. */
+  const AHEAD: ReplicationInfo = { ...PROMOTED, replId: "L", offset: 40_000, prior: undefined };
+
+  const unknownPark = (primary: ReplicationInfo, topology: Partial<Topology>) =>
+    probeOf(primary, [], topology, null);
+
+  it("follows the online topology's primary once the probe finds it holding the replica's data (simulator seed 420081)", async () => {
+    // Arrange
+    const { probe, replicaOf, state } = unknownPark(AHEAD, online());
+
+    // Act
+    probe.resumeParkedWatch();
+    const result = await probe.probe(PARKED);
+
+    // Assess
+    expect(probe.parkedAtEpoch).toBe(3);
+    expect(state.state.parked).toBeUndefined();
+    expect(result).toBe("ok");
+    expect(replicaOf).toHaveBeenCalledWith("n2", 6379);
+  });
+
+  it("stays parked, and says the primary lacks its data, when that primary does not hold it", async () => {
+    // Arrange: n2 restarted empty under a new id.
+    const empty: ReplicationInfo = { ...PROMOTED, replId: "E", offset: 0, prior: undefined, runId: "run-e" };
+    const { probe, replicaOf, state } = unknownPark(empty, online());
+
+    // Act
+    probe.resumeParkedWatch();
+    const result = await probe.probe(PARKED);
+
+    // Assess
+    expect(result).toBe("restarted");
+    expect(replicaOf).not.toHaveBeenCalled();
+    expect(probe.lacksMyData).toBe(true);
+    expect(probe.parkedFrom).toBe("n2:6379");
+    expect(state.state.parked).toEqual({ from: "n2:6379", at_epoch: 3 });
+  });
+
+  it.each([
+    {
+      name: "a failover is under way",
+      topology: online({ status: "failing_over", phase: "epoch_bumped" }),
+    },
+    { name: "the shard is offline", topology: { shard: "s1", epoch: 3, updated_at: 0, status: "offline" } },
+    {
+      name: "the topology names this node",
+      topology: online({ primary_node_id: "n1", primary_address: "n1:6379" }),
+    },
+  ] as Array<{ name: string; topology: Partial<Topology> }>)("watches nothing when $name", ({ topology }) => {
+    // Arrange
+    const { probe } = unknownPark(AHEAD, topology);
+
+    // Act
+    probe.resumeParkedWatch();
+
+    // Assess
+    expect(probe.address).toBeUndefined();
+    expect(probe.parkedFrom).toBeUndefined();
   });
 });

@@ -109,6 +109,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // its lineage history, was judged by the empty process's lineage, went offline on it and came back
   // on that node at offset 0 (topologyBefore, src/core/continuation.ts).
   { seed: 420097, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
+  // 420081 (sixteenth session, liveness): a parked replica whose agent restarted without its state
+  // did not know where it was parked from and waited for a newer epoch for ever, its healthy primary
+  // ahead on its lineage (PrimaryProbe.resumeParkedWatch, src/agent/primary-probe.ts).
+  { seed: 420081, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
 ];
 
 describe("simulated seeds that found a hole", () => {
