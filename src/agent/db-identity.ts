@@ -96,7 +96,11 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
     prior: info.prior,
   };
   ctx.dbRecord.identity = current;
-  const context = restartContext(ctx);
+  // The previous process was fenced as restarted without its data (a verdict, not a restart held
+  // pending on the peers' reports) and the node has not followed a primary since (`readInfo` clears
+  // the flag for a replica): what continues it continues no more than it held.
+  const fenced = ctx.dbRecord.restarted && ctx.dbRecord.pendingRestart === undefined;
+  const context = { ...restartContext(ctx), fenced };
   const verdict = judgeRestart(previous, current, context);
   // Back behind the dead process's last answer on its lineage (a replica from an older RDB): what
   // it held past the new offset it may have acknowledged; reported while the new process lacks it.

@@ -31,6 +31,12 @@ export interface RestartContext {
    * snapshot), whatever their age or membership (`peerPointOf`).
    */
   readonly others: readonly PeerPoint[];
+  /**
+   * `previous` was itself a process the agent fenced as restarted without its data, and the node
+   * has not followed a primary since: continuing it is no proof of holding the shard's data (it
+   * holds at most what that process held). Simulator seed 420283. @default false
+   */
+  readonly fenced?: boolean;
 }
 
 /** What another node of the shard holds by its stored heartbeat, and whether its database answered. */
@@ -72,7 +78,15 @@ export function judgeRestart(
   const lineageHeld = context.named
     ? holdsEveryWrite(current, previous)
     : current.replId === previous.replId && current.offset >= previous.offset;
+  // A process fenced as restarted without its data is continued by nothing: a new process on its
+  // lineage (an RDB it saved, a restart from its own empty dataset) holds at most what it held,
+  // which is what the fence was for. Only following the shard's primary lifts it (guarantee 5).
+  // Simulator seed 420283 (2,281 acknowledged writes lost): n2's primary process restarted from an
+  // old RDB, then empty, both fenced; its supervisor then restarted it from the empty process's RDB
+  // (Redis 7 keeps the RDB's id as `master_replid2`, offset 0), judged "it continues" the empty
+  // process, and the agent opened it while n3, parked, held every acknowledged write.
   const continues =
+    context.fenced !== true &&
     lineageHeld &&
     context.others.every(
       (other) =>
@@ -109,7 +123,10 @@ export function judgeRestart(
   if (!othersHoldData) return harmless("no other node holds its data");
   return {
     kind: "lost-data",
-    reason: "the database restarted without continuing its replication lineage (its data may be gone)",
+    reason:
+      context.fenced === true && lineageHeld
+        ? "the database restarted again before following the shard's primary: it continues only a process that had restarted without its data"
+        : "the database restarted without continuing its replication lineage (its data may be gone)",
   };
 }
 

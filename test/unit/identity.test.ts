@@ -57,6 +57,19 @@ const fromRdb = (upTo: number, offset = upTo + 120): DatabaseIdentity => ({
   prior: { replId: "lineage-1", offset: upTo },
 });
 
+/**
+ * Sim seed 420283: a primary restarted from the RDB its empty process saved (Redis 7 keeps the
+ * RDB's id as `master_replid2`, here the empty process's, at offset 0).
+ */
+const fromEmptyRdb: DatabaseIdentity = {
+  runId: "run-c",
+  replId: "lineage-4",
+  offset: 0,
+  role: "primary",
+  synced: 0,
+  prior: { replId: "lineage-2", offset: 0 },
+};
+
 describe("database identity: judging a restarted database", () => {
   it.each([
     ["the first read", undefined, emptyRestart, shard, "same"],
@@ -280,6 +293,34 @@ describe("database identity: judging a restarted database", () => {
       promoted,
       emptyRestart,
       { ...alone, others: [{ replId: "lineage-9", offset: 9000, answering: true }] },
+      "harmless",
+    ],
+    [
+      "a restart from the RDB an empty process saved, that process not fenced (an empty shard's primary)",
+      emptyRestart,
+      fromEmptyRdb,
+      shard,
+      "harmless",
+    ],
+    [
+      "a restart from the RDB an empty process fenced as restarted without its data saved (seed 420283)",
+      emptyRestart,
+      fromEmptyRdb,
+      { ...shard, fenced: true },
+      "lost-data",
+    ],
+    [
+      "a restart of a fenced process from its own RDB as new as it (an old RDB's process restarted again)",
+      { ...fromRdb(4000), runId: "run-b" },
+      { ...fromRdb(4000), runId: "run-c", replId: "lineage-4", prior: { replId: "lineage-3", offset: 4120 } },
+      { ...shard, fenced: true },
+      "lost-data",
+    ],
+    [
+      "a fenced process restarted again that came back as a replica",
+      emptyRestart,
+      { ...fromEmptyRdb, role: "replica" },
+      { ...shard, fenced: true },
       "harmless",
     ],
   ] as const)("%s", (_name, previous, current, context, expected) => {

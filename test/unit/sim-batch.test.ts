@@ -113,6 +113,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // did not know where it was parked from and waited for a newer epoch for ever, its healthy primary
   // ahead on its lineage (PrimaryProbe.resumeParkedWatch, src/agent/primary-probe.ts).
   { seed: 420081, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
+  // 420283 (sixteenth session, 2,281 lost: every acknowledged write): the primary's database, fenced
+  // as restarted without its data (an old RDB, then empty), restarted from the RDB its empty process
+  // had saved; judged against that process it "continued its lineage", was opened and served while
+  // the parked replica held every write (judgeRestart's `fenced`, src/core/identity.ts).
+  { seed: 420283, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
 ];
 
 describe("simulated seeds that found a hole", () => {
