@@ -48,6 +48,7 @@ class RealDriver implements Driver {
       syncFull: field("sync_full"),
       syncPartialOk: field("sync_partial_ok"),
       keys,
+      backlog: field("repl_backlog_active") === 1,
     };
   }
 
@@ -61,6 +62,20 @@ class RealDriver implements Driver {
 
   async resume(node: NodeName) {
     this.nodes[node].signal("SIGCONT");
+  }
+
+  async save(node: NodeName) {
+    await this.#client(node).save();
+  }
+
+  async restart(node: NodeName, from: "rdb" | "empty") {
+    this.#clients.get(node)?.disconnect();
+    this.#clients.delete(node);
+    const server = this.nodes[node];
+    server.signal("SIGKILL");
+    await server.stop();
+    if (from === "empty") server.wipeData();
+    await server.start();
   }
 
   async sleep(ms: number) {

@@ -74,3 +74,40 @@ describe("the redis-server model's answer to the sampler", () => {
     }
   });
 });
+
+describe("the redis-server model: replication info in an RDB", () => {
+  it("saves none for a master that never had a replica: restarted from it, a new id, no replid2, offset 0 (seed 420283's analysis)", async () => {
+    // Act: c comes back empty as a master, takes 5 writes, SAVE, kill -9, restart from the RDB.
+    const observed = await onModel("an RDB of a master that never had a replica carries no replication id");
+
+    // Assess: what redis-server 7.0.15 answers (rdbPopulateSaveInfo: no backlog, no repl-id/repl-offset).
+    expect(observed).toEqual({
+      backlogBefore: false,
+      role: "primary",
+      newReplid: true,
+      noReplid2: true,
+      offset: 0,
+      backlogAfter: false,
+      keys: 5,
+    });
+  });
+
+  it("saves its id and offset for a master a replica attached to once: restarted from it, the RDB's id is its replid2", async () => {
+    // Act: a replica attaches to c's empty process and leaves; 5 writes, SAVE, kill -9, restart from the RDB (twice).
+    const observed = await onModel("an RDB of a master a replica attached to carries its replication id");
+
+    // Assess: what redis-server 7.0.15 answers (the backlog outlives the replica; loadDataFromDisk keeps one).
+    expect(observed).toEqual({
+      backlogBefore: true,
+      role: "primary",
+      newReplid: true,
+      replid2IsOld: true,
+      replid2UpToSavedOffset: true,
+      keepsOffset: true,
+      backlogAfter: true,
+      keys: 5,
+      againReplid2IsPrevious: true,
+      againKeys: 7,
+    });
+  });
+});

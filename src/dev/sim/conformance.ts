@@ -18,12 +18,18 @@ export type NodeName = "a" | "b" | "c";
 
 export interface Driver {
   command(node: NodeName, args: readonly string[]): Promise<Reply>;
-  info(node: NodeName): Promise<ReplicationInfo & { syncFull: number; syncPartialOk: number; keys: number }>;
+  info(
+    node: NodeName,
+  ): Promise<ReplicationInfo & { syncFull: number; syncPartialOk: number; keys: number; backlog: boolean }>;
   /** REPLICAOF the other node, by name. */
   replicaOf(node: NodeName, primary: NodeName): Promise<void>;
   /** SIGSTOP / SIGCONT. */
   pause(node: NodeName): Promise<void>;
   resume(node: NodeName): Promise<void>;
+  /** SAVE: the node's RDB (dump.rdb) as of now. */
+  save(node: NodeName): Promise<void>;
+  /** SIGKILL, then the process started again as a master (no `replicaof`): from its RDB, or with no data file. */
+  restart(node: NodeName, from: "rdb" | "empty"): Promise<void>;
   sleep(ms: number): Promise<void>;
 }
 
@@ -171,6 +177,87 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
     };
   },
 
+  /**
+   * A master that never had a replica has no replication backlog, so its RDB carries no replication
+   * id (Redis 7.0 rdbPopulateSaveInfo): restarted from it, it has a new id, no replid2, offset 0, and
+   * the data (simulator seed 420283's analysis assumed the RDB carried the id).
+   */
+  async "an RDB of a master that never had a replica carries no replication id"(driver) {
+    await linked(driver, "b", "c");
+    // c comes back empty as a master: a process no replica ever attached to.
+    await driver.restart("c", "empty");
+    await write(driver, "c", 0, 5, 0);
+    const c1 = await driver.info("c");
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c2 = await driver.info("c");
+    return {
+      backlogBefore: c1.backlog,
+      role: c2.role,
+      newReplid: c2.replId !== c1.replId,
+      noReplid2: c2.prior === undefined,
+      offset: c2.offset,
+      backlogAfter: c2.backlog,
+      keys: c2.keys,
+    };
+  },
+
+  /**
+   * A master a replica attached to once has a backlog, kept after the replica left: its RDB carries
+   * its id and offset, and restarted from it the master takes a new id with the RDB's as replid2,
+   * continuable up to the RDB's offset, and keeps a backlog (Redis 7 loadDataFromDisk).
+   */
+  async "an RDB of a master a replica attached to carries its replication id"(driver) {
+    await linked(driver, "b", "c");
+    await driver.restart("c", "empty");
+    await driver.replicaOf("b", "c");
+    await linked(driver, "b");
+    // The replica goes away (back to a); c keeps its backlog.
+    await driver.replicaOf("b", "a");
+    await until(driver, "b gone from c", async () => (await driver.info("c")).replicas.length === 0);
+    await write(driver, "c", 0, 5, 0);
+    const c1 = await driver.info("c");
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c2 = await driver.info("c");
+    // Restarted again from an RDB the restarted process saves: it carries that process's id.
+    await write(driver, "c", 5, 2, 0);
+    const c3 = await driver.info("c");
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c4 = await driver.info("c");
+    return {
+      backlogBefore: c1.backlog,
+      role: c2.role,
+      newReplid: c2.replId !== c1.replId,
+      replid2IsOld: c2.prior?.replId === c1.replId,
+      replid2UpToSavedOffset: c2.prior?.offset === c1.offset,
+      keepsOffset: c2.offset === c1.offset,
+      backlogAfter: c2.backlog,
+      keys: c2.keys,
+      againReplid2IsPrevious: c4.prior?.replId === c3.replId && c4.prior?.offset === c3.offset,
+      againKeys: c4.keys,
+    };
+  },
+
+  /** A promoted replica keeps its backlog: its RDB carries the new id, which a restart from it keeps as replid2. */
+  async "an RDB of a promoted replica carries its new replication id"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 5, 2);
+    await driver.command("b", ["REPLICAOF", "NO", "ONE"]);
+    const b1 = await driver.info("b");
+    await driver.save("b");
+    await driver.restart("b", "rdb");
+    const b2 = await driver.info("b");
+    return {
+      backlogBefore: b1.backlog,
+      replid2IsPromotedId: b2.prior?.replId === b1.replId,
+      keepsOffset: b2.offset === b1.offset,
+      backlogAfter: b2.backlog,
+      keys: b2.keys,
+    };
+  },
+
   /** WAIT counts only replicas that acknowledged: a stalled replica is not counted. */
   async "WAIT does not count a stalled replica"(driver) {
     await linked(driver, "b", "c");
@@ -295,6 +382,7 @@ export class ModelDriver implements Driver {
       syncFull: server.syncFull,
       syncPartialOk: server.syncPartialOk,
       keys: server.data.size,
+      backlog: /^repl_backlog_active:1$/m.test(text),
     };
   }
 
@@ -308,6 +396,17 @@ export class ModelDriver implements Driver {
 
   async resume(node: NodeName): Promise<void> {
     this.sched.resume(this.#server(node).host);
+  }
+
+  async save(node: NodeName): Promise<void> {
+    this.#server(node).save();
+  }
+
+  async restart(node: NodeName, from: "rdb" | "empty"): Promise<void> {
+    // A new connection to the new process, as the real driver's.
+    this.#connections.get(node)?.disconnect();
+    this.#connections.delete(node);
+    this.#server(node).restart(from);
   }
 
   async sleep(ms: number): Promise<void> {

@@ -7,7 +7,9 @@ import type { Scheduler } from "./scheduler.ts";
  * decides partial against full resync, a full sync that replaces the dataset, the once-a-second
  * replication cron (replicas' `REPLCONF ACK`, `min-replicas-to-write` good-replica count on the
  * node's own wall clock), `WAIT` counting acknowledgements, `CLIENT PAUSE WRITE`, restarts (empty,
- * from an RDB of a given age, with `replicaof` in its config). Its process is a scheduler host:
+ * from an RDB of a given age, with `replicaof` in its config). An RDB carries the replication id and
+ * offset only when Redis 7's `rdbPopulateSaveInfo` puts them in: a master with a backlog, a replica
+ * with a master or a cached master. Its process is a scheduler host:
  * paused (SIGSTOP), commands wait in its socket and run when it resumes; killed, they are lost.
  *
  * Not modelled: RESP framing, keys other than the workload's strings, AOF, diskless sync details,
@@ -67,8 +69,13 @@ interface MasterLink {
 interface Rdb {
   source: Map<string, string>;
   size: number;
-  readonly replid: string;
-  readonly offset: number;
+  /**
+   * The `repl-id`/`repl-offset` aux fields: Redis 7.0 writes them only when `rdbPopulateSaveInfo`
+   * answers, for a master with a replication backlog or a replica with a master or a cached master
+   * (measured on redis-server 7.0.15: an empty master that never had a replica saves none, and a
+   * restart from its RDB has a new id, no `master_replid2`, offset 0).
+   */
+  readonly repl: { readonly replid: string; readonly offset: number } | undefined;
   readonly at: number;
 }
 
@@ -147,6 +154,23 @@ export class RedisServer {
   data = new Map<string, string>();
   log: Entry[] = [];
   backlogStart = 1;
+  /**
+   * Whether the process has a replication backlog (`server.repl_backlog`): created when the first
+   * replica attaches to a master (syncCommand), when a replica syncs or continues, and on loading an
+   * RDB with replication info as a master (Redis 7 loadDataFromDisk); kept by a promoted replica
+   * (shiftReplicationId). A master started empty, or from an RDB without replication info, has none
+   * until a replica attaches. Not modelled: what Redis does without one (its offset does not advance
+   * on writes; the first replica to attach gets a new replid, replid2 cleared, and always a full
+   * sync), and freeing it after `repl-backlog-ttl` (3600 s) without replicas.
+   */
+  backlog = false;
+  /**
+   * A replica's cached master (`server.cached_master`): synthesized from its own id and offset when a
+   * master turns replica (replicationCacheMasterUsingMyself), or when it loads an RDB with replication
+   * info as a replica; kept when a connected link drops; discarded by a full sync and by `REPLICAOF NO
+   * ONE`. With it (or a connected link) a replica's RDB carries its replication id and offset.
+   */
+  cachedMaster = false;
   readonly config: Map<string, string>;
   /** Settings of its config file (redis.conf), in force at every start. */
   readonly configFile: ReadonlyMap<string, string>;
@@ -273,22 +297,33 @@ export class RedisServer {
     this.replid2 = ZERO_ID;
     this.secondOffset = -1;
     this.log = [];
+    this.backlog = false;
+    this.cachedMaster = false;
+    const repl = mode === "empty" ? undefined : this.rdb?.repl;
     if (mode === "empty" || this.rdb === undefined) {
       this.data = new Map();
       this.replid = this.cluster.newReplid();
       this.offset = 0;
     } else {
       this.data = rdbData(this.rdb);
-      this.offset = this.rdb.offset;
-      if (mode === "replicaof") {
-        // A replica keeps the RDB's replication id and offset (its cached master: it may continue).
-        this.replid = this.rdb.replid;
-      } else {
-        // A master takes a new id; the RDB's becomes its second, continuable up to the RDB's offset
-        // (Redis 7 loadDataFromDisk).
+      if (repl === undefined) {
+        // An RDB without replication info: the id drawn at start, offset 0, no replid2; a master
+        // drops the backlog it created for the load (Redis 7 loadDataFromDisk).
         this.replid = this.cluster.newReplid();
-        this.replid2 = this.rdb.replid;
-        this.secondOffset = this.rdb.offset + 1;
+        this.offset = 0;
+      } else if (mode === "replicaof") {
+        // A replica keeps the RDB's replication id and offset (its cached master: it may continue).
+        this.replid = repl.replid;
+        this.offset = repl.offset;
+        this.cachedMaster = true;
+      } else {
+        // A master takes a new id; the RDB's becomes its second, continuable up to the RDB's offset,
+        // and it keeps the backlog created for the load (Redis 7 loadDataFromDisk).
+        this.replid = this.cluster.newReplid();
+        this.offset = repl.offset;
+        this.replid2 = repl.replid;
+        this.secondOffset = repl.offset + 1;
+        this.backlog = true;
       }
     }
     this.backlogStart = this.offset + 1;
@@ -299,14 +334,19 @@ export class RedisServer {
     this.#start();
   }
 
-  /** BGSAVE: the dataset, replication id and offset as of now. */
+  /**
+   * BGSAVE: the dataset as of now, with the replication id and offset when Redis 7.0's
+   * `rdbPopulateSaveInfo` gives them: a master with a backlog, a replica with its master connected
+   * or a cached master.
+   */
   save(): void {
     if (!this.up) return;
+    const carriesRepl =
+      this.role === "master" ? this.backlog : this.link?.state === "connected" || this.cachedMaster;
     this.rdb = {
       source: this.data,
       size: this.data.size,
-      replid: this.replid,
-      offset: this.offset,
+      repl: carriesRepl ? { replid: this.replid, offset: this.offset } : undefined,
       at: this.sched.now,
     };
   }
@@ -356,6 +396,9 @@ export class RedisServer {
       deliver: (fn) => this.cluster.net.send(down, this.host, replica.host, () => fn(replica)),
     };
     this.replicas.set(linkId, link);
+    // A replica attached: the process has a backlog from now on (syncCommand creates it for the
+    // first one; not modelled: the new replid and the full sync Redis gives that one).
+    this.backlog = true;
     if (this.#canContinue(replid, psyncOffset)) {
       this.syncPartialOk++;
       const missed = this.log.filter((entry) => entry.start >= psyncOffset);
@@ -445,6 +488,8 @@ export class RedisServer {
     link.up.closed = true;
     link.down.closed = true;
     this.link = undefined;
+    // A connected master's client freed: Redis caches it (replicationCacheMaster) to PSYNC later.
+    if (link.state === "connected") this.cachedMaster = true;
     const master = link.master;
     // The master hears the close (TCP's FIN, retransmitted through a cut until it heals); a replica
     // that died with its machine cut off is dropped by the master's repl-timeout instead.
@@ -476,6 +521,8 @@ export class RedisServer {
       this.#disconnectSubReplicas();
     }
     link.state = "connected";
+    this.cachedMaster = false;
+    this.backlog = true;
     this.lastIoAt = this.sched.now;
     for (const entry of missed) this.#apply(entry);
     this.#sendAck();
@@ -494,6 +541,9 @@ export class RedisServer {
     this.backlogStart = offset + 1;
     this.#disconnectSubReplicas();
     link.state = "connected";
+    // replicationAttachToNewMaster discards the cached master; the backlog is created after the load.
+    this.cachedMaster = false;
+    this.backlog = true;
     this.lastIoAt = this.sched.now;
     this.#sendAck();
   }
@@ -615,6 +665,8 @@ export class RedisServer {
       this.#dropMasterLink();
       this.masterAddress = undefined;
       this.role = "master";
+      // replicationUnsetMaster: the cached master is discarded; the backlog, if any, is kept.
+      this.cachedMaster = false;
       // shiftReplicationId: the old history stays continuable up to this offset.
       this.replid2 = this.replid;
       this.secondOffset = this.offset + 1;
@@ -627,6 +679,9 @@ export class RedisServer {
     const address = `${host}:${port}`;
     if (this.role === "slave" && this.masterAddress === address) return "OK";
     this.#dropMasterLink();
+    // A master turning replica synthesizes a cached master from its own id and offset
+    // (replicationCacheMasterUsingMyself), with or without a backlog.
+    if (this.role === "master") this.cachedMaster = true;
     this.role = "slave";
     this.masterAddress = address;
     this.#connectToMaster();
@@ -715,6 +770,7 @@ export class RedisServer {
       `master_replid2:${this.replid2}`,
       `master_repl_offset:${this.offset}`,
       `second_repl_offset:${this.secondOffset}`,
+      `repl_backlog_active:${this.backlog ? 1 : 0}`,
     );
     return lines.join("\r\n");
   }
