@@ -120,14 +120,17 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
   }
   if (verdict.kind === "lost-data") ctx.dbRecord.restarted = true;
   if (verdict.kind !== "same") ctx.dbRecord.pendingRestart = undefined;
-  // "It continues" rests on what the other nodes reported holding. Reports read before this
-  // restart may lack what a replica acknowledged since (nemesis seed 5101: a snapshot 25 s old
-  // during a store outage showed the replicas behind the RDB; the new process opened, the shard
-  // came back on it, and the replicas resynced 67 acknowledged writes away). A primary's new
-  // process stays fenced until a snapshot read after it, with every member reporting since,
-  // judges it again (\`rejudgeRestart\`).
+  // "It continues", and "no other node holds its data", rest on what the other nodes reported.
+  // Reports read before this restart may lack what a replica acknowledged since (nemesis seed 5101:
+  // a snapshot 25 s old during a store outage showed the replicas behind the RDB; the new process
+  // opened, the shard came back on it, and the replicas resynced 67 acknowledged writes away), and
+  // an agent that has read no snapshot yet knows of no holder at all (nemesis seed 7335: node-3's
+  // agent, started 0.1 s before its database came back from an RDB behind two parked replicas and
+  // its first snapshot slowed by the store, judged "no other node holds its data" and opened the
+  // fork; 167 acknowledged writes lost). A primary's new process stays fenced until a snapshot read
+  // after it, with every member reporting since, judges it again (\`rejudgeRestart\`). Guarantee 5.
   const wasPrimary = previous?.role === "primary" || context.named;
-  if (verdict.kind === "harmless" && verdict.continues && wasPrimary && current.role === "primary") {
+  if (verdict.kind === "harmless" && verdict.onReports === true && wasPrimary && current.role === "primary") {
     const seenAt = ctx.deps.clock.now();
     if (!peersReportedSince(ctx, seenAt) && previous !== undefined) {
       ctx.dbRecord.restarted = true;
@@ -146,6 +149,7 @@ function checkIdentity(ctx: AgentContext, info: ReplicationInfo): void {
           prior: info.prior,
           previousOffset: previous.offset,
           members: ctx.guardMembers,
+          why: verdict.reason,
         },
       );
       return;

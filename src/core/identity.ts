@@ -51,7 +51,17 @@ export interface PeerPoint extends ReplicationPoint {
 
 export type RestartVerdict =
   | { readonly kind: "same" }
-  | { readonly kind: "harmless"; readonly continues: boolean; readonly reason: string }
+  | {
+      readonly kind: "harmless";
+      readonly continues: boolean;
+      readonly reason: string;
+      /**
+       * The verdict rests on what the other nodes reported (\`RestartContext.others\`): it
+       * continues what they hold, or none of them holds the old process's data. Reports read before
+       * the restart, or none read yet, may not show what a replica acknowledged since.
+       */
+      readonly onReports?: boolean;
+    }
   | { readonly kind: "lost-data"; readonly reason: string };
 
 /** Judges a database read `current` after `previous` (the last read before it). */
@@ -95,7 +105,8 @@ export function judgeRestart(
         (!other.answering && holdsAllOf(previous, other)),
     );
   const harmless = (reason: string): RestartVerdict => ({ kind: "harmless", continues, reason });
-  if (continues) return harmless("it continues its replication lineage");
+  if (continues)
+    return { kind: "harmless", continues, reason: "it continues its replication lineage", onReports: true };
   // A database that already follows a primary serves nobody's writes: its sync replaces its data.
   // Harmless to the data, not to availability when the topology names it primary: nobody takes
   // writes then, and the controller replaces it once that lasts the failure timeout (its heartbeat's
@@ -120,7 +131,8 @@ export function judgeRestart(
     context.guardMembers.length > 0 ||
     previous.synced > 0 ||
     context.others.some((other) => holdsSomeOf(other, previous));
-  if (!othersHoldData) return harmless("no other node holds its data");
+  if (!othersHoldData)
+    return { kind: "harmless", continues, reason: "no other node holds its data", onReports: true };
   return {
     kind: "lost-data",
     reason:

@@ -173,3 +173,59 @@ describe("a primary's database restarted again while fenced as restarted without
     expect(agent.ctx.dbRestarted).toBe(false);
   });
 });
+
+/**
+ * Nemesis seed 7335, incident A (guarantee 5, then 1; 167 acknowledged writes lost): node-3's agent,
+ * started 0.1 s before, had read no snapshot of the shard (the store slowed by a fault) when its
+ * database came back from an RDB behind what two parked replicas held, on a new replication id. It
+ * judged the restart "harmless: no other node holds its data" — from knowing of no node at all —
+ * stored the new process as the node's identity, and opened it. Now that verdict, like "it
+ * continues", waits for a snapshot read after the restart (\`rejudgeRestart\`).
+ */
+describe("a primary's database restarted before its agent read the shard (nemesis seed 7335)", () => {
+  /** n2's agent as above, but with no snapshot read yet: no members, no reports. */
+  function unread() {
+    const agent = n2Agent();
+    agent.ctx.guardMembers = [];
+    agent.ctx.othersHold = [];
+    return agent;
+  }
+  /** From an older RDB of A's node, on a new id that continues nothing (its RDB carried none). */
+  const FORK: ReplicationInfo = { ...A, replId: "F", offset: 0, prior: undefined, runId: "run-7" };
+
+  it("holds the new process fenced until a snapshot read after the restart, then fences it when a node holds its data", async () => {
+    // Arrange
+    const agent = unread();
+    await agent.read(A);
+
+    // Act
+    await agent.read(FORK);
+    const held = { fenced: agent.ctx.dbRestarted, pending: agent.ctx.dbRecord.pendingRestart !== undefined };
+    agent.ctx.guardMembers = ["n3"];
+    agent.ctx.othersHold = [{ replId: "A", offset: 109_488, answering: true }];
+    agent.peersReport();
+
+    // Assess
+    expect(held).toEqual({ fenced: true, pending: true });
+    expect(agent.ctx.dbRestarted).toBe(true);
+    expect(agent.ctx.dbRecord.pendingRestart).toBeUndefined();
+    expect(
+      agent.logger.find("database restarted without its data: fenced until it follows the shard's primary"),
+    ).toBeDefined();
+  });
+
+  it("opens it once a snapshot read after the restart shows no other node holding its data", async () => {
+    // Arrange
+    const agent = unread();
+    await agent.read(A);
+
+    // Act
+    await agent.read(FORK);
+    const held = agent.ctx.dbRestarted;
+    agent.peersReport();
+
+    // Assess
+    expect(held).toBe(true);
+    expect(agent.ctx.dbRestarted).toBe(false);
+  });
+});
