@@ -31,7 +31,6 @@ export {
 export {
   AHEAD_GRACE,
   HUNG_HOLDER_GRACE,
-  JUST_HEARD_GRACE,
   LAST_COPY_GRACE,
   REPLICA_AHEAD_GRACE,
 } from "./decide/gate.ts";

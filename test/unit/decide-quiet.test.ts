@@ -122,7 +122,60 @@ describe("decide: quiet replicas", () => {
     // Act
     const decision = decide(snapshot, aConfig(), NOW);
     // Assess
-    expect(decision.reason).toContain("r2 heard 10000 ms ago, keepalive 20000 ms");
+    expect(decision.reason).toContain(
+      "r2 heard 10000 ms ago, database answered 10000 ms ago, keepalive 20000 ms",
+    );
+  });
+
+  /**
+   * Nemesis 7335 (incident B): an AZ split {p1, r3} | {r1, r2, AWS} with p1's agent killed. Member
+   * r3's agent wrote a report just before the cut, but that cycle's INFO read was more than the
+   * failure timeout old by the write. r3 was heard, so not quiet; its report was current, so not
+   * unheard (gate member_unheard); its database answer was not fresh, so no voter: nothing waited
+   * for it, and r1 was promoted on "2 of 2 fresh replicas" while r3 acknowledged 162 writes on p1's
+   * side. Such a replica is waited for as a quiet one (asked to report): its next report either
+   * votes with a final offset or, cut off, turns it unheard.
+   */
+  /** p1 stale 4 s, members r1 and r2 fresh with their links down, member r3 as given. */
+  const split = (r3: Partial<HeartbeatInput> & { ageMs?: number }) =>
+    aShardWithStalePrimary(4_000)
+      .guardedBy(["r1", "r2", "r3"])
+      .withNode({ node_id: "r1", last_txn_id: 1000, primary_link: "down" })
+      .withNode({ node_id: "r2", last_txn_id: 990, primary_link: "down" })
+      .withNode({ node_id: "r3", last_txn_id: 980, ...r3 });
+  it.each([
+    {
+      name: "a member heard on an old database answer is waited for, not passed over (nemesis 7335: was a failover to r1)",
+      build: () =>
+        split({
+          ageMs: 3_500,
+          agent_updated: (NOW - 1_500) * 1000,
+          primary_link: "up",
+          keepalive_ms: KEEPALIVE,
+        }),
+      expected: { kind: "none", code: "awaiting_reports", awaiting: ["r3"] },
+    },
+    {
+      name: "the same without a keepalive (an agent that writes every cycle)",
+      build: () => split({ ageMs: 3_500, agent_updated: (NOW - 100) * 1000 }),
+      expected: { kind: "none", code: "awaiting_reports", awaiting: ["r3"] },
+    },
+    {
+      name: "once it reports a fresh answer it votes and is ranked: failover to the most advanced",
+      build: () => split({ ageMs: 100, last_txn_id: 1200, primary_link: "down" }),
+      expected: { kind: "failover", target: "r3" },
+    },
+    {
+      name: "a heard node whose database is reported down is no holder to wait for: failover",
+      build: () => split({ ageMs: 9_000, agent_updated: (NOW - 100) * 1000, db_status: "down" }),
+      expected: { kind: "failover", target: "r1" },
+    },
+  ])("$name", ({ build, expected }) => {
+    // Act
+    const decision = decide(build().build(), aConfig(), NOW);
+    // Assess
+    expect(summary(decision)).toMatchObject(expected);
+    expect(decision.reason.length).toBeGreaterThan(10);
   });
 
   it("counts a report current for exactly its keepalive plus the failure timeout", () => {

@@ -552,19 +552,28 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "mark_offline" },
     },
     {
-      name: "waits instead of marking offline while a replica's agent was just heard with its database up (stale only by its cycle's latency)",
+      name: "waits instead of marking offline while a replica's agent was just heard with its database up (stale only by its cycle's latency): it is asked to report",
       snapshot: () =>
         aShardWithStalePrimary(4000)
           .withNode({ node_id: "r1", ageMs: 3400, agent_updated: (NOW - 1000) * 1000 })
           .withNode({ node_id: "r2", ageMs: 3600 })
           .build(),
-      expected: { kind: "none", code: "quorum_not_met", primaryStale: true },
+      expected: { kind: "none", code: "awaiting_reports", primaryStale: true },
     },
     {
-      name: "marks the shard offline once the heard replica's last database answer is older than AHEAD_GRACE failure timeouts",
+      name: "a heard replica is asked to report however old its report's database answer (its next report is fresh, or it turns unheard)",
       snapshot: () =>
         aShardWithStalePrimary()
           .withNode({ node_id: "r1", ageMs: 9001, agent_updated: (NOW - 100) * 1000 })
+          .withNode({ node_id: "r2", ageMs: 9001, db_status: "down", agent_updated: (NOW - 100) * 1000 })
+          .build(),
+      expected: { kind: "none", code: "awaiting_reports", primaryStale: true },
+    },
+    {
+      name: "marks the shard offline when every heard replica reports its database down",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({ node_id: "r1", ageMs: 9001, db_status: "down", agent_updated: (NOW - 100) * 1000 })
           .withNode({ node_id: "r2", ageMs: 9001, db_status: "down", agent_updated: (NOW - 100) * 1000 })
           .build(),
       expected: { kind: "mark_offline" },

@@ -1,7 +1,14 @@
 import { agentWrittenAt } from "../freshness.ts";
 import type { Heartbeat } from "../model.ts";
 import type { Decision, NoActionCode } from "./decision.ts";
-import { agentAgeMs, describeAgentAge, guardMembers, type NodeView, type ShardView } from "./view.ts";
+import {
+  agentAgeMs,
+  describeAgentAge,
+  describeHeartbeatAge,
+  guardMembers,
+  type NodeView,
+  type ShardView,
+} from "./view.ts";
 
 /**
  * A wait or refusal rule of the decision. A decision walks its status's ordered gate list; the
@@ -38,12 +45,6 @@ export function firstGate<V>(gates: readonly Gate<V>[], view: V): Decision | und
   }
   return undefined;
 }
-
-/**
- * Failure timeouts a replica whose agent was just heard with its database up, but whose
- * heartbeat is stale, is waited for when no fresh replica can be asked (gate `replica_just_heard`).
- */
-export const JUST_HEARD_GRACE = 3;
 
 /**
  * Failure timeouts a stale replica further ahead than the best candidate is waited for before a
@@ -127,10 +128,10 @@ export function quietIds(quiet: readonly Heartbeat[]): string[] {
 
 /** Why a decision waits for quiet nodes' reports (`awaiting_reports`). */
 export function awaitingReason(quiet: readonly Heartbeat[], context: string, now: number): string {
-  return `${context}; waiting for ${quietIds(quiet).join(", ")} to report: quiet within their keepalive (${quiet
+  return `${context}; waiting for ${quietIds(quiet).join(", ")} to report: quiet within their keepalive, or heard on an old database answer (${quiet
     .map(
       (node) =>
-        `${node.node_id} heard ${describeAgentAge(node, now)}, keepalive ${node.keepalive_ms ?? 0} ms`,
+        `${node.node_id} heard ${describeAgentAge(node, now)}, database answered ${describeHeartbeatAge(node, now, "ago")}, keepalive ${node.keepalive_ms ?? 0} ms`,
     )
     .sort()
     .join("; ")}), too old to vote or be ranked on`;

@@ -1,7 +1,6 @@
 import type { FailoverConfig } from "../config.ts";
 import { confirmedCrash } from "../crash.ts";
 import type { Candidate, CrashReport, Heartbeat, Lineage, Topology } from "../model.ts";
-import { JUST_HEARD_GRACE } from "./gate.ts";
 import { pickCandidates } from "./pick-candidate.ts";
 import { inferLineage, quorumNeeded, restartedPrimary } from "./primary.ts";
 import type { Replacing } from "./replacing.ts";
@@ -270,19 +269,6 @@ export function replicationCycle(
 /** The primary's heartbeat is stale or missing (a crashed or restarted primary is still fresh). */
 export function isPrimaryStale(v: OnlineView): boolean {
   return v.primaryState === "stale" || v.primaryState === "missing";
-}
-
-/** Replicas whose agent was just heard with their database up, while no fresh replica can be asked. */
-export function justHeard(v: OnlineView): Heartbeat[] {
-  if (v.voters.length !== 0 || v.crash !== undefined || v.config.quorum === "none") return [];
-  return v.snapshot.nodes.filter(
-    (node) =>
-      node.node_id !== v.primaryId &&
-      node.role === "replica" &&
-      node.db_status === "up" &&
-      isAgentHeard(node, v.config, v.now) &&
-      heartbeatAgeMs(node, v.now) <= JUST_HEARD_GRACE * v.config.failureTimeoutMs,
-  );
 }
 
 export function quorumMet(v: OnlineView): boolean {

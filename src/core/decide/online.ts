@@ -12,7 +12,7 @@ import {
   unheardMembers,
   unheardOutsiders,
 } from "./gate.ts";
-import { isPrimaryStale, justHeard, type OnlineView, onlineView, quorumMet } from "./online-view.ts";
+import { isPrimaryStale, type OnlineView, onlineView, quorumMet } from "./online-view.ts";
 import { describeCandidates } from "./pick-candidate.ts";
 import {
   followerUnheardRule,
@@ -101,23 +101,6 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     invariant: [1, 2],
     primaryStale: true,
     test: (v) => (v.storeReturning === undefined ? undefined : `${v.staleness}; ${v.storeReturning}`),
-  },
-  {
-    name: "replica_just_heard",
-    code: "quorum_not_met",
-    // A replica stale only by its own cycle's latency is alive: not a reason to mark the shard offline.
-    invariant: [1, 3],
-    primaryStale: true,
-    test: (v) => {
-      const answering = justHeard(v);
-      if (answering.length === 0) return undefined;
-      return `${v.staleness}; no fresh replica to ask, but the agents of ${answering
-        .map((node) => node.node_id)
-        .sort()
-        .join(", ")} were just heard with their databases up (${answering
-        .map((node) => describeHeartbeatAge(node, v.now))
-        .join(", ")}); waiting for their next heartbeat`;
-    },
   },
   {
     name: "quorum",

@@ -63,11 +63,14 @@ export function dataLineageOf(node: Heartbeat): Lineage {
 }
 
 /**
- * Nodes (except \`exclude\`) whose agents are quiet within their keepalive: alive by their own
- * promise, but not heard within the failure timeout, so neither their vote nor their offset is
- * recent enough to act on. Every decision that changes the primary waits for their reports (the
- * controller asks for them: a REPORT command); a node that stays silent past its keepalive is
- * stale, as any other.
+ * Nodes (except \`exclude\`) whose vote and offset are not recent enough to act on although their
+ * report still stands: agents quiet within their keepalive (alive by their own promise, but not
+ * heard within the failure timeout), and replicas whose agent was heard but whose database's answer
+ * in that report is older than the failure timeout (a cycle whose store write came late after its
+ * INFO read). Every decision that changes the primary waits for their reports (the controller asks
+ * for them: a REPORT command); a node that stays silent past its keepalive is stale, as any other.
+ * A heard replica left out would be neither a voter nor waited for, and its offset never looked at:
+ * in an AZ split it may be the member still acknowledging on the old primary's side (nemesis 7335).
  */
 export function awaitingReports(
   snapshot: ShardSnapshot,
@@ -77,8 +80,15 @@ export function awaitingReports(
 ): Heartbeat[] {
   return snapshot.nodes.filter(
     (node) =>
-      node.node_id !== exclude && isReportCurrent(node, config, now) && !isAgentHeard(node, config, now),
+      node.node_id !== exclude &&
+      isReportCurrent(node, config, now) &&
+      (!isAgentHeard(node, config, now) || isHeardNotFresh(node, config, now)),
   );
+}
+
+/** A replica whose agent was heard with its database up, on a database answer too old to vote or rank on. */
+export function isHeardNotFresh(node: Heartbeat, config: FailoverConfig, now: number): boolean {
+  return node.role === "replica" && node.db_status === "up" && !isFresh(node, config, now);
 }
 
 /**
