@@ -95,15 +95,31 @@ export function judgeRestart(
   // old RDB, then empty, both fenced; its supervisor then restarted it from the empty process's RDB
   // (Redis 7 keeps the RDB's id as `master_replid2`, offset 0), judged "it continues" the empty
   // process, and the agent opened it while n3, parked, held every acknowledged write.
+  // A master's replication id names one master lifetime: Redis gives a master a new id whenever it
+  // starts (empty or from its RDB) and on every promotion. A primary answering on the id its last
+  // read was a primary on, at least as far, is that lifetime, whatever its run id says (an agent
+  // restarted without its state judges against its node's stored report, with no run id): it lost
+  // nothing, and a peer ahead on that id got those writes from it after the read (a replica's
+  // report written after the agent's INFO read; PINGs alone move the offset). Nemesis seed 7336
+  // (guarantees 5 then 1, ~236 acknowledged writes lost): node-169a's agent, restarted with a
+  // wiped state dir, fenced its primary, 21 KB ahead of its report on the same id, as "restarted
+  // without its data"; node-3 was promoted at the report's offset and both replicas resynced.
+  const sameLifetime =
+    previous.role === "primary" &&
+    current.role === "primary" &&
+    previous.replId !== "" &&
+    current.replId === previous.replId &&
+    current.offset >= previous.offset;
   const continues =
     context.fenced !== true &&
     lineageHeld &&
-    context.others.every(
-      (other) =>
-        !holdsSomeOf(other, previous) ||
-        holdsAllOf(current, other) ||
-        (!other.answering && holdsAllOf(previous, other)),
-    );
+    (sameLifetime ||
+      context.others.every(
+        (other) =>
+          !holdsSomeOf(other, previous) ||
+          holdsAllOf(current, other) ||
+          (!other.answering && holdsAllOf(previous, other)),
+      ));
   const harmless = (reason: string): RestartVerdict => ({ kind: "harmless", continues, reason });
   if (continues)
     return { kind: "harmless", continues, reason: "it continues its replication lineage", onReports: true };

@@ -10,6 +10,7 @@ import {
   startAgent,
 } from "../../src/agent/agent.ts";
 import type { AgentOptionsInput } from "../../src/agent/options.ts";
+import type { AgentState, StateDir } from "../../src/agent/state-dir.ts";
 import type { Command, FailoverState, Heartbeat, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import type { Logger } from "../../src/core/observability.ts";
 import type { HeartbeatStore, ShardSnapshot } from "../../src/core/ports.ts";
@@ -20,6 +21,19 @@ import { TcpProxy } from "./tcp-proxy.ts";
 import { waitFor } from "./wait.ts";
 
 /** Short timings so that agent tests run in seconds (the production defaults are 5x longer). */
+/** A state dir's in-memory part, without its file: \`state\` and \`update\` (unit tests of agent code). */
+export function memoryState(initial: Partial<AgentState> = {}): StateDir {
+  const held = { state: initial as AgentState };
+  return {
+    get state() {
+      return held.state;
+    },
+    update(changes: Partial<AgentState>) {
+      held.state = { ...held.state, ...changes };
+    },
+  } as Partial<StateDir> as StateDir;
+}
+
 export const FAST_TIMINGS = {
   heartbeatIntervalMs: 200,
   fenceTimeoutMs: 600,

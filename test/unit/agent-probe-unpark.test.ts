@@ -4,10 +4,9 @@ import { parseAgentOptions } from "../../src/agent/options.ts";
 import { PARKED_HOST, PARKED_PORT, PrimaryProbe, type ProbeContext } from "../../src/agent/primary-probe.ts";
 import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
 import { Mutex } from "../../src/agent/scheduling.ts";
-import type { AgentState, StateDir } from "../../src/agent/state-dir.ts";
 import type { LineageLink } from "../../src/core/identity.ts";
 import type { Topology } from "../../src/core/model.ts";
-import { RecordingLogger } from "../support/agent-harness.ts";
+import { memoryState, RecordingLogger } from "../support/agent-harness.ts";
 
 /**
  * A parked replica whose primary answers on the lineage the shard's history records as taking over
@@ -59,19 +58,6 @@ function fakeLink(answer: ReplicationInfo): DatabaseLink {
     off: () => {},
     disconnect: () => {},
   };
-}
-
-/** A state dir's in-memory part, without its file: \`state\` and \`update\`. */
-function memoryState(): StateDir {
-  const held = { state: {} as AgentState };
-  return {
-    get state() {
-      return held.state;
-    },
-    update(changes: Partial<AgentState>) {
-      held.state = { ...held.state, ...changes };
-    },
-  } as Partial<StateDir> as StateDir;
 }
 
 /** \`watching\`: the address the probe tracks (null: a park this agent does not know yet). */

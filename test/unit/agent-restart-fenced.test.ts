@@ -1,12 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { AgentContext, type AgentDeps } from "../../src/agent/context.ts";
 import type { Database } from "../../src/agent/database.ts";
-import { readInfo, rejudgeRestart } from "../../src/agent/db-identity.ts";
+import { judgeAgainstOwnReport, readInfo, rejudgeRestart } from "../../src/agent/db-identity.ts";
 import { parseAgentOptions } from "../../src/agent/options.ts";
 import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
-import type { AgentState, StateDir } from "../../src/agent/state-dir.ts";
 import type { Topology } from "../../src/core/model.ts";
-import { RecordingLogger } from "../support/agent-harness.ts";
+import type { ShardSnapshot } from "../../src/core/ports.ts";
+import { memoryState, RecordingLogger } from "../support/agent-harness.ts";
+import { aHeartbeat } from "../support/builders.ts";
 
 /**
  * Simulator seed 420283 (`--faults all --overlap`, 5 min, 25 w/s; guarantee 1, 2,281
@@ -51,19 +52,6 @@ const FULL_RDB: ReplicationInfo = {
   runId: "run-5",
 };
 
-/** A state dir's in-memory part, without its file: `state` and `update`. */
-function memoryState(): StateDir {
-  const held = { state: { highest_epoch: 1 } as AgentState };
-  return {
-    get state() {
-      return held.state;
-    },
-    update(changes: Partial<AgentState>) {
-      held.state = { ...held.state, ...changes };
-    },
-  } as Partial<StateDir> as StateDir;
-}
-
 /** n2's agent, its topology naming n2 primary with n3 in its replica set (n3 parked on A). */
 function n2Agent() {
   let now = 1_800_000_000_000;
@@ -75,7 +63,7 @@ function n2Agent() {
     nodeId: "n2",
     deps: { clock: { now: () => now } } as Partial<AgentDeps> as AgentDeps,
     db,
-    state: memoryState(),
+    state: memoryState({ highest_epoch: 1 }),
     logger,
   });
   ctx.lastTopology = {
@@ -227,5 +215,55 @@ describe("a primary's database restarted before its agent read the shard (nemesi
     // Assess
     expect(held).toBe(true);
     expect(agent.ctx.dbRestarted).toBe(false);
+  });
+});
+
+/**
+ * Nemesis seed 7336 (guarantees 5 then 1, ~236 acknowledged writes lost): node-169a's agent,
+ * restarted with a wiped state dir while its primary kept serving, judged the live process against
+ * the node's own stored report (same replication id, 21 KB ahead of it) and fenced it as "restarted
+ * without its data": a peer's report, written after the agent's INFO read, was further on that id.
+ * The controller promoted another node at the report's offset and both replicas resynced from it.
+ */
+describe("an agent restarted without its state judging the live primary against its node's report (nemesis seed 7336)", () => {
+  /** n2's agent with no state: its first read is A; its node's stored report is A's lineage, behind. */
+  async function stateless(reportedOffset: number) {
+    const agent = n2Agent();
+    await agent.read(A);
+    const snapshot = {
+      shard: "s1",
+      nodes: [
+        aHeartbeat({ node_id: "n2", role: "primary", repl_id: "A", last_txn_id: reportedOffset, epoch: 1 }),
+      ],
+      replicaSets: { n2: ["n3"] },
+      replicaSetVersions: { n2: 1 },
+      topology: agent.ctx.lastTopology,
+      lock: undefined,
+      malformed: [],
+    } as Partial<ShardSnapshot> as ShardSnapshot;
+    return { agent, snapshot };
+  }
+
+  it("keeps serving a primary on its report's id and ahead of it, though a replica reported further on that id since its read", async () => {
+    // Arrange: n3 reported A at 109,488, past the 109,344 n2's database answered a moment before.
+    const { agent, snapshot } = await stateless(100_000);
+
+    // Act
+    judgeAgainstOwnReport(agent.ctx, snapshot);
+
+    // Assess
+    expect(agent.ctx.dbRestarted).toBe(false);
+    expect(agent.logger.find("database does not continue this node's last report")).toBeUndefined();
+  });
+
+  it("still fences a primary on its report's id behind the report", async () => {
+    // Arrange: the report says A at 110,000; the process answers A at 109,344.
+    const { agent, snapshot } = await stateless(110_000);
+
+    // Act
+    judgeAgainstOwnReport(agent.ctx, snapshot);
+
+    // Assess
+    expect(agent.ctx.dbRestarted).toBe(true);
   });
 });
