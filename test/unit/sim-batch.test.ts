@@ -109,6 +109,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // its lineage history, was judged by the empty process's lineage, went offline on it and came back
   // on that node at offset 0 (topologyBefore, src/core/continuation.ts).
   { seed: 420097, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
+  // 420290 (125 lost): a controller froze between recording promote and sending PROMOTE; the next
+  // invocation judged the live target, holding 6,000 bytes more than the other member, overdue
+  // from the epoch bump and promoted that member (rule live_target_ahead, src/core/decide/retarget.ts).
+  { seed: 420290, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
 ];
 
 describe("simulated seeds that found a hole", () => {
