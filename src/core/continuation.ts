@@ -1,8 +1,8 @@
 import type { FailoverConfig } from "./config.ts";
 import { firstGate } from "./decide/gate.ts";
 import { describeCandidates } from "./decide/pick-candidate.ts";
-import { RETARGET_GATES, retargetView } from "./decide/retarget.ts";
-import { isFresh, type ShardView, shardView } from "./decide/view.ts";
+import { liveTargetAhead, RETARGET_GATES, type RetargetView, retargetView } from "./decide/retarget.ts";
+import { isFresh, shardView } from "./decide/view.ts";
 import { decide, isPastPointOfNoReturn, type NoActionCode } from "./decide.ts";
 import { ShardguardError } from "./errors.ts";
 import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "./model.ts";
@@ -148,7 +148,9 @@ export function topologyBefore(topology: Topology, state: FailoverState, now: nu
  * - `promote`/`confirm`: target confirmed: `continue` from repoint; target alive and not overdue
  *   (MAX_CONFIRM_ROUNDS confirm timeouts since the epoch was bumped), or alive within a confirm
  *   timeout of this plan's last PROMOTE (the start of its `confirm` phase): `continue` from promote
- *   (the same PROMOTE again); otherwise `replan` to the best other eligible node, or `offline`.
+ *   (the same PROMOTE again); a live target holding more of the lineage than every other node
+ *   gets its PROMOTE again too, overdue or not (rule \`live_target_ahead\`, guarantee 1: simulator
+ *   seed 420290); otherwise `replan` to the best other eligible node, or `offline`.
  */
 export function decideContinuation(
   snapshot: ShardSnapshot,
@@ -194,11 +196,15 @@ export function decideContinuation(
   if (alive && (!overdue || justSent)) {
     return { kind: "continue", from: "promote", reason: `${target} is alive; sending PROMOTE again` };
   }
-  return retarget(
+  const v = retargetView(
     view,
     state,
     alive ? "did not confirm in time" : node ? "is no longer alive" : "has no heartbeat",
   );
+  // Overdue or not, a live target holding more than every other node keeps the plan (guarantee 1).
+  const kept = alive ? liveTargetAhead(v) : undefined;
+  if (kept !== undefined) return { kind: "continue", from: "promote", reason: kept };
+  return retarget(v, state);
 }
 
 function reconsider(
@@ -257,8 +263,7 @@ function reconsider(
  * old PROMOTE, finds the topology at a newer epoch naming another node and drops it. A deposing
  * plan stays deposing: the new target too must fence the old primary first, or not promote.
  */
-function retarget(view: ShardView, state: FailoverState, problem: string): Continuation {
-  const v = retargetView(view, state, problem);
+function retarget(v: RetargetView, state: FailoverState): Continuation {
   const stopped = firstGate(RETARGET_GATES, v);
   if (stopped?.kind === "none") {
     return {

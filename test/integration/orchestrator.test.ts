@@ -232,11 +232,13 @@ describe("orchestrator on the local stack", () => {
   });
 
   it("replaces a promoted node that never confirms with the next candidate under a further epoch", async () => {
-    // Prepare: r1 is alive but its agent never applies a command.
+    // Prepare: r1 is alive but its agent never applies a command. r2 holds as much as r1: a live
+    // target holding more than every other node keeps the plan, its PROMOTE sent again (rule
+    // live_target_ahead, guarantee 1: simulator seed 420290; orchestrator-continuation.test.ts).
     const shard = aScriptedShard();
     shard.node("p1", { role: "primary", primary: undefined, primary_link: undefined });
     shard.node("r1", { txn: 990, responsive: false });
-    shard.node("r2", { txn: 980 });
+    shard.node("r2", { txn: 990 });
     await shard.start();
     const { deps, events } = controller(shard, { timeouts: { ...TIMEOUTS, confirm: 500 } });
     shard.kill("p1");

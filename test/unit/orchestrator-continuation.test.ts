@@ -26,6 +26,12 @@ function continuation(shard: ShardBuilder): Continuation {
   return decideContinuation(shard.build(), config, NOW, options);
 }
 
+/**
+ * r2 as far as the target r1 (990): replacing a live r1 by it drops nothing, so an overdue live
+ * target is replaced (rule `live_target_ahead` keeps a live target that holds more).
+ */
+const R2_AS_FAR = { node_id: "r2", last_txn_id: 990 } as const;
+
 /** p1 dead, replicas see it; a failover to r1 left at `phase`. */
 const interrupted = (phase: FailoverPhase, target = "r1") =>
   aShard().withStalePrimary().failingOver(phase, target);
@@ -125,7 +131,7 @@ describe("decideContinuation: every case", () => {
     {
       name: "confirm, target alive but overdue: replan",
       shard: () => {
-        const shard = interrupted("confirm");
+        const shard = interrupted("confirm").withNode(R2_AS_FAR);
         const topology = shard.build().topology as Topology;
         const failover = topology.failover as NonNullable<Topology["failover"]>;
         return shard.withTopology({
@@ -162,7 +168,7 @@ describe("decideContinuation: every case", () => {
     {
       name: "confirm, overdue, the confirm start an earlier plan's (before this plan's bump): replan",
       shard: () => {
-        const shard = interrupted("confirm");
+        const shard = interrupted("confirm").withNode(R2_AS_FAR);
         const topology = shard.build().topology as Topology;
         const failover = topology.failover as NonNullable<Topology["failover"]>;
         return shard.withTopology({
@@ -180,7 +186,7 @@ describe("decideContinuation: every case", () => {
     {
       name: "confirm, overdue, PROMOTE sent more than a confirm timeout ago: replan",
       shard: () => {
-        const shard = interrupted("confirm");
+        const shard = interrupted("confirm").withNode(R2_AS_FAR);
         const topology = shard.build().topology as Topology;
         const failover = topology.failover as NonNullable<Topology["failover"]>;
         return shard.withTopology({
@@ -460,6 +466,81 @@ describe("decideContinuation: a retarget passes the gates a failover passes (RET
       // Assess
       expect(next).toMatchObject(row.expected);
       expect(next.reason).toContain(row.reason);
+    });
+  }
+});
+
+/**
+ * Simulator seed 420290 (guarantee 1, 125 replica-acknowledged writes lost): a controller recorded
+ * phase `promote` of a failover to n2 and froze before sending PROMOTE; 60 s later the next
+ * invocation found n2 alive (fresh heartbeat, parked replica holding the lineage to 188,928), judged
+ * it "did not confirm in time" from the epoch bump and promoted n3, 6,000 bytes behind it: n2 then
+ * full-synced from n3. Rule `live_target_ahead`: a live target holding more than every other node
+ * keeps the plan and gets its PROMOTE again.
+ */
+describe("decideContinuation: a live target holding more is not replaced (rule live_target_ahead, simulator seed 420290)", () => {
+  /** A failover to r1 (990) left at `phase` long ago: past MAX_CONFIRM_ROUNDS since the bump, no PROMOTE sent recently. */
+  const overdue = (phase: FailoverPhase, phaseStarted: Record<string, number>) => {
+    const shard = interrupted(phase);
+    const topology = shard.build().topology as Topology;
+    return shard.withTopology({
+      failover: {
+        ...(topology.failover as NonNullable<Topology["failover"]>),
+        phase_started: { epoch_bumped: NOW - 60_000, ...phaseStarted },
+      },
+    });
+  };
+  const frozenBeforePromote = () => overdue("promote", { promote: NOW - 60_000 });
+  const rows: ReadonlyArray<{
+    readonly name: string;
+    readonly shard: () => ShardBuilder;
+    readonly expected: Partial<Continuation> & { kind: Continuation["kind"] };
+    readonly reason?: string;
+  }> = [
+    {
+      name: "never sent PROMOTE, the live target ahead of the other member: PROMOTE again, not a replan to r2",
+      shard: frozenBeforePromote,
+      expected: { kind: "continue", from: "promote" },
+      reason: "alive and holds the lineage to 990, and the best other node, r2, holds 980",
+    },
+    {
+      name: "PROMOTE sent more than a confirm timeout ago, the live target still ahead: PROMOTE again",
+      shard: () => overdue("confirm", { promote: NOW - 60_000, confirm: NOW - CONFIRM_MS - 1 }),
+      expected: { kind: "continue", from: "promote" },
+      reason: "alive and holds the lineage to 990",
+    },
+    {
+      name: "the live target and no other node eligible: PROMOTE again, not offline",
+      shard: () => frozenBeforePromote().withNode({ node_id: "r2", priority: 0, last_txn_id: 980 }),
+      expected: { kind: "continue", from: "promote" },
+      reason: "no other node is eligible",
+    },
+    {
+      name: "another member holds as much: replan to it (nothing dropped)",
+      shard: () => frozenBeforePromote().withNode(R2_AS_FAR),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
+    {
+      name: "the target ahead but its database down: not alive, replan",
+      shard: () => frozenBeforePromote().withNode({ node_id: "r1", db_status: "down" }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
+    {
+      name: "the target alive on another lineage (restarted empty): it holds nothing, replan",
+      shard: () =>
+        frozenBeforePromote().withNode({ node_id: "r1", repl_id: "lineage-empty", last_txn_id: 0 }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
+  ];
+
+  for (const row of rows) {
+    it(row.name, () => {
+      // Act
+      const next = continuation(row.shard());
+
+      // Assess
+      expect(next).toMatchObject(row.expected);
+      if (row.reason !== undefined) expect(next.reason).toContain(row.reason);
     });
   }
 });

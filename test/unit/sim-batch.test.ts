@@ -121,6 +121,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // empty process's RDB carries none and this seed is valid on 193af6e's code too: it no longer
   // exercises the fix (identity.test.ts and agent-restart-fenced.test.ts still do).
   { seed: 420283, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
+  // 420290 (125 lost): a controller froze between recording promote and sending PROMOTE; the next
+  // invocation judged the live target, holding 6,000 bytes more than the other member, overdue
+  // from the epoch bump and promoted that member (rule live_target_ahead, src/core/decide/retarget.ts).
+  { seed: 420290, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
 ];
 
 describe("simulated seeds that found a hole", () => {

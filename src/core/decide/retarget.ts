@@ -1,6 +1,6 @@
 import type { Candidate, FailoverState, Heartbeat, Lineage } from "../model.ts";
 import { awaitingReason, type Gate, quietIds } from "./gate.ts";
-import { pickCandidates } from "./pick-candidate.ts";
+import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
 import {
   followerUnheardRule,
   memberUnheardRule,
@@ -26,6 +26,8 @@ export interface RetargetView extends Replacing {
   readonly lineage: Lineage | undefined;
   /** Every node but the old primary and the failed target, in promotion order. */
   readonly candidates: readonly Candidate[];
+  /** The failed target judged as the candidates are (undefined: it has no heartbeat). */
+  readonly failedTarget: Candidate | undefined;
   readonly target: { readonly best: Candidate; readonly lineage: Lineage } | undefined;
   /** Nodes other than the old primary quiet within their keepalive. */
   readonly quiet: readonly Heartbeat[];
@@ -58,11 +60,12 @@ export function retargetView(view: ShardView, state: FailoverState, problem: str
     ...(view.topology?.ancestry ?? []),
     ...(state.target_link === undefined ? [] : [state.target_link]),
   ];
-  const candidates = pickCandidates(snapshot.nodes, lineage, config, now, {
+  const ranked = pickCandidates(snapshot.nodes, lineage, config, now, {
     exclude: primaryId,
     members,
     links,
-  }).filter((candidate) => candidate.node_id !== state.new_primary_node_id);
+  });
+  const candidates = ranked.filter((candidate) => candidate.node_id !== state.new_primary_node_id);
   const best = candidates[0];
   return {
     ...view,
@@ -73,9 +76,38 @@ export function retargetView(view: ShardView, state: FailoverState, problem: str
     why: `target ${state.new_primary_node_id} ${problem} after PROMOTE`,
     lineage,
     candidates,
+    failedTarget: ranked.find((candidate) => candidate.node_id === state.new_primary_node_id),
     target: best?.eligible === true && lineage !== undefined ? { best, lineage } : undefined,
     quiet: awaitingReports(snapshot, config, now, primaryId),
   };
+}
+
+/**
+ * Rule \`live_target_ahead\` (guarantee 1): the failed target, alive and judged as the candidates
+ * are (fresh, its database up, a member holding the lineage), holds more of the lineage than the
+ * best of them, or none of them is eligible. It was chosen for holding the most, and what it holds
+ * past the others it may have acknowledged (\`WAIT 1\`): promoting another node instead drops
+ * those writes for good (the failed target, once repointed, full-syncs from a node behind it).
+ * \`replica_ahead_retarget\` waits for a stale replica further ahead; the failed target, excluded
+ * from the ranking, was counted by no rule while its heartbeat was fresh. The plan keeps it: the
+ * continuation sends its PROMOTE again (simulator seed 420290: a controller frozen between
+ * recording \`promote\` and sending PROMOTE; the next invocation judged the live target overdue
+ * from the epoch bump 60 s earlier and promoted a member 6,000 bytes behind it, 125 writes lost).
+ * The reason why, or undefined when another node holds as much.
+ */
+export function liveTargetAhead(v: RetargetView): string | undefined {
+  const failed = v.failedTarget;
+  if (failed?.eligible !== true) return undefined;
+  const best = v.candidates[0];
+  if (best?.eligible === true && best.last_txn_id >= failed.last_txn_id) return undefined;
+  const others =
+    best?.eligible === true
+      ? `the best other node, ${best.node_id}, holds ${best.last_txn_id}`
+      : `no other node is eligible (${describeCandidates(v.candidates)})`;
+  return (
+    `${v.why}, but it is alive and holds the lineage to ${failed.last_txn_id}, and ${others}: ` +
+    `promoting another node would drop writes only it may have acknowledged; sending its PROMOTE again`
+  );
 }
 
 function notPromoting(v: RetargetView, best: Candidate): string {
