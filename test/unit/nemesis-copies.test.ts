@@ -4,6 +4,7 @@ import {
   agentProtects,
   copiesUncertain,
   intactCopies,
+  primaryRolledBack,
   type RoleRead,
 } from "../../src/dev/nemesis/copies.ts";
 
@@ -126,5 +127,31 @@ describe("no copy is counted on while a fault may depose the primary (nemesis se
     ["the membership change itself", [{ kind: "membership", targets: ["node-2", "node-48b"] }], false],
   ])("%s", (_name, faults, uncertain) => {
     expect(copiesUncertain(faults, "node-2") !== undefined).toBe(uncertain);
+  });
+});
+
+describe("a primary this run restarted is no intact copy until the shard moves on (seeds 5401, 7341)", () => {
+  const restarted = new Map([["n3", 4]]);
+  it.each<[string, { epoch: number; status: string; primary_node_id?: string } | undefined, boolean]>([
+    [
+      "named at the epoch read after its restart",
+      { epoch: 4, status: "online", primary_node_id: "n3" },
+      true,
+    ],
+    [
+      "named by an offline topology at a later epoch (marked offline on its lineage; seed 7341)",
+      { epoch: 5, status: "offline", primary_node_id: "n3" },
+      true,
+    ],
+    [
+      "brought online again at a later epoch (the controller judged it)",
+      { epoch: 6, status: "online", primary_node_id: "n3" },
+      false,
+    ],
+    ["another node named", { epoch: 5, status: "online", primary_node_id: "n1" }, false],
+    ["no topology read", undefined, false],
+    ["a node never restarted", { epoch: 4, status: "offline", primary_node_id: "n1" }, false],
+  ])("%s", (_, topology, expected) => {
+    expect(primaryRolledBack(topology, restarted)).toBe(expected);
   });
 });

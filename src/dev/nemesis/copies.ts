@@ -77,3 +77,26 @@ export function copiesUncertain(
   }
   return undefined;
 }
+
+/**
+ * The topology's primary is a process this run restarted (from its RDB or empty), and the shard
+ * has not moved on from it: the topology names it at the epoch read after the restart, or names
+ * it while not online (the controller marked the shard offline on its lineage, a later epoch with
+ * no promotion since). It and the replicas linked to it may hold less than what was acknowledged,
+ * so the copies rule counts none of them (seed 5401). Nemesis seed 7341: primary node-3 restarted
+ * empty at epoch 4; the controller marked the shard offline at epoch 5, still naming node-3; the
+ * copies rule counted node-3, answering as a master, as an intact copy and restarted node-2, the
+ * replica its agent had kept, empty as well: every copy of 6,161 acknowledged writes destroyed.
+ */
+export function primaryRolledBack(
+  topology:
+    | { readonly epoch: number; readonly status: string; readonly primary_node_id?: string | undefined }
+    | undefined,
+  restartedAtEpoch: ReadonlyMap<string, number>,
+): boolean {
+  const primary = topology?.primary_node_id;
+  if (topology === undefined || primary === undefined) return false;
+  const at = restartedAtEpoch.get(primary);
+  if (at === undefined) return false;
+  return at === topology.epoch || (topology.status !== "online" && topology.epoch >= at);
+}

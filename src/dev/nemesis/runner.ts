@@ -15,7 +15,13 @@ import { NetLab, type PartitionSpec } from "../netlab/netlab.ts";
 import { type CheckResult, check } from "./checker.ts";
 import { buildClockShim } from "./clock-shim.ts";
 import { CommandTap } from "./command-tap.ts";
-import { agentProtects, copiesUncertain, intactCopies, type RoleRead } from "./copies.ts";
+import {
+  agentProtects,
+  copiesUncertain,
+  intactCopies,
+  primaryRolledBack as isPrimaryRolledBack,
+  type RoleRead,
+} from "./copies.ts";
 import {
   capZeros,
   describeFault,
@@ -562,8 +568,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       if (topology !== undefined) restartedAtEpoch.set(id, topology.epoch);
     };
     const primaryRolledBack = (topology: Topology | undefined): boolean =>
-      topology?.primary_node_id !== undefined &&
-      restartedAtEpoch.get(topology.primary_node_id) === topology.epoch;
+      isPrimaryRolledBack(topology, restartedAtEpoch);
 
     /**
      * Whether destroying node `id`'s copy keeps guarantee 1's premise: it is dead already, or the
