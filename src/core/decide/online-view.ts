@@ -9,8 +9,6 @@ import {
   describeHeartbeatAge,
   freshVoters,
   guardMembers,
-  heartbeatAgeMs,
-  isAgentHeard,
   isFresh,
   lineageOf,
   type ShardView,

@@ -25,7 +25,7 @@ import {
   replicaDownAheadRule,
   targetTest,
 } from "./replacing.ts";
-import { describeHeartbeatAge, heartbeatAgeMs, type ShardView } from "./view.ts";
+import { heartbeatAgeMs, type ShardView } from "./view.ts";
 
 function notPromoting(v: OnlineView, best: Candidate): string {
   return `${v.staleness}, ${v.quorumText}; not promoting ${best.node_id} (last_txn_id ${best.last_txn_id}) while `;
