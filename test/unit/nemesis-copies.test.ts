@@ -139,7 +139,12 @@ describe("a primary this run restarted is no intact copy until the shard moves o
       true,
     ],
     [
-      "named by an offline topology at a later epoch (marked offline on its lineage; seed 7341)",
+      "named by a failover from it at a later epoch (seed 7341: epoch 5 failing over to node-2)",
+      { epoch: 5, status: "failing_over", primary_node_id: "n3" },
+      true,
+    ],
+    [
+      "named by an offline topology at a later epoch (marked offline on its lineage)",
       { epoch: 5, status: "offline", primary_node_id: "n3" },
       true,
     ],

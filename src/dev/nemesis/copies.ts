@@ -81,12 +81,13 @@ export function copiesUncertain(
 /**
  * The topology's primary is a process this run restarted (from its RDB or empty), and the shard
  * has not moved on from it: the topology names it at the epoch read after the restart, or names
- * it while not online (the controller marked the shard offline on its lineage, a later epoch with
- * no promotion since). It and the replicas linked to it may hold less than what was acknowledged,
- * so the copies rule counts none of them (seed 5401). Nemesis seed 7341: primary node-3 restarted
- * empty at epoch 4; the controller marked the shard offline at epoch 5, still naming node-3; the
- * copies rule counted node-3, answering as a master, as an intact copy and restarted node-2, the
- * replica its agent had kept, empty as well: every copy of 6,161 acknowledged writes destroyed.
+ * it while not online (a failover from it under way, or the shard marked offline on its lineage:
+ * a later epoch with no promotion done). It and the replicas linked to it may hold less than what
+ * was acknowledged, so the copies rule counts none of them (seed 5401). Nemesis seed 7341: primary
+ * node-3 restarted empty at epoch 4; epoch 5 began a failover to node-2 (parked by its agent with
+ * every write) still naming node-3; the copies rule, reading epoch 5, counted node-3, answering as
+ * a master, as an intact copy and restarted node-2 empty 100 ms before its PROMOTE: every copy of
+ * 6,161 acknowledged writes destroyed (docs/open-holes/nemesis-7341-analysis.md).
  */
 export function primaryRolledBack(
   topology:

@@ -796,11 +796,15 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
             busy: busy.has(`agent:${id}`),
             upForMs: active.agentUpForMs(id),
           });
-        free = primaryRolledBack(topology)
-          ? []
-          : free.filter((id) =>
-              intactCopies(id, roles, primary).some((copy) => copy === primary || parkable(copy)),
-            );
+        // Only while the shard is online: mid-failover the "replica" may be the node being promoted,
+        // the only holder (nemesis seed 7341: node-2, parked with every write after primary node-3
+        // restarted empty, was restarted empty itself 100 ms before its PROMOTE arrived).
+        free =
+          topology?.status !== "online" || primaryRolledBack(topology)
+            ? []
+            : free.filter((id) =>
+                intactCopies(id, roles, primary).some((copy) => copy === primary || parkable(copy)),
+              );
         if (free.length === 0) {
           return {
             targets: [],
