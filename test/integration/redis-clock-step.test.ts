@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { PROMOTION_FENCE_WINDOW_MS } from "../../src/core/write-guard.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { buildClockShim } from "../../src/dev/nemesis/clock-shim.ts";
@@ -32,6 +32,11 @@ let cluster: LocalCluster | undefined;
 afterEach(async () => {
   await cluster?.stop();
   cluster = undefined;
+});
+
+// The shim and the clock files live for the whole file: a retry of the test needs them (a fresh-clone
+// CI run's retry failed with ENOENT on node-1.offset when this ran after each test).
+afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
