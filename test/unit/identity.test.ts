@@ -382,7 +382,6 @@ describe("database identity: judging a restarted database", () => {
         const sameLifetime =
           previous.role === "primary" &&
           current.role === "primary" &&
-          (previous.replId as string) !== "" &&
           current.replId === previous.replId &&
           current.offset >= previous.offset;
         if (continues && (nobodyHasMore || sameLifetime)) expect(verdict.kind).not.toBe("lost-data");

@@ -87,7 +87,7 @@ export function awaitingReports(
 }
 
 /** A replica whose agent was heard with its database up, on a database answer too old to vote or rank on. */
-export function isHeardNotFresh(node: Heartbeat, config: FailoverConfig, now: number): boolean {
+function isHeardNotFresh(node: Heartbeat, config: FailoverConfig, now: number): boolean {
   return node.role === "replica" && node.db_status === "up" && !isFresh(node, config, now);
 }
 
