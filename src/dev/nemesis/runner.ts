@@ -1093,10 +1093,17 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           case "partition-nodes": {
             // Every node of the set now, added ones included (each has a namespace), by the name of the
             // namespace it runs in (a node that replaced another at its address runs in the old one's).
+            const self = labNameOf(id);
             const others = nodeIds.filter((other) => other !== id).map(labNameOf);
             const other = others[Math.floor(Number(fault.params.with) * others.length)] as string;
-            const rest = others.filter((node) => node !== other);
-            const self = labNameOf(id);
+            // The groups hold every node still running, not only the set: a node a shrink is draining
+            // left the set but still replicates until it is stopped, and leaving it out made an
+            // isolation a non-transitive cut (nemesis 7342: the isolated primary's one linked
+            // replica was a leaving node, so it kept acknowledging writes).
+            const running = [...new Set(active.redis.map((node) => labNameOf(node.id)))].filter(
+              (name) => name !== self,
+            );
+            const rest = running.filter((node) => node !== other);
             const spec: PartitionSpec =
               fault.params.shape === "one-way"
                 ? { cuts: [{ from: self, to: other, oneWay: true }] }
@@ -1110,7 +1117,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
                           [...rest, "aws"],
                         ],
                       }
-                    : { groups: [[self], [...others, "aws"]] };
+                    : { groups: [[self], [...running, "aws"]] };
             const cuts = await active.partition(spec);
             line(`  partition-nodes: ${cuts.map((cut) => `${cut.from}->${cut.to}`).join(" ")}`);
             heals.push(() => active.heal());
