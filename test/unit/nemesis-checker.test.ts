@@ -68,6 +68,19 @@ function healthy(primary: string, seqs: number[], replicas = ["n2", "n3"]): Fina
   return { nodes, topologyPrimary: primary, topologyStatus: "online" };
 }
 
+/** The topology's primary n1 did not answer its final read; n2 and n3 follow it, holding these keys. */
+function unreadPrimary(n2: number[], n3: number[]): FinalRead {
+  return {
+    nodes: [
+      { node: "n1", reachable: false, error: "Command timed out" },
+      { node: "n2", reachable: true, role: "slave", following: "n1", linkUp: true, seqs: n2 },
+      { node: "n3", reachable: true, role: "slave", following: "n1", linkUp: false, seqs: n3 },
+    ],
+    topologyPrimary: "n1",
+    topologyStatus: "online",
+  };
+}
+
 describe("nemesis checker", () => {
   it("fails a history with one lost write and one two-writable window, naming both", () => {
     // Prepare: seq 2 acknowledged by a replica and missing; two writable nodes 10 s after the last window.
@@ -254,6 +267,61 @@ describe("nemesis checker", () => {
         expect: "(d) the shard ends with 0 primaries",
       },
       {
+        rule: "(d) the topology's primary read as a replica is still 0 primaries, a failure (not 'could not be read')",
+        history: build(write(0, 1, "ok")),
+        final: {
+          nodes: [
+            { node: "n1", reachable: true, role: "slave", following: "n2", linkUp: false, seqs: [1] },
+            { node: "n2", reachable: true, role: "slave", following: "n1", linkUp: false, seqs: [1] },
+            { node: "n3", reachable: false, error: "Command timed out" },
+          ],
+          topologyPrimary: "n1",
+        },
+        valid: false,
+        expect: "(d) the shard ends with 0 primaries",
+      },
+      {
+        rule: "(d) the topology's primary down for good (no read error) with no master is 0 primaries, a failure",
+        history: build([]),
+        final: {
+          nodes: [
+            { node: "n1", reachable: false },
+            { node: "n2", reachable: true, role: "slave", following: "n1", linkUp: false, seqs: [] },
+          ],
+          topologyPrimary: "n1",
+        },
+        valid: false,
+        expect: "(d) the shard ends with 0 primaries",
+      },
+      {
+        rule: "(d) the topology's primary unread, its replicas holding every write between them: unknown, not 0 primaries (nemesis seed 7336)",
+        history: build([...write(0, 1, "ok"), ...write(10, 2, "ok")]),
+        final: unreadPrimary([1], [2]),
+        valid: "unknown",
+        expect: "(d) the topology's primary n1 could not be read at the end (Command timed out)",
+      },
+      {
+        rule: "(a) the topology's primary unread: a write none of its replicas holds is lost, checked on replicas",
+        history: build([...write(0, 1, "ok"), ...write(10, 2, "ok"), ...write(20, 3, "ok")]),
+        final: unreadPrimary([1], [2]),
+        valid: false,
+        expect: "(a) 1 replica-acknowledged writes missing from the replicas following n1 (n2, n3): seq 3",
+      },
+      {
+        rule: "(d) the topology's primary unread and a live node following another: a failure",
+        history: build([]),
+        final: {
+          nodes: [
+            { node: "n1", reachable: false, error: "Command timed out" },
+            { node: "n2", reachable: true, role: "slave", following: "n1", linkUp: true, seqs: [] },
+            { node: "n3", reachable: true, role: "slave", following: "n2", linkUp: true, seqs: [] },
+          ],
+          topologyPrimary: "n1",
+        },
+        valid: false,
+        expect: "(d) live nodes not following the topology's primary n1: n3 (slave of n2, link up)",
+      },
+      {
         rule: "(e) an epoch change with no fault is a violation",
         history: build([epoch(5000, 1, 2, "n2")]),
         final: healthy("n2", [], ["n1", "n3"]),
@@ -346,6 +414,16 @@ describe("nemesis checker", () => {
       expect(result.valid).toBe(valid);
       if (expected === null) expect(result.violations).toEqual([]);
       else expect(result.violations.some((v) => v.includes(expected))).toBe(true);
+    });
+
+    it("checks (a) on the union of the replicas' keys when the topology's primary could not be read, and says so", () => {
+      const history = build([...write(0, 1, "ok"), ...write(10, 2, "ok"), ...write(20, 3, "ok", 0)]);
+      const result = check(history, unreadPrimary([1], [2]), OPTIONS);
+      expect(result).toMatchObject({ valid: "unknown", lost: [], asyncOnly: [3] });
+      expect(result.violations).toEqual([
+        "(d) the topology's primary n1 could not be read at the end (Command timed out)",
+        "(a) checked on replicas: n1 not read, the data rules (a, c) were checked on the union of the keys of n2, n3",
+      ]);
     });
 
     it("counts async-only losses and recovered writes", () => {

@@ -15,7 +15,9 @@ import type { EpochValue, FaultValue, Op, ProbeValue, WriteValue } from "./histo
  * - (c) writes the primary alone acknowledged (`WAIT` answered 0) and that are missing are
  *   `asyncOnly` losses: reported, not a violation;
  * - (d) the shard ends with exactly one primary, every live node following it with its link up,
- *   and the topology naming it;
+ *   and the topology naming it. No master read while the topology's primary is a live node whose
+ *   final read failed is `"unknown"` ("could not be read"), not "0 primaries" (nemesis seed 7336);
+ *   (a) is then checked on the union of the keys of the replicas following it ("checked on replicas");
  * - (e) every epoch change has a cause: a fault active at that moment, or healed (or the
  *   nemesis's operator recovery, `recover`) at most
  *   `causeWindowMs` before it;
@@ -30,6 +32,11 @@ export interface FinalNodeRead {
   readonly node: string;
   /** False when the node is down (killed and not restarted) or did not answer. */
   readonly reachable: boolean;
+  /**
+   * Unreachable: why the read of a live node failed (the last error, after the re-reads). Absent
+   * for a node that is down for good: the checker tells "not read" from "down" by it.
+   */
+  readonly error?: string;
   /** From ROLE / INFO replication. */
   readonly role?: "master" | "slave";
   /** A replica: the node id it follows (mapped from its master host:port). */
@@ -129,6 +136,9 @@ export function mergeVerdicts(...verdicts: Verdict[]): Verdict {
 }
 
 const fmt = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+const describeRole = (node: FinalNodeRead) =>
+  `${node.node} (${node.role ?? "?"} of ${node.following ?? "none"}, link ${node.linkUp ? "up" : "down"})`;
 
 function summarize(seqs: readonly number[], limit = 10): string {
   const shown = seqs.slice(0, limit).join(", ");
@@ -359,7 +369,27 @@ export function check(
   const live = final.nodes.filter((node) => node.reachable);
   const masters = live.filter((node) => node.role === "master");
   let finalPrimary: string | undefined;
-  if (masters.length !== 1) {
+  // No master read, and the topology names a live node whose read failed: the primary was not read,
+  // which is not "no primary" (nemesis seed 7336: the settled primary stalled under load at the final read).
+  const unreadPrimary =
+    masters.length === 0
+      ? final.nodes.find(
+          (node) => node.node === final.topologyPrimary && !node.reachable && node.error !== undefined,
+        )
+      : undefined;
+  if (unreadPrimary) {
+    violations.push(
+      `(d) the topology's primary ${unreadPrimary.node} could not be read at the end (${unreadPrimary.error})`,
+    );
+    verdicts.push("unknown");
+    const strays = live.filter((node) => node.following !== unreadPrimary.node);
+    if (strays.length > 0) {
+      violations.push(
+        `(d) live nodes not following the topology's primary ${unreadPrimary.node}: ${strays.map(describeRole).join(", ")}`,
+      );
+      verdicts.push(false);
+    }
+  } else if (masters.length !== 1) {
     violations.push(
       `(d) the shard ends with ${masters.length} primaries${masters.length > 0 ? ` (${masters.map((m) => m.node).join(", ")})` : ""}, not one`,
     );
@@ -374,12 +404,7 @@ export function check(
     );
     if (strays.length > 0) {
       violations.push(
-        `(d) live nodes not following the primary ${finalPrimary}: ${strays
-          .map(
-            (node) =>
-              `${node.node} (${node.role ?? "?"} of ${node.following ?? "none"}, link ${node.linkUp ? "up" : "down"})`,
-          )
-          .join(", ")}`,
+        `(d) live nodes not following the primary ${finalPrimary}: ${strays.map(describeRole).join(", ")}`,
       );
       verdicts.push(false);
     }
@@ -402,15 +427,31 @@ export function check(
     stats: statsWith(finalPrimary),
   });
 
-  const primaryRead = final.nodes.find((node) => node.node === finalPrimary);
-  if (finalPrimary === undefined || primaryRead?.seqs === undefined) {
+  const primarySeqs = final.nodes.find((node) => node.node === finalPrimary)?.seqs;
+  // The topology's primary not read: the keys of the replicas following it, together, stand in for
+  // its own (a write none of them holds is reported lost; one they hold was on the primary).
+  const followers = unreadPrimary
+    ? live.filter((node) => node.following === unreadPrimary.node && node.seqs !== undefined)
+    : [];
+  let present: Set<number>;
+  let where: string;
+  if (finalPrimary !== undefined && primarySeqs !== undefined) {
+    present = new Set(primarySeqs);
+    where = `the final primary ${finalPrimary}`;
+  } else if (unreadPrimary && followers.length > 0) {
+    present = new Set(followers.flatMap((node) => node.seqs ?? []));
+    const names = followers.map((node) => node.node).join(", ");
+    where = `the replicas following ${unreadPrimary.node} (${names})`;
+    violations.push(
+      `(a) checked on replicas: ${unreadPrimary.node} not read, the data rules (a, c) were checked on the union of the keys of ${names}`,
+    );
+  } else {
     violations.push("no final primary could be read: the data rules (a, c) were not checked");
     verdicts.push("unknown");
     return result({ lost: [], unexpected: [], recovered: [], asyncOnly: [] });
   }
 
   // (a), (c) and the set checker's unexpected / recovered.
-  const present = new Set(primaryRead.seqs);
   const lost: number[] = [];
   const asyncOnly: number[] = [];
   const recovered: number[] = [];
@@ -429,19 +470,17 @@ export function check(
   const unexpected = [...present].filter((seq) => !attempted.has(seq)).sort((x, y) => x - y);
   if (lost.length > 0) {
     violations.push(
-      `(a) ${lost.length} replica-acknowledged writes missing from the final primary ${finalPrimary}: seq ${summarize(lost)}`,
+      `(a) ${lost.length} replica-acknowledged writes missing from ${where}: seq ${summarize(lost)}`,
     );
     verdicts.push(false);
   }
   if (unexpected.length > 0) {
-    violations.push(
-      `${unexpected.length} keys on the final primary were never written: seq ${summarize(unexpected)}`,
-    );
+    violations.push(`${unexpected.length} keys on ${where} were never written: seq ${summarize(unexpected)}`);
     verdicts.push(false);
   }
   if (failedButPresent.length > 0) {
     violations.push(
-      `${failedButPresent.length} writes that were refused are on the final primary: seq ${summarize(failedButPresent)}`,
+      `${failedButPresent.length} writes that were refused are on ${where}: seq ${summarize(failedButPresent)}`,
     );
     verdicts.push(false);
   }

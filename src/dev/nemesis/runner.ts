@@ -39,7 +39,7 @@ import { Random } from "./random.ts";
 import { DYNAMODB_INTERNAL_ERROR, DYNAMODB_THROTTLED, PASS, type ProxyMode, TcpProxy } from "./tcp-proxy.ts";
 import {
   NemesisWriter,
-  readFinal,
+  readFinalWithRereads,
   readRoles,
   type SampledNode,
   StrayWriter,
@@ -86,6 +86,9 @@ const OPERATOR_PAGE_MS = 10_000;
 
 /** How long the shard may stay offline after heal-all before the nemesis recovers it as an operator. */
 const OPERATOR_PATIENCE_MS = 20_000;
+
+/** How long a live node whose settle or final read failed is read again before it is judged unread. */
+const FINAL_REREAD_MS = 15_000;
 
 /**
  * `shardguard recover` on the live node with the most data, when the controller reports the
@@ -1507,11 +1510,16 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
         history.append({ process: "nemesis", type: "info", f: "recover", value: { note: operatorRecovery } });
       }
       if (topology?.status === "online" && topology.primary_node_id) {
-        const final = await readFinal(
+        const final = await readFinalWithRereads(
           memberNodes().map((node) => ({ node, alive: !dead.has(node.id) })),
           () => undefined,
           `${keyPrefix}none`,
           topology,
+          {
+            deadlineMs: Math.min(FINAL_REREAD_MS, settleTimeoutMs - (performance.now() - settleStart)),
+            log: line,
+            signal: options.signal,
+          },
         );
         const live = final.nodes.filter((node) => node.reachable);
         const masters = live.filter((node) => node.role === "master");
@@ -1546,11 +1554,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
     // Replication of the last writes.
     await sleep(500);
     const topology = await active.topology().catch(() => undefined);
-    const final = await readFinal(
+    // A live node whose read fails (a stall on an overloaded host, a resync's -LOADING to KEYS) is
+    // read again before the checker judges (nemesis seed 7336: the settled primary, unread, was "0 primaries").
+    const final = await readFinalWithRereads(
       memberNodes().map((node) => ({ node, alive: !dead.has(node.id) })),
       (key) => writer.seqOf(key),
       `${keyPrefix}k*`,
       topology,
+      { deadlineMs: FINAL_REREAD_MS, log: line },
     );
     history.append({
       process: "final",
@@ -1564,6 +1575,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
           role: n.role,
           following: n.following,
           keys: n.seqs?.length,
+          error: n.error,
         })),
       },
     });

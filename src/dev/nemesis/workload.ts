@@ -553,7 +553,7 @@ export async function readFinal(
     nodes.map(async ({ node, alive }): Promise<FinalNodeRead> => {
       if (!alive) return { node: node.id, reachable: false };
       const client = redisClient(node.address, 5000);
-      if (!client) return { node: node.id, reachable: false };
+      if (!client) return { node: node.id, reachable: false, error: `not an address: ${node.address}` };
       try {
         await client.connect();
         const role = (await client.role()) as unknown[];
@@ -568,12 +568,75 @@ export async function readFinal(
           linkUp: role[3] === "connected",
           seqs,
         };
-      } catch {
-        return { node: node.id, reachable: false };
+      } catch (error) {
+        return { node: node.id, reachable: false, error: errorMessage(error) };
       } finally {
         client.disconnect();
       }
     }),
   );
   return { nodes: reads, topologyPrimary: topology?.primary_node_id, topologyStatus: topology?.status };
+}
+
+export interface RereadOptions {
+  /** Past this (from the call), no read is started again. @default 15000 */
+  readonly deadlineMs?: number;
+  /** Pause before each round of re-reads. @default 2000 */
+  readonly intervalMs?: number;
+  readonly log?: (line: string) => void;
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * Reads again, every `intervalMs` until `deadlineMs` has passed, the live nodes whose read in
+ * `final` failed, and puts each successful read in their place: a node may stall for a moment
+ * (an overloaded host, a resync's `-LOADING` to KEYS) and a failed read must not be judged as the
+ * node's state (nemesis seed 7336: the settled primary read as unreachable, "0 primaries"). A node
+ * still unreadable keeps its last error. Bounded: no read starts after the deadline, so the whole
+ * takes at most `deadlineMs` plus one read's own timeouts.
+ */
+export async function rereadUnreadable<N extends { node: { id: string }; alive: boolean }>(
+  final: FinalRead,
+  nodes: readonly N[],
+  read: (nodes: readonly N[]) => Promise<FinalRead>,
+  options: RereadOptions = {},
+): Promise<FinalRead> {
+  const { deadlineMs = 15_000, intervalMs = 2000, log = () => {}, signal } = options;
+  const deadline = performance.now() + deadlineMs;
+  const unreadable = (current: FinalRead) =>
+    nodes.filter(({ node, alive }) => alive && current.nodes.some((n) => n.node === node.id && !n.reachable));
+  let current = final;
+  const reread = new Set<string>();
+  for (let pending = unreadable(current); pending.length > 0; pending = unreadable(current)) {
+    const left = deadline - performance.now();
+    if (left <= 0 || signal?.aborted) break;
+    await sleep(Math.min(intervalMs, left), undefined, { signal }).catch(() => {});
+    if (signal?.aborted) break;
+    for (const { node } of pending) reread.add(node.id);
+    const again = new Map((await read(pending)).nodes.map((n) => [n.node, n]));
+    current = { ...current, nodes: current.nodes.map((n) => (n.reachable ? n : (again.get(n.node) ?? n))) };
+  }
+  if (reread.size > 0) {
+    const still = current.nodes.filter((n) => reread.has(n.node) && !n.reachable);
+    log(
+      `final read: read again ${[...reread].join(", ")}` +
+        (still.length === 0
+          ? ", all read"
+          : `; still unreadable: ${still.map((n) => `${n.node} (${n.error ?? "no error"})`).join(", ")}`),
+    );
+  }
+  return current;
+}
+
+/** `readFinal` of `nodes`, then `rereadUnreadable` of the live ones whose read failed. */
+export async function readFinalWithRereads(
+  nodes: ReadonlyArray<{ node: RedisNode; alive: boolean }>,
+  seqOf: (key: string) => number | undefined,
+  keyPattern: string,
+  topology: Topology | undefined,
+  options: RereadOptions = {},
+): Promise<FinalRead> {
+  const read = (some: ReadonlyArray<{ node: RedisNode; alive: boolean }>) =>
+    readFinal(some, seqOf, keyPattern, topology);
+  return rereadUnreadable(await read(nodes), nodes, read, options);
 }
