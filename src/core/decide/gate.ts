@@ -224,6 +224,51 @@ export function linkedFollowers(
   return all.length >= cut.length ? all : [];
 }
 
+/**
+ * The members of \`primaryId\`'s stored replica set under the guard (\`guardMembers\`) other than
+ * \`exclude\` whose fresh report follows it with the link up and whose probe found it taking writes
+ * (\`primary_probe\` \`ok\`): a report with the link up is no final offset. The member acknowledges
+ * on after it, and Redis counts members cut off from the primary as good replicas for
+ * \`min-replicas-max-lag\` after their last acknowledgement, so one linked member alone meets \`WAIT 1\`
+ * meanwhile. Nemesis seed 7342: node-114r, cut from the store and from node-2 and node-239r, took
+ * 77 writes only node-261b acknowledged; node-239r was promoted on "2 of 3 fresh replicas report the
+ * primary down" 1.4 s after the cut, past node-261b's earlier report. The hold ends when the member's
+ * probe finds the primary refusing (\`fenced\`: its offset ranks, and the refusing-primary proof
+ * applies) or its link or probe goes down (a down vote with a final offset). Gates
+ * \`member_linked\`, \`member_linked_retarget\`, \`member_linked_offline\`.
+ */
+export function linkedMembers(view: ShardView, primaryId: string | undefined, exclude: string): Heartbeat[] {
+  const members = guardMembers(view.snapshot, primaryId) ?? [];
+  return view.nodes
+    .filter(
+      ({ heartbeat: node, fresh }) =>
+        fresh &&
+        node.node_id !== primaryId &&
+        node.node_id !== exclude &&
+        members.includes(node.node_id) &&
+        node.role === "replica" &&
+        node.db_status === "up" &&
+        node.primary_node_id === primaryId &&
+        node.primary_link === "up" &&
+        node.primary_probe === "ok",
+    )
+    .map(({ heartbeat }) => heartbeat)
+    .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+/** Why a change of primary waits for linked members (gates \`member_linked\`, \`member_linked_retarget\`, \`member_linked_offline\`). */
+export function memberLinkedReason(linked: readonly Heartbeat[], primaryId: string): string {
+  const each = linked.map(
+    (node) =>
+      `member ${node.node_id} of ${primaryId}'s replica set (its fresh report: following ${primaryId} with its link up, its probe found it taking writes, last_txn_id ${node.last_txn_id})`,
+  );
+  return (
+    `${each.join("; ")}: it acknowledges ${primaryId}'s writes on past that report, so its offset is no final one;` +
+    ` waiting for its probe to find ${primaryId} refusing every write (then its offset ranks) or for its link to drop` +
+    " (nemesis seed 7342)"
+  );
+}
+
 function followersAfter(
   view: ShardView,
   primaryId: string | undefined,
