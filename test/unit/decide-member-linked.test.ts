@@ -96,9 +96,9 @@ describe("decide: a member linked to a stale primary that takes writes (gate mem
       expected: { kind: "failover", target: "r1" },
     },
     {
-      name: "a linked replica outside the set is not a member: not held by member_linked",
+      name: "a linked replica outside the set, its probe finding p1 taking writes, is follower_unheard's, not member_linked's",
       shard: () => split().guardedBy(["r1", "r2"]),
-      expected: { kind: "failover", target: "r1" },
+      expected: { kind: "none", code: "follower_unheard" },
     },
     {
       name: "a healthy shard, every member linked and probing ok: healthy",

@@ -198,8 +198,10 @@ export function unheardFollowers(
  * acknowledges on after it; a fresh-clone CI run promoted the member 0.9 s after such a report, past
  * a follower that had acknowledged 700 ms of writes the member lacked). The old primary's guard
  * asks at least as many acknowledgements as its set has members; the members its own fresh report
- * shows cut off from it (link down, another primary, database down) acknowledge none, so heard
- * followers fewer than those cannot meet the guard and are no reason to hold. Any unheard follower
+ * shows cut off from it (link down, another primary, database down) acknowledge none once they lag
+ * past \`min-replicas-max-lag\`, so heard followers fewer than those cannot meet the guard for long
+ * and are no reason to hold, unless a fresh one's probe found the primary taking writes: that shows
+ * the guard met (within the lag window the cut members still count as good). Any unheard follower
  * holds, as before. The hold ends with a report of the link down or another primary, the old
  * primary's agent reporting, or the refusing-primary proof. Gates \`follower_unheard\`,
  * \`follower_unheard_retarget\`, and \`follower_unheard_offline\` for a member's promotion (a
@@ -214,6 +216,11 @@ export function linkedFollowers(
   const after = followersAfter(view, primaryId, primary, exclude);
   const all = after.map(({ heartbeat }) => heartbeat);
   if (all.length === 0 || after.some(({ current }) => !current)) return all;
+  // A fresh follower whose probe found the primary taking writes shows its guard met, whatever the
+  // count: Redis counts members cut off from it as good replicas for \`min-replicas-max-lag\` after
+  // their last acknowledgement, so one linked replica alone meets \`WAIT 1\` meanwhile (nemesis
+  // seed 7342, for a member: gate \`member_linked\`).
+  if (after.some(({ heartbeat, fresh }) => fresh && heartbeat.primary_probe === "ok")) return all;
   const members = guardMembers(view.snapshot, primaryId) ?? [];
   const cut = view.nodes.filter(
     ({ heartbeat: node, heard }) =>
