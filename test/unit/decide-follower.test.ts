@@ -106,6 +106,15 @@ describe("decide: a replica outside the set followed the old primary after its a
       expected: { kind: "failover", target: "r1" },
     },
     {
+      name: "a heard follower fewer than the members cut off holds while its fresh probe finds the primary taking writes (the guard met within the lag window, nemesis 7342)",
+      build: () =>
+        split(40_000)
+          .guardedBy(["r1", "r3"])
+          .withNode(member("r3", 1000))
+          .withNode({ ...follower("r2", 200, { last_txn_id: 990, primary_probe: "ok" }), ageMs: 1_500 }),
+      expected: { kind: "none", code: "follower_unheard" },
+    },
+    {
       name: "an unheard follower holds however many members are cut off (its acknowledgements are unknown)",
       build: () => split(40_000).guardedBy(["r1", "r3"]).withNode(member("r3", 1000)),
       expected: { kind: "none", code: "follower_unheard" },

@@ -38,7 +38,8 @@ export type Decision =
       readonly reason: string;
       /**
        * \`awaiting_reports\`: the nodes whose agents are quiet (their last report stands, within its
-       * keepalive) but not heard within the failure timeout: the controller asks them to report.
+       * keepalive) but not heard within the failure timeout, or the members still linked to a primary
+       * that takes writes (gates \`member_linked\`*): the controller asks them to report.
        */
       readonly awaiting?: readonly string[];
     }

@@ -198,8 +198,10 @@ export function unheardFollowers(
  * acknowledges on after it; a fresh-clone CI run promoted the member 0.9 s after such a report, past
  * a follower that had acknowledged 700 ms of writes the member lacked). The old primary's guard
  * asks at least as many acknowledgements as its set has members; the members its own fresh report
- * shows cut off from it (link down, another primary, database down) acknowledge none, so heard
- * followers fewer than those cannot meet the guard and are no reason to hold. Any unheard follower
+ * shows cut off from it (link down, another primary, database down) acknowledge none once they lag
+ * past \`min-replicas-max-lag\`, so heard followers fewer than those cannot meet the guard for long
+ * and are no reason to hold, unless a fresh one's probe found the primary taking writes: that shows
+ * the guard met (within the lag window the cut members still count as good). Any unheard follower
  * holds, as before. The hold ends with a report of the link down or another primary, the old
  * primary's agent reporting, or the refusing-primary proof. Gates \`follower_unheard\`,
  * \`follower_unheard_retarget\`, and \`follower_unheard_offline\` for a member's promotion (a
@@ -214,6 +216,11 @@ export function linkedFollowers(
   const after = followersAfter(view, primaryId, primary, exclude);
   const all = after.map(({ heartbeat }) => heartbeat);
   if (all.length === 0 || after.some(({ current }) => !current)) return all;
+  // A fresh follower whose probe found the primary taking writes shows its guard met, whatever the
+  // count: Redis counts members cut off from it as good replicas for \`min-replicas-max-lag\` after
+  // their last acknowledgement, so one linked replica alone meets \`WAIT 1\` meanwhile (nemesis
+  // seed 7342, for a member: gate \`member_linked\`).
+  if (after.some(({ heartbeat, fresh }) => fresh && heartbeat.primary_probe === "ok")) return all;
   const members = guardMembers(view.snapshot, primaryId) ?? [];
   const cut = view.nodes.filter(
     ({ heartbeat: node, heard }) =>
@@ -222,6 +229,51 @@ export function linkedFollowers(
       (node.db_status !== "up" || node.primary_node_id !== primaryId || node.primary_link !== "up"),
   );
   return all.length >= cut.length ? all : [];
+}
+
+/**
+ * The members of \`primaryId\`'s stored replica set under the guard (\`guardMembers\`) other than
+ * \`exclude\` whose fresh report follows it with the link up and whose probe found it taking writes
+ * (\`primary_probe\` \`ok\`): a report with the link up is no final offset. The member acknowledges
+ * on after it, and Redis counts members cut off from the primary as good replicas for
+ * \`min-replicas-max-lag\` after their last acknowledgement, so one linked member alone meets \`WAIT 1\`
+ * meanwhile. Nemesis seed 7342: node-114r, cut from the store and from node-2 and node-239r, took
+ * 77 writes only node-261b acknowledged; node-239r was promoted on "2 of 3 fresh replicas report the
+ * primary down" 1.4 s after the cut, past node-261b's earlier report. The hold ends when the member's
+ * probe finds the primary refusing (\`fenced\`: its offset ranks, and the refusing-primary proof
+ * applies) or its link or probe goes down (a down vote with a final offset). Gates
+ * \`member_linked\`, \`member_linked_retarget\`, \`member_linked_offline\`.
+ */
+export function linkedMembers(view: ShardView, primaryId: string | undefined, exclude: string): Heartbeat[] {
+  const members = guardMembers(view.snapshot, primaryId) ?? [];
+  return view.nodes
+    .filter(
+      ({ heartbeat: node, fresh }) =>
+        fresh &&
+        node.node_id !== primaryId &&
+        node.node_id !== exclude &&
+        members.includes(node.node_id) &&
+        node.role === "replica" &&
+        node.db_status === "up" &&
+        node.primary_node_id === primaryId &&
+        node.primary_link === "up" &&
+        node.primary_probe === "ok",
+    )
+    .map(({ heartbeat }) => heartbeat)
+    .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+/** Why a change of primary waits for linked members (gates \`member_linked\`, \`member_linked_retarget\`, \`member_linked_offline\`). */
+export function memberLinkedReason(linked: readonly Heartbeat[], primaryId: string): string {
+  const each = linked.map(
+    (node) =>
+      `member ${node.node_id} of ${primaryId}'s replica set (its fresh report: following ${primaryId} with its link up, its probe found it taking writes, last_txn_id ${node.last_txn_id})`,
+  );
+  return (
+    `${each.join("; ")}: it acknowledges ${primaryId}'s writes on past that report, so its offset is no final one;` +
+    ` waiting for its probe to find ${primaryId} refusing every write (then its offset ranks) or for its link to drop` +
+    " (nemesis seed 7342)"
+  );
 }
 
 function followersAfter(

@@ -1,14 +1,17 @@
 import { ShardguardError } from "../errors.ts";
-import type { Topology } from "../model.ts";
+import type { Heartbeat, Topology } from "../model.ts";
 import type { Decision } from "./decision.ts";
 import { refOf } from "./decision.ts";
 import {
   awaitingReason,
+  candidateHoldsRefusingPrimary,
   cooldownReason,
   firstGate,
   followerUnheardReason,
   type Gate,
   linkedFollowers,
+  linkedMembers,
+  memberLinkedReason,
   memberUnheardReason,
   outsiderUnheardReason,
   quietIds,
@@ -170,6 +173,21 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
       }),
   },
   {
+    name: "member_linked_offline",
+    code: "awaiting_reports",
+    // As member_linked, against the old primary the stored lineage names: a member still linked to
+    // it, which takes writes, acknowledges past its last report. A deposing promotion catches up with
+    // the fenced old primary's final offset, which holds them: not held.
+    invariant: [1],
+    primaryStale: false,
+    test: (v) =>
+      heldByOldPrimaryReport(v, ({ oldId }) => {
+        const linked = offlineLinkedMembers(v);
+        return linked.length === 0 ? undefined : memberLinkedReason(linked, oldId);
+      }),
+    awaiting: (v) => offlineLinkedMembers(v).map((node) => node.node_id),
+  },
+  {
     name: "priority_zero_ahead_offline",
     code: "offline_no_candidate",
     // As priority_zero_ahead: bringing the shard back on a node behind it would drop what it acknowledged.
@@ -251,6 +269,21 @@ export const OFFLINE_GATES: readonly Gate<OfflineView>[] = [
         : undefined,
   },
 ];
+
+/**
+ * The members linked to the old primary the stored lineage names that hold a member's bring-online
+ * (gate \`member_linked_offline\`): none for a deposing promotion, or when the refusing-primary proof
+ * shows the target holds everything.
+ */
+function offlineLinkedMembers(v: OfflineView): Heartbeat[] {
+  if (v.target === undefined) return [];
+  const { best, lineage } = v.target;
+  const oldId = lineage.node_id;
+  if (oldId === undefined || unfencedOldPrimary(v, best, lineage) !== undefined) return [];
+  const linked = linkedMembers(v, oldId, best.node_id);
+  if (linked.length === 0 || candidateHoldsRefusingPrimary(v, oldId, best) !== undefined) return [];
+  return linked;
+}
 
 /** An offline shard: the first gate that fires, else bring it online on the best candidate. */
 export function decideOffline(view: ShardView, topology: Topology): Decision {

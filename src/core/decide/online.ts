@@ -8,6 +8,7 @@ import {
   firstGate,
   type Gate,
   linkedFollowers,
+  linkedMembers,
   quietIds,
   unheardMembers,
   unheardOutsiders,
@@ -16,6 +17,7 @@ import { isPrimaryStale, type OnlineView, onlineView, quorumMet } from "./online
 import { describeCandidates } from "./pick-candidate.ts";
 import {
   followerUnheardRule,
+  memberLinkedRule,
   memberUnheardRule,
   outsiderUnheardRule,
   outsideSetAheadRule,
@@ -151,6 +153,19 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     test: targetTest(followerUnheardRule, notPromoting),
   },
   {
+    name: "member_linked",
+    code: "awaiting_reports",
+    // A member still linked to a primary that takes writes acknowledges past its last report: its
+    // offset is no final one (nemesis 7342). It is asked to report: its probe ends the wait.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(memberLinkedRule, notPromoting),
+    awaiting: (v) =>
+      v.target === undefined
+        ? []
+        : linkedMembers(v, v.primaryId, v.target.best.node_id).map((node) => node.node_id),
+  },
+  {
     name: "replica_ahead",
     code: "waiting_for_replica",
     invariant: [1],
@@ -208,12 +223,13 @@ export function decideOnline(view: ShardView, topology: Topology): Decision {
   }
   const { best, lineage } = v.target;
   // Members, outsiders or followers unheard were set aside by the refusing-primary proof (gates
-  // member_unheard, outsider_unheard, follower_unheard): say so.
+  // member_unheard, outsider_unheard, follower_unheard, member_linked): say so.
   const proof =
     v.primaryId !== undefined &&
     (unheardMembers(v, v.primaryId, best.node_id).length > 0 ||
       unheardOutsiders(v, v.primary).length > 0 ||
-      linkedFollowers(v, v.primaryId, v.primary, best.node_id).length > 0)
+      linkedFollowers(v, v.primaryId, v.primary, best.node_id).length > 0 ||
+      linkedMembers(v, v.primaryId, best.node_id).length > 0)
       ? candidateHoldsRefusingPrimary(v, v.primaryId, best)
       : undefined;
   return {

@@ -5,6 +5,8 @@ import {
   followerUnheardReason,
   LAST_COPY_GRACE,
   linkedFollowers,
+  linkedMembers,
+  memberLinkedReason,
   memberUnheardReason,
   outsiderUnheardReason,
   REPLICA_AHEAD_GRACE,
@@ -128,6 +130,21 @@ export const followerUnheardRule: TargetRule = (v, best) => {
   if (followers.length === 0) return undefined;
   if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
   return followerUnheardReason(followers, v.primaryId, v.now);
+};
+
+/**
+ * A member of the old primary's set, other than the target, whose fresh report follows it with the
+ * link up and whose probe found it taking writes (\`linkedMembers\`): its offset is no final one, it
+ * may acknowledge writes the target lacks. The crash fast path never gets here with one (gate
+ * \`crash_unconfirmed\` needs every fresh replica to see the link down); the refusing-primary proof
+ * lets the candidate through, as for an unheard member.
+ */
+export const memberLinkedRule: TargetRule = (v, best) => {
+  if (v.primaryId === undefined) return undefined;
+  const linked = linkedMembers(v, v.primaryId, best.node_id);
+  if (linked.length === 0) return undefined;
+  if (candidateHoldsRefusingPrimary(v, v.primaryId, best) !== undefined) return undefined;
+  return memberLinkedReason(linked, v.primaryId);
 };
 
 export const replicaAheadRule: TargetRule = (v, best, lineage) => {

@@ -1,8 +1,9 @@
 import type { Candidate, FailoverState, Heartbeat, Lineage } from "../model.ts";
-import { awaitingReason, type Gate, quietIds } from "./gate.ts";
+import { awaitingReason, type Gate, linkedMembers, quietIds } from "./gate.ts";
 import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
 import {
   followerUnheardRule,
+  memberLinkedRule,
   memberUnheardRule,
   outsiderUnheardRule,
   outsideSetAheadRule,
@@ -148,6 +149,19 @@ export const RETARGET_GATES: readonly Gate<RetargetView>[] = [
     invariant: [1],
     primaryStale: true,
     test: targetTest(followerUnheardRule, notPromoting),
+  },
+  {
+    name: "member_linked_retarget",
+    code: "awaiting_reports",
+    // As member_linked: a member still linked to the old primary, which takes writes, acknowledges
+    // past its last report; promoting another node in the failed target's place drops them.
+    invariant: [1],
+    primaryStale: true,
+    test: targetTest(memberLinkedRule, notPromoting),
+    awaiting: (v) =>
+      v.target === undefined
+        ? []
+        : linkedMembers(v, v.primaryId, v.target.best.node_id).map((node) => node.node_id),
   },
   {
     name: "replica_ahead_retarget",
