@@ -366,9 +366,21 @@ function changeDrained(
     deps,
     shard,
     (topology) => {
-      if (topology.epoch !== epoch || topology.status === "failing_over" || topology.status === "offline") {
+      if (topology.epoch !== epoch) {
         return {
           refused: `the shard changed since it was read (${topology.status} at epoch ${topology.epoch}); try again`,
+        };
+      }
+      if (topology.status === "failing_over") {
+        return { refused: `a failover is under way (epoch ${topology.epoch}); try again once it ends` };
+      }
+      // An undrain goes through on an offline shard: gate priority_zero_ahead_offline holds the shard
+      // offline for a drained node that holds more than every eligible one, until an operator
+      // undrains it (its reason says so). Refusing it left the shard offline for good (nemesis 7351,
+      // guarantee 3). A drain waits: it would take a node from an offline shard's candidates.
+      if (topology.status === "offline" && outcome === "drained") {
+        return {
+          refused: `the shard is offline (epoch ${topology.epoch}): drain a node once it is back online`,
         };
       }
       const { drained: _, ...rest } = topology;

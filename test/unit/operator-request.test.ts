@@ -3,6 +3,7 @@ import { silentLogger } from "../../src/adapters/observability.ts";
 import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
 import { handleOperatorRequest, isOperatorRequest } from "../../src/controller/requests.ts";
 import { decide } from "../../src/core/decide.ts";
+import type { Topology } from "../../src/core/model.ts";
 import { LINEAGE, NOW } from "../support/builders.ts";
 import { MemoryShard } from "../support/memory-shard.ts";
 import { settled } from "../support/settled.ts";
@@ -139,6 +140,56 @@ describe("operator drain and undrain", () => {
     // Assess
     expect(response).toMatchObject({ ok: true, outcome: "undrained" });
     expect(shard.topology?.drained).toBeUndefined();
+  });
+
+  it("undrains a node on an offline shard, the way out of priority_zero_ahead_offline (nemesis 7351)", async () => {
+    // Prepare: the primary p1 is gone; the drained r2 holds more than r1, so the shard is held
+    // offline until an operator undrains r2, and the hold's reason says so.
+    const shard = new MemoryShard();
+    shard.nodes.delete("p1");
+    shard.nodes.set("r2", { role: "replica", primary: "p1", txn: 1000, epoch: 3 });
+    shard.topology = {
+      shard: shard.shard,
+      epoch: 7,
+      status: "offline",
+      updated_at: shard.now() - 10_000,
+      lineage: { node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 },
+      drained: ["r2"],
+    };
+    const held = decide(shard.snapshot(), shard.config, shard.now());
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), {
+      action: "undrain",
+      shard: "s1",
+      node: "r2",
+    });
+
+    // Assess
+    expect(held).toMatchObject({ kind: "none", code: "offline_no_candidate" });
+    expect(held.kind === "none" && held.reason).toMatch(/shardguard undrain/);
+    expect(response).toMatchObject({ ok: true, outcome: "undrained", epoch: 7 });
+    expect(shard.topology).toMatchObject({ epoch: 7, status: "offline" });
+    expect(shard.topology?.drained).toBeUndefined();
+    expect(decide(shard.snapshot(), shard.config, shard.now())).toMatchObject({
+      kind: "bring_online",
+      target: { node_id: "r2" },
+    });
+  });
+
+  it("refuses to drain a node of an offline shard, saying why and changing nothing", async () => {
+    // Prepare
+    const shard = new MemoryShard();
+    shard.topology = { ...(shard.topology as Topology), status: "offline" };
+    const before = structuredClone(shard.topology);
+
+    // Act
+    const response = await handleOperatorRequest(shard.deps(), { action: "drain", shard: "s1", node: "r2" });
+
+    // Assess
+    expect(response).toMatchObject({ ok: false, outcome: "refused" });
+    expect(response.reason).toMatch(/offline/);
+    expect(shard.topology).toEqual(before);
   });
 
   it("refuses an unknown node in one sentence, changing nothing", async () => {
