@@ -34,6 +34,18 @@ describe("the nemesis's on-call operator", () => {
       expected: "r1",
     },
     {
+      name: "a drained node alone holding the data (nemesis 7351)",
+      build: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withTopology({ drained: ["r1"] })
+          .withNode({ node_id: "p1", ageMs: 20_000 })
+          .withNode({ node_id: "r1", last_txn_id: 1000 })
+          .withNode({ node_id: "r2", last_txn_id: 990 })
+          .build(),
+      expected: "r1",
+    },
+    {
       name: "a priority-0 node behind the others (no hold)",
       build: () =>
         aShardWithStalePrimary().withNode({ node_id: "r1", priority: 0, last_txn_id: 980 }).build(),
@@ -44,6 +56,39 @@ describe("the nemesis's on-call operator", () => {
     const holder = priorityZeroHolder(build(), aConfig(), NOW);
     // Assess
     expect(holder).toBe(expected);
+  });
+
+  it("undrains a drained holder, without restarting its agent when it has a priority (nemesis 7351)", async () => {
+    // Prepare
+    const history = new History();
+    const given: string[] = [];
+    const undrained: string[] = [];
+    const snapshot = aShardWithStalePrimary()
+      .offline()
+      .withTopology({ drained: ["r1"] })
+      .withNode({ node_id: "p1", ageMs: 20_000 })
+      .withNode({ node_id: "r1", last_txn_id: 1000 })
+      .withNode({ node_id: "r2", last_txn_id: 990 })
+      .build();
+    const onCall = new OnCallOperator({
+      history,
+      snapshot: async () => snapshot,
+      now: () => NOW,
+      config: aConfig(),
+      givePriority: (id) => given.push(id),
+      undrain: async (id) => {
+        undrained.push(id);
+      },
+      pageAfterMs: 0,
+      log: () => {},
+    });
+    // Act
+    await onCall.tick();
+    await onCall.tick();
+    // Assess
+    expect(undrained).toEqual(["r1"]);
+    expect(given).toEqual([]);
+    expect(history.ops.map((op) => op.f)).toEqual(["inject", "heal"]);
   });
 
   it("records the page as a fault, gives the node a priority once the page delay passed, and records the act as its heal", async () => {

@@ -26,6 +26,7 @@ export class OnCallOperator {
   readonly #now: () => number;
   readonly #config: FailoverConfig;
   readonly #givePriority: (id: string) => void;
+  readonly #undrain: (id: string) => Promise<void>;
   readonly #pageAfterMs: number;
   readonly #log: (text: string) => void;
   #timer: NodeJS.Timeout | undefined;
@@ -39,6 +40,8 @@ export class OnCallOperator {
     readonly now: () => number;
     readonly config: FailoverConfig;
     readonly givePriority: (id: string) => void;
+    /** \`shardguard undrain\` of a drained holder (the runner runs the CLI); none: nothing undrains. */
+    readonly undrain?: (id: string) => Promise<void>;
     readonly pageAfterMs: number;
     readonly log: (text: string) => void;
   }) {
@@ -47,6 +50,7 @@ export class OnCallOperator {
     this.#now = options.now;
     this.#config = options.config;
     this.#givePriority = options.givePriority;
+    this.#undrain = options.undrain ?? (async () => {});
     this.#pageAfterMs = options.pageAfterMs;
     this.#log = options.log;
   }
@@ -91,7 +95,7 @@ export class OnCallOperator {
         kind: "operator-paged",
         target: "shard",
         nodes: [holder],
-        note: `the controller holds for ${holder}, priority 0, the only node with all the data`,
+        note: `the controller holds for ${holder}, priority 0 or drained, the only node with all the data`,
       };
       this.#page = { value, seenAt: performance.now() };
       this.#history.append({ process: "nemesis", type: "info", f: "inject", value });
@@ -99,8 +103,15 @@ export class OnCallOperator {
       return;
     }
     if (performance.now() - this.#page.seenAt < this.#pageAfterMs) return;
-    this.#givePriority(holder);
-    this.#close(`${holder}'s agent restarted with a priority`);
+    const drained = snapshot.topology?.drained?.includes(holder) === true;
+    const zero = snapshot.nodes.find((node) => node.node_id === holder)?.priority === 0;
+    if (drained) await this.#undrain(holder);
+    if (zero || !drained) this.#givePriority(holder);
+    this.#close(
+      drained
+        ? `${holder} undrained${zero ? " and its agent restarted with a priority" : ""}`
+        : `${holder}'s agent restarted with a priority`,
+    );
   }
 
   #close(note: string): void {
@@ -123,11 +134,23 @@ export function priorityZeroHolder(
   now: number,
 ): string | undefined {
   if (decide(snapshot, config, now).kind !== "none") return undefined;
-  const zeros = mostDataFirst(snapshot, config, now).filter((node) => node.priority === 0);
+  const drained = snapshot.topology?.drained ?? [];
+  const zeros = mostDataFirst(snapshot, config, now).filter(
+    (node) => node.priority === 0 || drained.includes(node.node_id),
+  );
   for (const zero of zeros) {
+    // A drained node ranks as priority 0 (its hold names \`shardguard undrain\`, nemesis 7351): the
+    // operator undrains it and, if its priority is 0, gives it one.
+    const topology = snapshot.topology && {
+      ...snapshot.topology,
+      drained: drained.filter((id) => id !== zero.node_id),
+    };
     const given = {
       ...snapshot,
-      nodes: snapshot.nodes.map((node) => (node === zero ? { ...node, priority: OPERATOR_GIVES } : node)),
+      topology,
+      nodes: snapshot.nodes.map((node) =>
+        node === zero && node.priority === 0 ? { ...node, priority: OPERATOR_GIVES } : node,
+      ),
     };
     const decision = decide(given, config, now);
     if (

@@ -669,6 +669,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisReport
       now: () => active.aws.clock.now(),
       config,
       givePriority,
+      undrain: async (id) => {
+        const undrained = await cliUntilDone(["undrain", "--shard", active.shard, "--node", id], 30_000);
+        line(`  on-call: undrain ${id}: ${undrained.ok ? "done" : undrained.said}`);
+      },
       pageAfterMs: OPERATOR_PAGE_MS,
       log: line,
     });
