@@ -75,6 +75,18 @@ describe("decide: a member linked to a stale primary that takes writes (gate mem
       expected: { kind: "failover", target: "r3" },
     },
     {
+      name: "p1 heard fresh as a replica of r3 (a replication cycle): it takes no write, r3 is not waited for",
+      shard: () =>
+        split().withNode({
+          node_id: "p1",
+          ageMs: 0,
+          role: "replica",
+          primary_node_id: "r3",
+          primary_link: "up",
+        }),
+      expected: { kind: "failover", target: "r1" },
+    },
+    {
       name: "r3's link drops behind the candidate: failover to r1",
       shard: () => split({ primary_link: "down", primary_probe: "unreachable", last_txn_id: 900 }),
       expected: { kind: "failover", target: "r1" },

@@ -220,7 +220,11 @@ export function linkedFollowers(
   // count: Redis counts members cut off from it as good replicas for \`min-replicas-max-lag\` after
   // their last acknowledgement, so one linked replica alone meets \`WAIT 1\` meanwhile (nemesis
   // seed 7342, for a member: gate \`member_linked\`).
-  if (after.some(({ heartbeat, fresh }) => fresh && heartbeat.primary_probe === "ok")) return all;
+  if (
+    !primaryHeardAsReplica(view, primaryId) &&
+    after.some(({ heartbeat, fresh }) => fresh && heartbeat.primary_probe === "ok")
+  )
+    return all;
   const members = guardMembers(view.snapshot, primaryId) ?? [];
   const cut = view.nodes.filter(
     ({ heartbeat: node, heard }) =>
@@ -245,6 +249,7 @@ export function linkedFollowers(
  * \`member_linked\`, \`member_linked_retarget\`, \`member_linked_offline\`.
  */
 export function linkedMembers(view: ShardView, primaryId: string | undefined, exclude: string): Heartbeat[] {
+  if (primaryHeardAsReplica(view, primaryId)) return [];
   const members = guardMembers(view.snapshot, primaryId) ?? [];
   return view.nodes
     .filter(
@@ -261,6 +266,18 @@ export function linkedMembers(view: ShardView, primaryId: string | undefined, ex
     )
     .map(({ heartbeat }) => heartbeat)
     .sort((a, b) => a.node_id.localeCompare(b.node_id));
+}
+
+/**
+ * The old primary's own fresh report shows its database a replica: it takes no write, so a node
+ * linked to it acknowledges nothing past its report (the probe says \`ok\` of a reachable replica
+ * too). A named primary in a replication cycle with its own replica is replaced, not waited for
+ * (replication-cycle.test.ts, issue 30 finding 4).
+ */
+function primaryHeardAsReplica(view: ShardView, primaryId: string | undefined): boolean {
+  return view.nodes.some(
+    ({ heartbeat, fresh }) => fresh && heartbeat.node_id === primaryId && heartbeat.role === "replica",
+  );
 }
 
 /** Why a change of primary waits for linked members (gates \`member_linked\`, \`member_linked_retarget\`, \`member_linked_offline\`). */
