@@ -17,6 +17,7 @@ import { isPrimaryStale, type OnlineView, onlineView, quorumMet } from "./online
 import { describeCandidates } from "./pick-candidate.ts";
 import {
   followerUnheardRule,
+  memberLinkedAwaiting,
   memberLinkedRule,
   memberUnheardRule,
   outsiderUnheardRule,
@@ -160,10 +161,7 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
     invariant: [1],
     primaryStale: true,
     test: targetTest(memberLinkedRule, notPromoting),
-    awaiting: (v) =>
-      v.target === undefined
-        ? []
-        : linkedMembers(v, v.primaryId, v.target.best.node_id).map((node) => node.node_id),
+    awaiting: memberLinkedAwaiting,
   },
   {
     name: "replica_ahead",

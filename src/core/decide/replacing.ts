@@ -147,6 +147,15 @@ export const memberLinkedRule: TargetRule = (v, best) => {
   return memberLinkedReason(linked, v.primaryId);
 };
 
+/** The members gates \`member_linked\` and \`member_linked_retarget\` ask to report (\`linkedMembers\`). */
+export function memberLinkedAwaiting(
+  v: Replacing & { readonly target: { readonly best: Candidate } | undefined },
+): string[] {
+  return v.target === undefined
+    ? []
+    : linkedMembers(v, v.primaryId, v.target.best.node_id).map((node) => node.node_id);
+}
+
 export const replicaAheadRule: TargetRule = (v, best, lineage) => {
   const ahead = replicasAhead(v, best, lineage);
   if (ahead.length === 0) return undefined;

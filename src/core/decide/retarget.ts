@@ -1,8 +1,9 @@
 import type { Candidate, FailoverState, Heartbeat, Lineage } from "../model.ts";
-import { awaitingReason, type Gate, linkedMembers, quietIds } from "./gate.ts";
+import { awaitingReason, type Gate, quietIds } from "./gate.ts";
 import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
 import {
   followerUnheardRule,
+  memberLinkedAwaiting,
   memberLinkedRule,
   memberUnheardRule,
   outsiderUnheardRule,
@@ -158,10 +159,7 @@ export const RETARGET_GATES: readonly Gate<RetargetView>[] = [
     invariant: [1],
     primaryStale: true,
     test: targetTest(memberLinkedRule, notPromoting),
-    awaiting: (v) =>
-      v.target === undefined
-        ? []
-        : linkedMembers(v, v.primaryId, v.target.best.node_id).map((node) => node.node_id),
+    awaiting: memberLinkedAwaiting,
   },
   {
     name: "replica_ahead_retarget",
