@@ -7,6 +7,7 @@ import { dataLineageOf, decide } from "../../core/decide.ts";
 import { errorMessage } from "../../core/errors.ts";
 import type { Topology } from "../../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../../core/write-guard.ts";
+import { codeVersion } from "../code-version.ts";
 import { LocalCluster } from "../local-cluster.ts";
 import { freePort, type ManagedProcess } from "../local-stack/processes.ts";
 import { FENCED_START_ARGS, type NodeNetwork, RedisNode } from "../local-stack/redis-nodes.ts";
@@ -1724,5 +1725,5 @@ export function formatTimeline(report: NemesisReport): string {
 
 export function writeNemesisReport(report: NemesisReport, path: string): void {
   mkdirSync(dirname(path), { recursive: true });
-  writeFileSync(path, `${JSON.stringify(report, null, 2)}\n`);
+  writeFileSync(path, `${JSON.stringify({ ...report, ...codeVersion() }, null, 2)}\n`);
 }

@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { codeVersion } from "../code-version.ts";
 import { ALL_FAULT_KINDS, type FaultKind, type SimOptions, type SimResult, simulate } from "./world.ts";
 
 /**
@@ -180,6 +181,7 @@ async function main(): Promise<void> {
   const simulatedMs = results.reduce((sum, r) => sum + r.simulatedMs, 0);
   const report = {
     command: `npm run sim -- --seeds ${options.seeds} --seed ${options.first} --minutes ${options.minutes}${options.faultArgs}`,
+    ...codeVersion(),
     seeds: options.seeds,
     minutes: options.minutes,
     writesPerSecond: options.writesPerSecond,
