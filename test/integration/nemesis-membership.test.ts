@@ -46,16 +46,25 @@ describe("nemesis: membership changes", () => {
     expect(report.valid).toBe(true);
     expect(report.settled, `${log}\nsettled`).toBe(true);
     expect(report.availability, `${log}\navailability`).toEqual([]);
-    // Every change ran (each waited for the nodes the one before still held).
-    const ran = report.timeline
-      .filter((fault) => fault.kind === "membership" && fault.skipped === undefined)
-      .map((fault) => fault.params.change);
-    expect(ran, `${log}\nmembership changes run`).toEqual(["scale", "anonymous", "replace"]);
-    // The node set changed for good: the replacement joined and the replaced id left.
-    expect(
-      lines.some((line) => /membership: node-\d+r joined .*; node-\d+ decommissioned/.test(line)),
-      `${log}\nreplacement`,
-    ).toBe(true);
+    // Every change ran (each waited for the nodes the one before still held), except that the
+    // `replace`, drawn last, may find no replica the harness may destroy before the run ends: the
+    // copies rule keeps the only intact copies (src/dev/nemesis/copies.ts), and whether one is free
+    // by then depends on timing (the nineteenth session's CI and two runs of three alone skipped
+    // it, with every guarantee kept). When it runs, the node set must change for good.
+    const membership = report.timeline.filter((fault) => fault.kind === "membership");
+    const ran = membership.filter((fault) => fault.skipped === undefined).map((fault) => fault.params.change);
+    expect(ran.slice(0, 2), `${log}\nmembership changes run`).toEqual(["scale", "anonymous"]);
+    const replace = membership.find((fault) => fault.params.change === "replace");
+    if (replace?.skipped === undefined) {
+      expect(
+        lines.some((line) => /membership: node-\d+r joined .*; node-\d+ decommissioned/.test(line)),
+        `${log}\nreplacement`,
+      ).toBe(true);
+    } else {
+      expect(replace.skipped, `${log}\nreplace skipped`).toMatch(
+        /no replica to replace while another node holds the data intact/,
+      );
+    }
     expect(report.writes.ackedByReplica).toBeGreaterThan(300);
     expect(report.writes.lost).toBe(0);
   });

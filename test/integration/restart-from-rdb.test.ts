@@ -7,9 +7,13 @@ import {
   CHAOS_CONFIG,
   countKeys,
   probeWrite,
+  roleOf,
   startChaosCluster,
   WAIT_MS,
   waitForFollowers,
+  waitForMembers,
+  waitForNewPrimary,
+  waitForOffline,
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
@@ -29,8 +33,8 @@ const GRACE_MS = LAST_COPY_GRACE * CHAOS_CONFIG.failureTimeoutMs;
 
 let cluster: LocalCluster | undefined;
 
-afterEach(async () => {
-  await cluster?.stop();
+afterEach(async (context) => {
+  await cluster?.stop({ keepLogs: context.task.result?.state === "fail" });
   cluster = undefined;
 });
 
@@ -170,5 +174,112 @@ describe("a primary restarted from its RDB while every node answers", () => {
     console.log(`offline -> online on ${back?.primary_node_id} in ${tookMs} ms (grace ${GRACE_MS} ms)`);
     expect(tookMs).toBeLessThan(GRACE_MS / 3);
     expect(await countKeys(active.node(back?.primary_node_id ?? "node-1"), "acked", KEYS)).toBe(KEYS);
+  });
+});
+
+/** A failure timeout of 3 s: the last resort's grace (90 s) is far past the deadline below. */
+const SLOW_CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000 };
+const SLOW_GRACE_MS = LAST_COPY_GRACE * SLOW_CONFIG.failureTimeoutMs;
+/** How long after every node answers the shard must be online (the code before waited the grace). */
+const AT_ONCE_MS = 15_000;
+const FENCED = "database restarted without its data: fenced until it follows the shard's primary";
+
+/**
+ * Simulator seed 71251 (guarantee 3): the old primary's database restarted empty, its agent fencing
+ * it (restarted without its data) and heard; the only node holding the shard's lineage held it as
+ * its earlier one (a replica's database restarted from its RDB); every other node alive. The last
+ * resort's "every node answers" (\`everyNodeAnswers\`, src/core/decide/offline-view.ts) did not count
+ * the fenced old primary, so the shard waited out the whole grace (LAST_COPY_GRACE failure
+ * timeouts); its writes died with the old process, and now it counts. The controllers are frozen
+ * while the databases come back, so the deadline runs from every node answering.
+ */
+describe("an old primary restarted empty while the only copy left is a replica's RDB", () => {
+  it("brings the offline shard back on the RDB's node at once, not after the last resort's grace (simulator seed 71251)", {
+    timeout: 150_000,
+  }, async () => {
+    // Prepare: every key on both replicas; node-2 saves its RDB.
+    cluster = await startChaosCluster({ config: SLOW_CONFIG, readyTimeoutMs: 60_000 });
+    const active = cluster;
+    const primary = active.node("node-1");
+    const keeper = active.node("node-2");
+    const spare = active.node("node-3");
+    await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
+    await waitForMembers(active, "node-1", ["node-2", "node-3"]);
+    await writeKeys(primary, "acked", KEYS, 2);
+    // node-1's stored report carries the keys: the lineage the shard goes offline on holds them.
+    const written = (await roleOf(primary)).offset ?? 0;
+    await active.waitFor(
+      "node-1's report at its offset past the keys",
+      async () => (active.heartbeatOf(await active.snapshot(), "node-1")?.last_txn_id ?? 0) >= written,
+      WAIT_MS,
+    );
+    await withClient(keeper, (client) => client.save());
+
+    // Act: every database dies; the shard goes offline on node-1's lineage.
+    for (const node of active.redis) node.signal("SIGKILL");
+    await Promise.all(active.redis.map((node) => node.stop()));
+    const offline = await waitForOffline(active);
+    const lineage = offline.lineage;
+    expect(lineage?.node_id, "offline on the old primary's lineage").toBe("node-1");
+    expect(lineage?.last_txn_id ?? 0).toBeGreaterThanOrEqual(written);
+
+    // The controllers frozen while the databases come back, as a supervisor starts them: node-3's
+    // and node-1's empty (node-1's agent fences it: restarted without its data), node-2's from its
+    // RDB (Redis 7 loads it under a new replication id, the lineage's as its earlier one).
+    for (const controller of active.controllers) controller.child.kill("SIGSTOP");
+    const restartedAt = Date.now();
+    spare.wipeData();
+    await spare.start({ extraArgs: FENCED_START_ARGS });
+    await keeper.start({ extraArgs: FENCED_START_ARGS });
+    primary.wipeData();
+    await primary.start({ extraArgs: FENCED_START_ARGS });
+    const heardSince = (agentUpdated: number | undefined) => (agentUpdated ?? 0) / 1000 > restartedAt;
+    let reported = "";
+    await active.waitFor(
+      "node-1 fenced as restarted empty, node-2 holding the lineage as its earlier one, node-3 up on a new one, every agent writing since",
+      async () => {
+        const snapshot = await active.snapshot();
+        const [old, holder, other] = ["node-1", "node-2", "node-3"].map((id) =>
+          active.heartbeatOf(snapshot, id),
+        );
+        reported = [old, holder, other]
+          .map(
+            (node) =>
+              `${node?.node_id}: db ${node?.db_status}, crash ${node?.db_crash?.state}, ${node?.repl_id}@${node?.last_txn_id}, prior ${node?.prior_lineage?.repl_id}@${node?.prior_lineage?.last_txn_id}`,
+          )
+          .join("; ");
+        return (
+          active.logLines("agent-node-1.log").some((line) => line.message === FENCED) &&
+          old?.db_status === "down" &&
+          old.db_crash?.state === "restarted" &&
+          old.prior_lineage === undefined &&
+          heardSince(old.agent_updated) &&
+          holder?.prior_lineage?.repl_id === lineage?.repl_id &&
+          heardSince(holder?.agent_updated) &&
+          other?.db_status === "up" &&
+          other.repl_id !== lineage?.repl_id &&
+          heardSince(other.agent_updated)
+        );
+      },
+      WAIT_MS,
+    );
+    for (const controller of active.controllers) controller.child.kill("SIGCONT");
+    const answeredAt = Date.now();
+
+    // Assess: every node answers, none can return with more: online on node-2 within AT_ONCE_MS
+    // (the code before waited out the grace), with every key the RDB held, taking writes.
+    const back = await waitForNewPrimary(active, offline.epoch, AT_ONCE_MS);
+    const tookMs = back.updated_at - offline.updated_at;
+    console.log(
+      `offline on ${JSON.stringify(lineage)}; ${reported}\noffline -> online on ${back.primary_node_id} in ${tookMs} ms, ${Date.now() - answeredAt} ms after every node answered (grace ${SLOW_GRACE_MS} ms)`,
+    );
+    expect(back.primary_node_id).toBe("node-2");
+    expect(tookMs).toBeLessThan(SLOW_GRACE_MS / 3);
+    expect(await countKeys(keeper, "acked", KEYS)).toBe(KEYS);
+    await active.waitFor(
+      "node-2 accepting writes",
+      async () => (await probeWrite(keeper, "after")).accepted,
+      WAIT_MS,
+    );
   });
 });

@@ -35,13 +35,32 @@ export function startChaosCluster(options: LocalClusterOptions = {}): Promise<Lo
 }
 
 /** Waits until the shard is online again at an epoch above `fromEpoch` and returns that topology. */
-export async function waitForNewPrimary(cluster: LocalCluster, fromEpoch: number): Promise<Topology> {
+export async function waitForNewPrimary(
+  cluster: LocalCluster,
+  fromEpoch: number,
+  withinMs: number = WAIT_MS,
+): Promise<Topology> {
   let found: Topology | undefined;
   await cluster.waitFor(
     `the shard online at an epoch above ${fromEpoch}`,
     async () => {
       const topology = await cluster.topology();
       if (topology?.status === "online" && topology.epoch > fromEpoch) found = topology;
+      return found !== undefined;
+    },
+    withinMs,
+  );
+  return found as Topology;
+}
+
+/** Waits until the shard is offline and returns that topology. */
+export async function waitForOffline(cluster: LocalCluster): Promise<Topology> {
+  let found: Topology | undefined;
+  await cluster.waitFor(
+    "the shard offline",
+    async () => {
+      const topology = await cluster.topology();
+      if (topology?.status === "offline") found = topology;
       return found !== undefined;
     },
     WAIT_MS,

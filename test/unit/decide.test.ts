@@ -681,6 +681,38 @@ describe("decide: no eligible candidate and offline shards", () => {
       expected: { kind: "bring_online", target: "p1" },
     },
     {
+      name: "takes the last resort at once when the old primary restarted empty, its agent heard, and every other node is alive (simulator seed 71251: its writes died with the old process)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withTopology({ updated_at: NOW - 2000 })
+          .withNode(restartedFromRdb({ node_id: "p1", prior: undefined }))
+          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r2", ageMs: 100, repl_id: "fresh-start", last_txn_id: 0 })
+          .build(),
+      expected: { kind: "bring_online", target: "r1" },
+    },
+    {
+      name: "waits out the grace before the last resort while the old primary's database is down without a new process (its RDB may return with more)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .offline()
+          .withTopology({ updated_at: NOW - 2000 })
+          .withNode({
+            ...restartedFromRdb({ node_id: "p1", prior: undefined }),
+            db_crash: {
+              state: "refused",
+              run_id: "dead",
+              first_seen: (NOW - 8000) * 1000,
+              last_seen: (NOW - 100) * 1000,
+            },
+          })
+          .withNode(restartedFromRdb({ node_id: "r1", prior: { repl_id: LINEAGE, last_txn_id: 990 } }))
+          .withNode({ node_id: "r2", ageMs: 100, repl_id: "fresh-start", last_txn_id: 0 })
+          .build(),
+      expected: { kind: "none", code: "offline_no_candidate" },
+    },
+    {
       name: "waits out the grace before the last resort while one node is not heard (it may return with more)",
       snapshot: () =>
         aShardWithStalePrimary()

@@ -125,6 +125,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // invocation judged the live target, holding 6,000 bytes more than the other member, overdue
   // from the epoch bump and promoted that member (rule live_target_ahead, src/core/decide/retarget.ts).
   { seed: 420290, minutes: 5, faultKinds: [...ALL_FAULT_KINDS], overlap: true },
+  // 71251 (nineteenth session, (e) and (g3) only): the old primary's database restarted empty
+  // (fenced, its agent heard) and the only node holding the lineage did so as its earlier one; every
+  // node answered, yet the shard waited out the last resort's whole grace (everyNodeAnswers,
+  // src/core/decide/offline-view.ts).
+  { seed: 71251, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

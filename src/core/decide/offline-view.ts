@@ -10,20 +10,27 @@ import { agentAgeMs, awaitingReports, guardMembers, isAgentHeard, isAlive, type 
  */
 
 /**
- * Every node of the snapshot, the old primary the lineage names among them, is alive and its agent
+ * Every node of the snapshot, the old primary the lineage names among them, answers and its agent is
  * heard: none is hung or cut off with writes the snapshot lacks, which is what the last resort's
  * grace waits for. Its writes past a restart from its RDB died with the old process, and a replica
  * that held more either still does (it ranks on the lineage itself) or resynced from the restarted
  * process already. Simulator seeds 45033 and 44216: a primary restarted from its RDB while its
  * agent had yet to report the restart took the shard offline, and every node heard with its
  * database up waited the whole grace (111 s and 124 s without a writable primary).
+ *
+ * A node whose agent is heard reporting a new process in place of the dead one (\`restarted\`, kept
+ * fenced when it holds nothing of the lineage) answers too: the process that held its writes is gone
+ * and cannot return with more. Simulator seed 71251: the old primary restarted empty, its agent
+ * heard; every other node alive; the shard waited the whole grace (29.6 s past the last heal).
  */
 function everyNodeAnswers(view: ShardView, lineage: Lineage | undefined): boolean {
   const { snapshot, config, now } = view;
+  const answers = (node: Heartbeat) =>
+    isAgentHeard(node, config, now) && (isAlive(node, config, now) || node.db_crash?.state === "restarted");
   return (
     lineage?.node_id !== undefined &&
     snapshot.nodes.some((node) => node.node_id === lineage.node_id) &&
-    snapshot.nodes.every((node) => isAlive(node, config, now) && isAgentHeard(node, config, now))
+    snapshot.nodes.every(answers)
   );
 }
 
