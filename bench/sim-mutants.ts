@@ -3,6 +3,7 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writ
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { codeVersion } from "../src/dev/code-version.ts";
 import { applyMutant, MUTANTS, type Mutant } from "../src/dev/sim/mutants.ts";
 
 /**
@@ -34,7 +35,7 @@ const huntArgs = (values.sim as string).split(" ").filter((arg) => arg !== "");
 const budgetMs = Number(values.seconds) * 1000;
 const root = resolve(".");
 const node = join(root, "node_modules/.bin/node");
-const head = spawnSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).stdout.trim();
+const head = codeVersion().commit.slice(0, 7);
 
 interface Verdict {
   readonly seed: number;
