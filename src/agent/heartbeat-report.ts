@@ -85,7 +85,9 @@ function priorLineageOf(info: ReplicationInfo): HeartbeatInput["prior_lineage"] 
  * that answer's time so the controller sees the database's age, never the agent's; \`repl_id\` and
  * \`last_txn_id\` stay the dead process's last (what it may have acknowledged: gate
  * \`replica_down_ahead\`). \`prior_lineage\` is what the restarted process answering now
- * (\`restarted\`) holds of an earlier lineage: read this cycle, never carried over.
+ * (\`restarted\`) holds of an earlier lineage: read this cycle, never carried over. The last
+ * answer's own \`prior_lineage\` goes on as \`answered_prior_lineage\`: the link the dead process's
+ * \`repl_id\` continues (simulator seed 72080).
  */
 function downHeartbeat(
   ctx: AgentContext,
@@ -96,7 +98,13 @@ function downHeartbeat(
   const previous =
     ctx.lastAnswered ?? ctx.lastHeartbeat ?? snapshot?.nodes.find((node) => node.node_id === ctx.nodeId);
   if (previous === undefined) return undefined;
-  const { prior_lineage: _carried, store_resumed_at: _resumed, outsiders, ...kept } = previous;
+  const {
+    prior_lineage: answeredPrior,
+    answered_prior_lineage: carriedPrior,
+    store_resumed_at: _resumed,
+    outsiders,
+    ...kept
+  } = previous;
   const heartbeat: HeartbeatInput = {
     ...kept,
     node_address: ctx.address,
@@ -110,6 +118,10 @@ function downHeartbeat(
   };
   const prior = restarted === undefined ? undefined : priorLineageOf(restarted);
   if (prior !== undefined) heartbeat.prior_lineage = prior;
+  // The link the dead process's lineage continues, from its last answer (a down report built on an
+  // earlier down report carries it on): a promoted target that died keeps its promotion's link.
+  const linked = previous.db_status === "down" ? carriedPrior : answeredPrior;
+  if (linked !== undefined) heartbeat.answered_prior_lineage = linked;
   // The dead process's outsiders may hold what it acknowledged last (gate outsider_unheard); a
   // process restarted without its data makes them resync from it: they hold nothing to wait for.
   if (outsiders !== undefined && restarted === undefined && ctx.crash?.state !== "restarted") {

@@ -1,7 +1,7 @@
 import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
 import { deposedAfter, deposedWhenOffline } from "../core/depose.ts";
 import { errorMessage } from "../core/errors.ts";
-import { appendLink, type LineageLink } from "../core/identity.ts";
+import { type LineageLink, promotionAncestry } from "../core/identity.ts";
 import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { aborted, type ControllerDeps, type Outcome, type PhaseTimeouts, publish } from "./deps.ts";
@@ -214,16 +214,11 @@ function ancestryAfter(
   const heartbeat = reports?.find((node) => node.node_id === state.new_primary_node_id);
   const prior = heartbeat?.prior_lineage;
   if (heartbeat === undefined || heartbeat.role !== "primary" || prior === undefined) return undefined;
-  const base = run.topology.ancestry ?? [];
-  const before = state.target_link;
-  const withTarget =
-    before !== undefined && before.by === prior.repl_id ? appendLink(base, before) : undefined;
-  const promoted = appendLink(withTarget ?? base, {
+  return promotionAncestry(run.topology.ancestry ?? [], state.target_link, {
     repl_id: prior.repl_id,
     until: prior.last_txn_id,
     by: heartbeat.repl_id,
   });
-  return promoted ?? withTarget;
 }
 
 /**
@@ -247,6 +242,12 @@ export interface OfflineCause {
   readonly oldPrimary: string | undefined;
   readonly candidates: readonly Candidate[];
   readonly lineage: Lineage | undefined;
+  /**
+   * The lineage history to record with the offline mark: a continuation's failed target applied
+   * its PROMOTE and the stored lineage is its new one, so the history gets that promotion's link
+   * (src/core/decide/retarget.ts \`promotedAncestry\`). Absent: the history as it is.
+   */
+  readonly ancestry?: readonly LineageLink[];
 }
 
 /**
@@ -264,6 +265,7 @@ export async function goOffline(run: Run, cause: OfflineCause): Promise<Outcome>
     lineage: cause.lineage,
     cooldown_until: run.topology.cooldown_until,
     deposed: deposedWhenOffline(run.topology, epoch),
+    ...(cause.ancestry === undefined ? {} : { ancestry: [...cause.ancestry] }),
   });
   await run.lock.appendHistory({
     shard: run.shard,

@@ -5,6 +5,7 @@ import { liveTargetAhead, RETARGET_GATES, type RetargetView, retargetView } from
 import { isFresh, shardView } from "./decide/view.ts";
 import { decide, isPastPointOfNoReturn, type NoActionCode } from "./decide.ts";
 import { ShardguardError } from "./errors.ts";
+import type { LineageLink } from "./identity.ts";
 import type { Candidate, FailoverPhase, FailoverState, Lineage, Topology } from "./model.ts";
 import type { ShardSnapshot } from "./ports.ts";
 
@@ -38,6 +39,11 @@ export type Continuation =
       readonly oldPrimary: string | undefined;
       readonly candidates: readonly Candidate[];
       readonly lineage: Lineage | undefined;
+      /**
+       * The lineage history to record with the offline mark, when the failed target's promotion
+       * adds a link to it (src/core/decide/retarget.ts \`promotedAncestry\`, simulator seed 72080).
+       */
+      readonly ancestry?: readonly LineageLink[];
       readonly reason: string;
     }
   | {
@@ -275,12 +281,20 @@ function retarget(v: RetargetView, state: FailoverState): Continuation {
   }
   const { candidates, lineage, why } = v;
   if (v.target === undefined) {
+    const reason = `${why} and no other node is eligible (${candidates.length === 0 ? "none" : describeCandidates(candidates)})`;
+    const link = v.promotedAncestry?.at(-1);
     return {
       kind: "offline",
       oldPrimary: state.old_primary_node_id,
       candidates,
       lineage,
-      reason: `${why} and no other node is eligible (${candidates.length === 0 ? "none" : describeCandidates(candidates)})`,
+      ...(v.promotedAncestry === undefined || link === undefined
+        ? { reason }
+        : {
+            // Rule 7's ancestor last resort judges the nodes on the plan's lineage through it.
+            ancestry: v.promotedAncestry,
+            reason: `${reason}; recorded in the lineage history that ${link.by} continues ${link.repl_id} up to ${link.until} (${state.new_primary_node_id}'s promotion)`,
+          }),
     };
   }
   const { best } = v.target;

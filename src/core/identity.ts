@@ -208,6 +208,26 @@ export function appendLink(links: readonly LineageLink[], link: LineageLink): Li
 }
 
 /**
+ * \`links\` with a promotion's own link (\`promoted\`: the new primary's lineage continues its
+ * \`prior_lineage\` up to that offset), preceded by the target's link at the decision
+ * (\`failover.target_link\`) when the promoted database continues that lineage; undefined when
+ * there is nothing new to record. Shared by the completion of a change
+ * (src/controller/transitions.ts \`ancestryAfter\`) and the offline mark of a continuation whose
+ * target died after its PROMOTE (src/core/decide/retarget.ts \`promotedAncestry\`).
+ */
+export function promotionAncestry(
+  links: readonly LineageLink[],
+  targetLink: LineageLink | undefined,
+  promoted: LineageLink,
+): LineageLink[] | undefined {
+  const withTarget =
+    targetLink !== undefined && targetLink.by === promoted.repl_id
+      ? appendLink(links, targetLink)
+      : undefined;
+  return appendLink(withTarget ?? links, promoted) ?? withTarget;
+}
+
+/**
  * \`holdsAllOf\` through the shard's recorded lineage history: \`data\`'s writes, on a lineage
  * older than any \`holder\` shows (a database restarted from an RDB saved before a later promotion:
  * simulator seed 52256, a replica parked for good), are held by \`holder\` when a chain of links

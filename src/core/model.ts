@@ -97,6 +97,17 @@ export const heartbeatSchema = z.object({
     .object({ repl_id: z.string().min(1), last_txn_id: z.number().int().nonnegative() })
     .optional(),
   /**
+   * With \`db_status: down\`: the \`prior_lineage\` of the database's last answer, the one this
+   * report's \`repl_id\` and \`last_txn_id\` are (the dead process's own \`master_replid2\` and
+   * \`second_repl_offset\` - 1). A fact of the shard's lineage history, never what the node holds
+   * now: a target that applied its PROMOTE and died before the change completed takes its
+   * promotion's link with it otherwise (simulator seed 72080: the shard went offline on the
+   * target's new lineage and the parked replica holding every write was "foreign" for good).
+   */
+  answered_prior_lineage: z
+    .object({ repl_id: z.string().min(1), last_txn_id: z.number().int().nonnegative() })
+    .optional(),
+  /**
    * The last answer of this node's previous database process, when the process answering now
    * restarted behind it on the same lineage (a replica back from an RDB older than what it
    * acknowledged): \`repl_id\`, the offset it had answered (\`last_txn_id\`) and when

@@ -91,3 +91,100 @@ describe("the lineage history of a bring-online on a node holding the lineage as
     ]);
   });
 });
+
+/**
+ * Simulator seed 72080: the failover's target r1 applied its PROMOTE (PROMOTED continues LINEAGE
+ * from 1000) while its controller was frozen in \`confirm\`, took writes alone, and restarted empty
+ * (its agent reports the dead process: down, \`restarted\`, its last answer's prior as
+ * \`answered_prior_lineage\`). r2, parked on LINEAGE at 1000, was cut off from the store when the
+ * next controller went on. The offline mark names r1's new lineage; it now records r1's promotion
+ * in the history, so the last resort finds r2 holding it to the promotion point.
+ */
+describe("the offline mark of a failover whose target died after its PROMOTE (simulator seed 72080)", () => {
+  const PROMOTED = "lineage-r1";
+
+  function frozenInConfirm(): { shard: MemoryShard; r2CutOff: { value: boolean } } {
+    const shard = new MemoryShard();
+    const r2CutOff = { value: true };
+    shard.topology = {
+      shard: "s1",
+      epoch: 4,
+      status: "failing_over",
+      phase: "confirm",
+      primary_node_id: "p1",
+      primary_address: "p1.local:6379",
+      updated_at: shard.now() - 60_000,
+      failover: {
+        kind: "failover",
+        old_primary_node_id: "p1",
+        new_primary_node_id: "r1",
+        new_primary_address: "r1.local:6379",
+        reason: "test",
+        started_at: shard.now() - 60_000,
+        candidates: [],
+        phase_started: { epoch_bumped: shard.now() - 60_000, confirm: shard.now() - 60_000 },
+        lineage: { node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 },
+      },
+    };
+    shard.nodes.set("p1", {
+      role: "replica",
+      primary: undefined,
+      txn: 500,
+      epoch: 4,
+      replId: "lineage-p1-rdb",
+    });
+    shard.nodes.set("r1", { role: "primary", primary: undefined, txn: 1384, epoch: 4, replId: PROMOTED });
+    shard.nodes.set("r2", { role: "replica", primary: undefined, txn: 1000, epoch: 4 });
+    shard.onSnapshot = (read) => ({
+      ...read,
+      nodes: read.nodes.map((node) => {
+        const now = shard.now();
+        if (node.node_id === "r1" && shard.nodes.get("r1")?.replId === PROMOTED) {
+          return {
+            ...node,
+            db_status: "down",
+            last_updated: (now - 55_000) * 1000,
+            agent_updated: (now - 200) * 1000,
+            db_crash: {
+              state: "restarted",
+              run_id: "r1-run",
+              first_seen: (now - 55_000) * 1000,
+              last_seen: now * 1000,
+            },
+            answered_prior_lineage: { repl_id: LINEAGE, last_txn_id: 1000 },
+          };
+        }
+        if (node.node_id === "r2" && r2CutOff.value) {
+          return { ...node, last_updated: (now - 13_000) * 1000, agent_updated: (now - 13_000) * 1000 };
+        }
+        return node;
+      }),
+    });
+    return { shard, r2CutOff };
+  }
+
+  it("records the target's promotion with the offline mark, and brings the shard back on the parked replica once it reports", async () => {
+    // Prepare
+    const { shard, r2CutOff } = frozenInConfirm();
+
+    // Act: the continuation finds r1 dead and r2 stale.
+    const offline = await runShardCycle(shard.deps(), "s1");
+
+    // Assess
+    expect(offline.outcome).toBe("offline");
+    expect(shard.topology).toMatchObject({
+      status: "offline",
+      epoch: 5,
+      lineage: { node_id: "r1", repl_id: PROMOTED, last_txn_id: 1384 },
+      ancestry: [{ repl_id: LINEAGE, until: 1000, by: PROMOTED }],
+    });
+
+    // Act: r2 reports again; every node answers (r1's agent heard reporting its new process).
+    r2CutOff.value = false;
+    const back = await runShardCycle(shard.deps(), "s1");
+
+    // Assess
+    expect(back.outcome).toBe("completed");
+    expect(shard.topology).toMatchObject({ status: "online", primary_node_id: "r2" });
+  });
+});

@@ -9,7 +9,7 @@ import {
   targetConfirmed,
 } from "../../src/core/continuation.ts";
 import { decide } from "../../src/core/decide.ts";
-import type { FailoverPhase, Topology } from "../../src/core/model.ts";
+import type { FailoverPhase, HeartbeatInput, Topology } from "../../src/core/model.ts";
 import type { ShardSnapshot } from "../../src/core/ports.ts";
 import { aConfig, aShard, LINEAGE, NOW, type ShardBuilder } from "../support/builders.ts";
 
@@ -468,6 +468,181 @@ describe("decideContinuation: a retarget passes the gates a failover passes (RET
       expect(next.reason).toContain(row.reason);
     });
   }
+});
+
+/**
+ * Simulator seed 72080 (guarantee 3; offline for good, 1,426 writes held by a parked replica): the
+ * failover from p1 to r1 applied its PROMOTE (r1: a new replication id continuing LINEAGE from
+ * 1000, no replica yet, writes acknowledged by r1 alone) and its controller froze in \`confirm\`.
+ * r1's database was then killed and restarted empty (fenced); r2, parked on LINEAGE at 1000, holds
+ * every write a replica acknowledged but was cut off from the store when the thawed controller
+ * went on. The continuation stored r1's new lineage and nothing linked it to LINEAGE (the change
+ * never completed, so its link was never recorded), and from then on r2 was "foreign". Now the
+ * offline mark records the link the target's own report shows, from its last answer
+ * (\`answered_prior_lineage\`), and rule 7's ancestor last resort takes r2.
+ */
+const PROMOTED = "lineage-r1";
+
+/** r1 promoted (PROMOTED from LINEAGE at 1000, to 1384 alone), then restarted empty; r2 parked, cut off. */
+const promotedThenEmpty = (r1: Partial<HeartbeatInput> & { ageMs?: number } = {}) =>
+  interrupted("confirm")
+    .withNode({
+      node_id: "r1",
+      role: "primary",
+      epoch: 4,
+      repl_id: PROMOTED,
+      last_txn_id: 1384,
+      primary_node_id: undefined,
+      primary_link: undefined,
+      ageMs: 55_000,
+      db_status: "down",
+      db_crash: {
+        state: "restarted",
+        run_id: "r1-run",
+        first_seen: (NOW - 55_000) * 1000,
+        last_seen: NOW * 1000,
+      },
+      agent_updated: (NOW - 200) * 1000,
+      answered_prior_lineage: { repl_id: LINEAGE, last_txn_id: 1000 },
+      ...r1,
+    })
+    .withNode({
+      node_id: "r2",
+      last_txn_id: 1000,
+      primary_node_id: undefined,
+      primary_link: "down",
+      ageMs: 13_000,
+      agent_updated: (NOW - 13_000) * 1000,
+    });
+
+const LINK = { repl_id: LINEAGE, until: 1000, by: PROMOTED };
+
+describe("decideContinuation: a target that died after its PROMOTE leaves its promotion's link in the lineage history (simulator seed 72080)", () => {
+  const rows: ReadonlyArray<{
+    readonly name: string;
+    readonly shard: () => ShardBuilder;
+    readonly ancestry: Topology["ancestry"];
+  }> = [
+    {
+      name: "offline on the target's new lineage, recording that it continues the plan's lineage up to its last answer's prior",
+      shard: () => promotedThenEmpty(),
+      ancestry: [LINK],
+    },
+    {
+      name: "appended to the history the shard already had",
+      shard: () =>
+        promotedThenEmpty().withTopology({ ancestry: [{ repl_id: "lineage-0", until: 500, by: LINEAGE }] }),
+      ancestry: [{ repl_id: "lineage-0", until: 500, by: LINEAGE }, LINK],
+    },
+    {
+      name: "from the target's own prior_lineage while its report is of a database that answered (stale, not dead)",
+      shard: () =>
+        promotedThenEmpty({
+          db_status: "up",
+          db_crash: undefined,
+          ageMs: 10_000,
+          agent_updated: (NOW - 10_000) * 1000,
+          answered_prior_lineage: undefined,
+          prior_lineage: { repl_id: LINEAGE, last_txn_id: 1000 },
+        }),
+      ancestry: [LINK],
+    },
+    {
+      name: "nothing recorded from an agent that does not report the dead process's prior (no link, no guess)",
+      shard: () => promotedThenEmpty({ answered_prior_lineage: undefined }),
+      ancestry: undefined,
+    },
+    {
+      name: "nothing recorded from a down report's prior_lineage (a restarted process's data, never the dead one's link)",
+      shard: () =>
+        promotedThenEmpty({
+          answered_prior_lineage: undefined,
+          prior_lineage: { repl_id: LINEAGE, last_txn_id: 1000 },
+          db_crash: {
+            state: "refused",
+            run_id: "r1-run",
+            first_seen: (NOW - 55_000) * 1000,
+            last_seen: NOW * 1000,
+          },
+        }),
+      ancestry: undefined,
+    },
+    {
+      name: "nothing recorded when the target's new lineage continues another lineage than the plan's",
+      shard: () => promotedThenEmpty({ answered_prior_lineage: { repl_id: "lineage-x", last_txn_id: 1000 } }),
+      ancestry: undefined,
+    },
+  ];
+
+  it.each(rows)("$name", ({ shard, ancestry }) => {
+    // Act
+    const next = continuation(shard());
+
+    // Assess
+    expect(next).toMatchObject({
+      kind: "offline",
+      lineage: { node_id: "r1", repl_id: PROMOTED, last_txn_id: 1384 },
+    });
+    expect(next.kind === "offline" ? next.ancestry : "not offline").toEqual(ancestry);
+  });
+
+  /** The shard as the offline mark leaves it, `offlineForMs` later: r2 back in the store, p1 a replica of its own RDB. */
+  const offlineAfter = (
+    next: Continuation,
+    offlineForMs: number,
+    r1: Partial<HeartbeatInput> & { ageMs?: number } = {},
+  ) =>
+    promotedThenEmpty(r1)
+      .withNode({ node_id: "r2", ageMs: 200, agent_updated: (NOW - 200) * 1000 })
+      .withNode({
+        node_id: "p1",
+        ageMs: 200,
+        repl_id: "lineage-p1-rdb",
+        last_txn_id: 500,
+        primary_node_id: undefined,
+        primary_link: "down",
+      })
+      .withTopology({
+        status: "offline",
+        epoch: 5,
+        phase: undefined,
+        failover: undefined,
+        primary_node_id: undefined,
+        primary_address: undefined,
+        updated_at: NOW - offlineForMs,
+        lineage: next.kind === "offline" ? next.lineage : undefined,
+        ancestry: next.kind === "offline" && next.ancestry !== undefined ? [...next.ancestry] : undefined,
+      });
+
+  it("brings the shard back on the parked replica, the ancestor holding the promotion point, once every node answers", () => {
+    // Prepare
+    const next = continuation(promotedThenEmpty());
+
+    // Act
+    const decision = decide(offlineAfter(next, 30_000).build(), config, NOW);
+
+    // Assess: r2 holds PROMOTED up to 1000, 384 bytes behind r1's last answer (what r1 alone acknowledged).
+    expect(decision).toMatchObject({
+      kind: "bring_online",
+      target: { node_id: "r2" },
+      candidates: expect.arrayContaining([expect.objectContaining({ node_id: "r2", last_txn_id: 1000 })]),
+    });
+  });
+
+  it("takes it only as the last resort: not while the target's agent is unheard within the grace (it may return with more)", () => {
+    // Prepare
+    const next = continuation(promotedThenEmpty());
+
+    // Act
+    const decision = decide(
+      offlineAfter(next, 30_000, { agent_updated: (NOW - 30_000) * 1000, db_crash: undefined }).build(),
+      config,
+      NOW,
+    );
+
+    // Assess
+    expect(decision).toMatchObject({ kind: "none", code: "offline_no_candidate" });
+  });
 });
 
 /**

@@ -130,6 +130,13 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // node answered, yet the shard waited out the last resort's whole grace (everyNodeAnswers,
   // src/core/decide/offline-view.ts).
   { seed: 71251, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 72080 (branch fix-72080; (g3), (d) and (a): offline for good, 1,426 writes on a parked
+  // replica): a failover's target applied its PROMOTE (a new replication id) while its controller
+  // froze in confirm, then restarted empty; the continuation took the shard offline on the target's
+  // new lineage without its link to the plan's, so the parked replica holding the promotion point was
+  // "foreign" for good (promotedAncestry, src/core/decide/retarget.ts; answered_prior_lineage,
+  // src/agent/heartbeat-report.ts).
+  { seed: 72080, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

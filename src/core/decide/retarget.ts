@@ -1,3 +1,4 @@
+import { heldThroughLinks, type LineageLink, promotionAncestry } from "../identity.ts";
 import type { Candidate, FailoverState, Heartbeat, Lineage } from "../model.ts";
 import { awaitingReason, type Gate, quietIds } from "./gate.ts";
 import { describeCandidates, pickCandidates } from "./pick-candidate.ts";
@@ -33,6 +34,11 @@ export interface RetargetView extends Replacing {
   readonly target: { readonly best: Candidate; readonly lineage: Lineage } | undefined;
   /** Nodes other than the old primary quiet within their keepalive. */
   readonly quiet: readonly Heartbeat[];
+  /**
+   * The lineage history with the failed target's promotion (\`promotedAncestry\`), recorded when
+   * the shard goes offline on its new lineage; undefined when there is nothing to add.
+   */
+  readonly promotedAncestry: readonly LineageLink[] | undefined;
 }
 
 /**
@@ -49,10 +55,52 @@ function promotedLineage(view: ShardView, state: FailoverState): Lineage | undef
   return { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id };
 }
 
+/**
+ * The shard's lineage history with the failed target's promotion, when it reported itself promoted
+ * (\`promotedLineage\`, the lineage a retarget judges and an offline mark stores) and its own
+ * report shows the link its new lineage continues (\`prior_lineage\`; once its database died, that
+ * of its last answer, \`answered_prior_lineage\`: Redis's \`master_replid2\` and
+ * \`second_repl_offset\` - 1 of the promoted process) from the lineage the plan was decided on
+ * (directly, or through the history and the plan's \`target_link\`). Undefined otherwise, or when
+ * the history holds it already. The change never completed, so the completion
+ * (src/controller/transitions.ts \`ancestryAfter\`) never recorded it: without it the stored lineage
+ * names the target's new id and no node on the plan's lineage is ever found to hold any of it, so
+ * the last resort cannot take the parked replica holding every write at the promotion point, the
+ * one rule 7 takes by the history (simulator seed 72080: offline for good, 1,426 writes held
+ * by a parked replica). Recorded with the offline mark.
+ */
+function promotedAncestry(
+  view: ShardView,
+  state: FailoverState,
+  promoted: Lineage,
+): LineageLink[] | undefined {
+  const target = view.snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+  const plan = state.lineage;
+  if (target === undefined || plan === undefined || target.repl_id !== promoted.repl_id) return undefined;
+  // A down report's \`prior_lineage\` is what a restarted process holds now, never the dead one's link.
+  const prior = target.db_status === "down" ? target.answered_prior_lineage : target.prior_lineage;
+  if (prior === undefined || prior.repl_id === target.repl_id) return undefined;
+  const history = view.topology?.ancestry ?? [];
+  const continuesPlan =
+    prior.repl_id === plan.repl_id ||
+    heldThroughLinks(
+      { replId: prior.repl_id, offset: prior.last_txn_id },
+      { replId: plan.repl_id, offset: plan.last_txn_id },
+      [...history, ...(state.target_link === undefined ? [] : [state.target_link])],
+    ) !== undefined;
+  if (!continuesPlan) return undefined;
+  return promotionAncestry(history, state.target_link, {
+    repl_id: prior.repl_id,
+    until: prior.last_txn_id,
+    by: target.repl_id,
+  });
+}
+
 export function retargetView(view: ShardView, state: FailoverState, problem: string): RetargetView {
   const { snapshot, config, now } = view;
   const primaryId = state.old_primary_node_id;
-  const lineage = promotedLineage(view, state) ?? state.lineage;
+  const promoted = promotedLineage(view, state);
+  const lineage = promoted ?? state.lineage;
   const members = guardMembers(snapshot, primaryId);
   // The plan was decided on its target's link (a database continuing the lineage through its
   // prior, `target_link`), recorded in the ancestry only once the change completes. The replicas
@@ -81,6 +129,7 @@ export function retargetView(view: ShardView, state: FailoverState, problem: str
     failedTarget: ranked.find((candidate) => candidate.node_id === state.new_primary_node_id),
     target: best?.eligible === true && lineage !== undefined ? { best, lineage } : undefined,
     quiet: awaitingReports(snapshot, config, now, primaryId),
+    promotedAncestry: promoted === undefined ? undefined : promotedAncestry(view, state, promoted),
   };
 }
 
