@@ -1,4 +1,4 @@
-import { type ClockSample, clockStepBack } from "../core/clock-step.ts";
+import { type ClockSample, clockStepBack, clockStepForward } from "../core/clock-step.ts";
 import type { Logger } from "../core/observability.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
@@ -15,6 +15,9 @@ interface Watch {
   /** Monotonic ms until which the primary stays fenced for a step. */
   fenceUntil: number;
   reason: string | undefined;
+  /** Monotonic ms until which the replicas' lag is not trusted after a forward step. */
+  freezeUntil: number;
+  freezeReason: string | undefined;
 }
 
 /**
@@ -35,10 +38,20 @@ const watches = new WeakMap<ClockWatchContext, Watch>();
 export function clockStepFence(ctx: ClockWatchContext, info: ReplicationInfo): string | undefined {
   let watch = watches.get(ctx);
   if (watch === undefined) {
-    watch = { sample: undefined, fenceUntil: Number.NEGATIVE_INFINITY, reason: undefined };
+    watch = {
+      sample: undefined,
+      fenceUntil: Number.NEGATIVE_INFINITY,
+      reason: undefined,
+      freezeUntil: Number.NEGATIVE_INFINITY,
+      freezeReason: undefined,
+    };
     watches.set(ctx, watch);
   }
   const sample = info.clock;
+  // A forward step is judged on every read, even one that overlaps or precedes the last one judged
+  // (its bound holds in any order): the write guard plans from this read's lags. Nemesis seed 7381:
+  // a cycle's INFO sent before the watch's read arrived would otherwise go unjudged.
+  if (sample !== undefined) freezeOnForwardStep(ctx, watch, sample);
   // A read older than the last one judged (an INFO used late) or the same read again: nothing new.
   if (sample !== undefined && (watch.sample === undefined || sample.sentAtMs >= watch.sample.receivedAtMs)) {
     const step = clockStepBack(watch.sample, sample);
@@ -58,4 +71,45 @@ export function clockStepFence(ctx: ClockWatchContext, info: ReplicationInfo): s
     }
   }
   return ctx.monotonicNow() < watch.fenceUntil ? watch.reason : undefined;
+}
+
+/**
+ * How long the replicas' lag is not trusted after a forward step of the database's clock, ms. Each
+ * replica sends `REPLCONF ACK` once a second, which restamps its `repl_ack_time` on the new clock:
+ * the promotion window (GUARD_MAX_LAG_S + 2 s + the cron's slack) outlasts the first ACK of every
+ * replica that still acknowledges, so a lag read after it is true again. Not "until every replica
+ * was re-read": INFO's whole-second lag cannot tell a restamped replica from a late one.
+ */
+export const FORWARD_STEP_FREEZE_MS = PROMOTION_FENCE_WINDOW_MS;
+
+function freezeOnForwardStep(ctx: ClockWatchContext, watch: Watch, sample: ClockSample): void {
+  const step = clockStepForward(watch.sample, sample);
+  if (step === undefined) return;
+  const freezeUntil = ctx.monotonicNow() + FORWARD_STEP_FREEZE_MS;
+  if (freezeUntil <= watch.freezeUntil) return;
+  watch.freezeUntil = freezeUntil;
+  watch.freezeReason =
+    `the database's clock stepped forward ${Math.round(step.atLeastMs)}-${Math.round(step.atMostMs)} ms: its replicas'` +
+    ` lag reads that much too high until each acknowledges again; replica set frozen for ${FORWARD_STEP_FREEZE_MS} ms`;
+  ctx.logger.warn(
+    "database clock stepped forward: the replica set keeps its members and counts every online replica until each acknowledges again",
+    {
+      ...ctx.epochContext,
+      stepAtLeastMs: Math.round(step.atLeastMs),
+      stepAtMostMs: Math.round(step.atMostMs),
+      freezeMs: FORWARD_STEP_FREEZE_MS,
+    },
+  );
+}
+
+/**
+ * Why the replicas' INFO lag is not to be trusted now, or undefined: a forward step of the
+ * database's clock was seen less than FORWARD_STEP_FREEZE_MS ago (\`clockStepFence\` judges the
+ * reads). Meanwhile the write guard counts every online replica as acknowledging and drops no
+ * member (guarantee 1: \`WAIT\` counts them by offset); it ends by itself, holding no fence.
+ */
+export function clockStepFreeze(ctx: ClockWatchContext): string | undefined {
+  const watch = watches.get(ctx);
+  if (watch === undefined) return undefined;
+  return ctx.monotonicNow() < watch.freezeUntil ? watch.freezeReason : undefined;
 }

@@ -8,7 +8,7 @@ import {
   storeWitnessesOf,
   type WriteGuardPlan,
 } from "../core/write-guard.ts";
-import { clockStepFence } from "./clock-watch.ts";
+import { clockStepFence, clockStepFreeze } from "./clock-watch.ts";
 import type { AgentContext } from "./context.ts";
 import { FENCING_CONFIG_KEYS } from "./fencing.ts";
 import { probeCounts } from "./primary-probe.ts";
@@ -33,9 +33,15 @@ export function attachedReplicas(
   return classifyReplicas(listedReplicas(ctx, info), ctx.nodeId);
 }
 
-/** The replicas the database lists, each with the node id its address maps to and whether it acknowledges. */
+/**
+ * The replicas the database lists, each with the node id its address maps to and whether it
+ * acknowledges. For a while after a forward step of the database's clock (\`clockStepFreeze\`)
+ * every online replica counts as acknowledging: its lag reads the step too high while \`WAIT\` still
+ * counts it (nemesis seed 7381, guarantee 1).
+ */
 function listedReplicas(ctx: AgentContext, info: ReplicationInfo): ListedReplica[] {
-  const acknowledging = new Set(syncedReplicaAddresses(info, GUARD_MAX_LAG_S));
+  const lagTrusted = clockStepFreeze(ctx) === undefined;
+  const acknowledging = new Set(syncedReplicaAddresses(info, lagTrusted ? GUARD_MAX_LAG_S : undefined));
   return syncedReplicaAddresses(info).map((address) => ({
     address,
     // A replica without a heartbeat has no agent yet: it joins once its agent reports.
@@ -138,6 +144,8 @@ function reportOutsiders(ctx: AgentContext, info: ReplicationInfo): void {
 
 /** The plan for this node now, from what the context holds. */
 export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuardPlan {
+  // Judged first: this INFO may show a forward step, and then its lags are not to be trusted.
+  const clockStepped = clockStepFence(ctx, info);
   const { attached, outsiders } = attachedReplicas(ctx, info);
   return planWriteGuard({
     policy: ctx.options.fencePolicy,
@@ -153,7 +161,8 @@ export function currentPlan(ctx: AgentContext, info: ReplicationInfo): WriteGuar
     fenceTimeoutMs: ctx.options.fenceTimeoutMs,
     restarted: ctx.dbRestarted,
     promotionWindowOpen: ctx.monotonicNow() < ctx.promotionFenceUntil,
-    clockStepped: clockStepFence(ctx, info),
+    clockStepped,
+    lagUntrusted: clockStepFreeze(ctx),
     storeWitnesses: ctx.storeWitnesses,
   });
 }

@@ -23,7 +23,7 @@ export interface ClockSample {
 /** Steps smaller than this are not acted on: within Redis's whole-second compare. */
 export const CLOCK_STEP_TOLERANCE_MS = 1000;
 
-/** A backward step between two reads, ms, bounded from below and above. */
+/** A step between two reads (back or forward), ms, bounded from below and above. */
 export interface ClockStep {
   /** The step is at least this. */
   readonly atLeastMs: number;
@@ -39,6 +39,30 @@ export function clockStepBack(
 ): ClockStep | undefined {
   if (previous === undefined || next.sentAtMs < previous.receivedAtMs) return undefined;
   const atLeastMs = next.sentAtMs - previous.receivedAtMs - (next.serverTimeMs - previous.serverTimeMs);
+  if (!(atLeastMs > toleranceMs)) return undefined;
+  const widths = previous.receivedAtMs - previous.sentAtMs + (next.receivedAtMs - next.sentAtMs);
+  return { atLeastMs, atMostMs: atLeastMs + widths };
+}
+
+/**
+ * The forward step between `previous` and `next`, or undefined when none beyond the tolerance is
+ * proven: the server's clock advanced more than the longest real time between the two readings
+ * (`next.receivedAtMs - previous.sentAtMs`). That bound holds whatever the order of the reads, so
+ * a read that overlaps the previous one is judged too. After a forward step Redis reports every
+ * replica's `lag` (`unixtime - repl_ack_time`) that much too high until its next `REPLCONF ACK`
+ * (once a second), while `WAIT` still counts it (offsets, not time): an agent that reads the lag to
+ * decide whom its write guard demands would leave out a replica that acknowledges writes. Nemesis
+ * seed 7381 (guarantee 1): a heal stepped node-42a's clock forward 9 s 0.25 s before its promotion
+ * fence lifted with an empty replica set; node-9r acknowledged 14 writes as nobody's member, and
+ * they were lost. Redis's own count only refuses more while the lag reads high (safe).
+ */
+export function clockStepForward(
+  previous: ClockSample | undefined,
+  next: ClockSample,
+  toleranceMs = CLOCK_STEP_TOLERANCE_MS,
+): ClockStep | undefined {
+  if (previous === undefined) return undefined;
+  const atLeastMs = next.serverTimeMs - previous.serverTimeMs - (next.receivedAtMs - previous.sentAtMs);
   if (!(atLeastMs > toleranceMs)) return undefined;
   const widths = previous.receivedAtMs - previous.sentAtMs + (next.receivedAtMs - next.sentAtMs);
   return { atLeastMs, atMostMs: atLeastMs + widths };

@@ -102,6 +102,12 @@ export interface WriteGuardInput {
    */
   readonly clockStepped?: string | undefined;
   /**
+   * Why the replicas' lag is not trusted now (\`clockStepFreeze\`, src/agent/clock-watch.ts: a
+   * forward step of the database's clock, after which every lag reads the step too high until
+   * each replica acknowledges again): the plan drops no member. @default none
+   */
+  readonly lagUntrusted?: string | undefined;
+  /**
    * Members of the replica set seen writing to the coordination store after this agent's own
    * writes began to fail (their probes' heartbeat counters, `storeWitnessesOf`). @default none
    */
@@ -179,7 +185,9 @@ export function planWriteGuard(input: WriteGuardInput): WriteGuardPlan {
   const members = new Set(input.members);
   const attached = new Set(input.attached);
   const join = [...attached].filter((id) => !members.has(id)).sort();
-  const leave = [...members].filter((id) => !attached.has(id)).sort();
+  // Membership frozen after a forward clock step: a member's lag read across it says nothing of
+  // whether it acknowledges (nemesis seed 7381); the freeze ends by itself.
+  const leave = input.lagUntrusted !== undefined ? [] : [...members].filter((id) => !attached.has(id)).sort();
   switch (input.policy) {
     case "keep-serving":
       return { kind: "open", join, leave, reason: cutOff ? `${cutOffReason}; keep-serving` : "confirmed" };

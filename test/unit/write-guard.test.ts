@@ -1,15 +1,23 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { AgentContext, type AgentDeps } from "../../src/agent/context.ts";
+import type { Database } from "../../src/agent/database.ts";
+import { parseAgentOptions } from "../../src/agent/options.ts";
+import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
+import { currentPlan } from "../../src/agent/write-guard.ts";
 import {
   classifyReplicas,
   FENCE_POLICIES,
   type ListedReplica,
   nodeIdsByAddress,
+  PROMOTION_FENCE_WINDOW_MS,
   planWriteGuard,
   storeWitnessesOf,
   WITNESS_ADVANCE,
   type WriteGuardInput,
+  type WriteGuardPlan,
 } from "../../src/core/write-guard.ts";
+import { memoryState, RecordingLogger } from "../support/agent-harness.ts";
 
 const base: WriteGuardInput = {
   policy: "failsafe",
@@ -339,5 +347,68 @@ describe("the write guard", () => {
       // Assess
       expect(Object.fromEntries(map)).toEqual(expected);
     });
+  });
+});
+
+/**
+ * Nemesis seed 7381 (guarantee 1): node-42a's database clock stepped forward 9 s 0.25 s before its
+ * agent lifted its promotion fence. Redis then reported node-9r's lag as 9 s until its next ACK, so
+ * the guard lifted the fence with an empty replica set and min-replicas-to-write 0 while `WAIT 1`
+ * still counted node-9r; node-9r, nobody's member, was not waited for and 14 writes were lost.
+ */
+describe("the agent's write guard across a forward step of its database's clock", () => {
+  const T0 = 1_800_000_000_000;
+  function primaryAgent(members: readonly string[]) {
+    let now = 0;
+    const ctx = new AgentContext({
+      options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:6379", address: "n1:6379" }),
+      nodeId: "n1",
+      deps: { clock: { now: () => T0 + now }, monotonicNow: () => now } as Partial<AgentDeps> as AgentDeps,
+      db: {} as Database,
+      state: memoryState({ highest_epoch: 1 }),
+      logger: new RecordingLogger(),
+    });
+    ctx.confirmed = true;
+    ctx.topologyFresh = true;
+    ctx.guardMembers = members;
+    ctx.knownNodes.set("r1:6379", "r1");
+    return {
+      ctx,
+      /** One INFO `ms` later, the server's clock `stepMs` ahead of real time, r1 `lag` seconds late. */
+      plan(ms: number, serverMs: number, lag: number): WriteGuardPlan {
+        now += ms;
+        const info: ReplicationInfo = {
+          role: "primary",
+          offset: 100,
+          replId: "a".repeat(40),
+          primary: undefined,
+          replicas: [{ address: "r1:6379", state: "online", offset: 100, lagSeconds: lag }],
+          clock: { serverTimeMs: T0 + serverMs, sentAtMs: now - 2, receivedAtMs: now },
+        };
+        return currentPlan(ctx, info);
+      },
+    };
+  }
+
+  it("demands the acknowledging replica the step makes look late, instead of no replica", () => {
+    const agent = primaryAgent([]);
+    expect(agent.plan(0, 0, 0)).toMatchObject({ kind: "guard", minReplicas: 1, join: ["r1"] });
+    agent.ctx.guardMembers = [];
+    // The step: r1's lag reads 9 s until its next ACK.
+    expect(agent.plan(300, 9300, 9)).toMatchObject({
+      kind: "guard",
+      minReplicas: 1,
+      join: ["r1"],
+      leave: [],
+    });
+  });
+
+  it("keeps a member whose lag reads the step, and judges the lag again once the freeze is past", () => {
+    const agent = primaryAgent(["r1"]);
+    expect(agent.plan(0, 0, 0)).toMatchObject({ kind: "guard", minReplicas: 1, leave: [] });
+    expect(agent.plan(300, 9300, 9)).toMatchObject({ kind: "guard", minReplicas: 1, leave: [] });
+    expect(agent.plan(1000, 10_300, 9)).toMatchObject({ kind: "guard", minReplicas: 1, leave: [] });
+    // Past the freeze a replica still late is late: it leaves as before.
+    expect(agent.plan(PROMOTION_FENCE_WINDOW_MS, 14_800, 9)).toMatchObject({ kind: "guard", leave: ["r1"] });
   });
 });
