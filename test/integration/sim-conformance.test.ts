@@ -64,8 +64,23 @@ class RealDriver implements Driver {
     this.nodes[node].signal("SIGCONT");
   }
 
+  /**
+   * SAVE, once no background save runs: a replica's full sync starts a BGSAVE on its master, and
+   * Redis refuses SAVE meanwhile ("ERR Background save already in progress"; a CI run's flake).
+   */
   async save(node: NodeName) {
-    await this.#client(node).save();
+    const client = this.#client(node);
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await client.save();
+        return;
+      } catch (error) {
+        const busy = error instanceof Error && /Background save already in progress/.test(error.message);
+        if (!busy || Date.now() > deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
   }
 
   async restart(node: NodeName, from: "rdb" | "empty") {
