@@ -33,7 +33,10 @@ import {
  * (SIGSTOP) from just before the kill until node-1's agent has judged the restart and every agent
  * has reported since (in the seeds a stalled failover let the restart be judged first); then they
  * resume. The shard must have an online primary taking writes and holding every acknowledged key
- * within AT_ONCE_MS (well inside the last resort's grace), and never be marked offline.
+ * within AT_ONCE_MS (well inside the last resort's grace), and never be marked offline. On the
+ * code before (5e0772a^, c0d2e64) node-1's agent fenced it and ~2 s after the controllers resumed
+ * the shard went offline, node-2 and node-3 "foreign replication lineage <new id>, expected <old>"
+ * (2 of 2 runs); now node-1 opens once the replicas reported since its restart and serves at once.
  */
 
 const PREFIX = "primary-rdb-restart";
