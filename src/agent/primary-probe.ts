@@ -114,6 +114,11 @@ export class PrimaryProbe {
   /** Probes in a row the primary did not answer (PARK_AFTER_SILENT_PROBES). */
   #silent = 0;
   /**
+   * Closes of the probe's connection so far: an answer is about the process that gave it only while
+   * no close came after it was asked (\`#unpark\`).
+   */
+  #closes = 0;
+  /**
    * The earlier lineage this replica's data continues by its primary's report (\`rememberPrior\`):
    * learnt while linked on the primary's replication id, kept while the replica is on that id
    * (whatever it follows, parked or not, its database restarted on that id or not), forgotten once
@@ -254,7 +259,10 @@ export class PrimaryProbe {
       commandTimeoutMs: this.#timeoutMs,
       reconnectMs: 100,
     });
-    client.on("close", () => void this.#lost(address));
+    client.on("close", () => {
+      this.#closes++;
+      void this.#lost(address);
+    });
     client.on("ready", () => {
       this.#published = undefined;
     });
@@ -308,6 +316,7 @@ export class PrimaryProbe {
    * back as itself (or continues its lineage).
    */
   async probe(read: ReplicationInfo): Promise<ProbeResult> {
+    const closesBefore = this.#closes;
     const answer = await this.#info();
     this.#primaryOffset = answer?.info.role === "primary" ? answer.info.offset : undefined;
     // Forgotten as soon as the replica left the id it was learnt on; learnt below, once linked.
@@ -398,7 +407,7 @@ export class PrimaryProbe {
               ? "none: this replica's own database restarted without the lineage it was parked to keep"
               : undefined;
       if (why !== undefined) {
-        if (this.#namedPrimary()) await this.#unpark(why);
+        if (this.#namedPrimary()) await this.#unpark(why, closesBefore);
       } else {
         this.lacksMyData = true;
         return "restarted";
@@ -469,13 +478,33 @@ export class PrimaryProbe {
     });
   }
 
-  async #unpark(why: string): Promise<void> {
+  /**
+   * Points the parked replica at its primary again, on an answer asked while \`closes\` connections
+   * had closed. A close since then means the process that answered may be gone and another one, not
+   * holding this replica's data, listening in its place: the replica would connect to it, and the
+   * park on that close found the replica still parked and did nothing. It then stays parked, and
+   * the next probe judges whatever answers now (guarantee 1; a restart empty in the moment between
+   * the answer and the \`REPLICAOF\`, seen with real processes and \`repl-diskless-sync-delay 0\`).
+   * A close after the \`REPLICAOF\` parks it as any close does (\`#lost\` waits for the role lock).
+   */
+  async #unpark(why: string, closes: number): Promise<void> {
     const ctx = this.#ctx;
     const address = this.#address;
     if (!address) return;
     await ctx.roleLock.run(async () => {
       const mine = await ctx.db.replicationInfo();
       if (!isParked(mine)) return;
+      if (this.#closes !== closes || this.#address !== address) {
+        ctx.logger.info(
+          "replica stays parked: its primary's connection closed after the answer it would follow",
+          {
+            ...ctx.epochContext,
+            primaryAddress: address,
+            why,
+          },
+        );
+        return;
+      }
       const { host, port } = parseAddress(address);
       await ctx.db.replicaOf(host, port);
       ctx.roleGeneration++;

@@ -39,6 +39,16 @@ export function clockStepBack(
 ): ClockStep | undefined {
   if (previous === undefined || next.sentAtMs < previous.receivedAtMs) return undefined;
   const atLeastMs = next.sentAtMs - previous.receivedAtMs - (next.serverTimeMs - previous.serverTimeMs);
+  return beyondTolerance(atLeastMs, previous, next, toleranceMs);
+}
+
+/** A step proven to be at least \`atLeastMs\`, bounded above by the two reads' bracket widths. */
+function beyondTolerance(
+  atLeastMs: number,
+  previous: ClockSample,
+  next: ClockSample,
+  toleranceMs: number,
+): ClockStep | undefined {
   if (!(atLeastMs > toleranceMs)) return undefined;
   const widths = previous.receivedAtMs - previous.sentAtMs + (next.receivedAtMs - next.sentAtMs);
   return { atLeastMs, atMostMs: atLeastMs + widths };
@@ -63,7 +73,5 @@ export function clockStepForward(
 ): ClockStep | undefined {
   if (previous === undefined) return undefined;
   const atLeastMs = next.serverTimeMs - previous.serverTimeMs - (next.receivedAtMs - previous.sentAtMs);
-  if (!(atLeastMs > toleranceMs)) return undefined;
-  const widths = previous.receivedAtMs - previous.sentAtMs + (next.receivedAtMs - next.sentAtMs);
-  return { atLeastMs, atMostMs: atLeastMs + widths };
+  return beyondTolerance(atLeastMs, previous, next, toleranceMs);
 }

@@ -60,6 +60,26 @@ function fakeLink(answer: ReplicationInfo): DatabaseLink {
   };
 }
 
+/**
+ * A link whose \`close\` listeners \`closeNow\` runs: the process that answered dies while the
+ * probe still holds its answer.
+ */
+function closingLink(answer: ReplicationInfo, closes: number) {
+  const onClose: (() => void)[] = [];
+  let left = closes;
+  const link: DatabaseLink = {
+    ...fakeLink(answer),
+    configGet: async () => {
+      if (left-- > 0) for (const listener of onClose) listener();
+      return "0";
+    },
+    on: (event: string, listener: () => void) => {
+      if (event === "close") onClose.push(listener);
+    },
+  } as DatabaseLink;
+  return link;
+}
+
 /** \`watching\`: the address the probe tracks (null: a park this agent does not know yet). */
 function probeOf(
   primary: ReplicationInfo,
@@ -449,5 +469,74 @@ describe("a parked replica whose agent does not know where it was parked from", 
     // Assess
     expect(probe.address).toBeUndefined();
     expect(probe.parkedFrom).toBeUndefined();
+  });
+});
+
+/**
+ * The process that answered the probe dies before the agent points the parked replica at it: its
+ * connection's close came while the replica was still parked (the park on close had nothing to
+ * do), and a process restarted empty at that address would full-sync the replica's data away
+ * (seen with real processes and \`repl-diskless-sync-delay 0\`; guarantee 1).
+ */
+describe("a parked replica whose primary's connection closes after the answer it would follow", () => {
+  /** \`closes\`: how many of the probes see the connection close right after their INFO. */
+  function probeClosing(closes: number) {
+    const replicaOf = vi.fn(async (_host: string, _port: number) => {});
+    const logger = new RecordingLogger();
+    const db = {
+      dial: () => closingLink(PROMOTED, closes),
+      replicationInfo: async () => PARKED,
+      replicaOf,
+    } as Partial<Database> as Database;
+    const ctx: ProbeContext = {
+      options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:6379" }),
+      nodeId: "n1",
+      db,
+      logger,
+      roleLock: new Mutex(),
+      roleGeneration: 0,
+      lastInfo: PARKED,
+      lastInfoGeneration: 0,
+      heartbeatsWritten: 0,
+      lastTopology: { epoch: 1, ancestry: LINKS } as Partial<Topology> as Topology,
+      highestEpoch: 1,
+      epochContext: {},
+      wakeHeartbeat: () => {},
+      monotonicNow: () => 0,
+      state: memoryState(),
+    };
+    const probe = new PrimaryProbe(ctx, 500);
+    probe.track("n2:6379");
+    return { probe, replicaOf, logger };
+  }
+
+  it.each([
+    { name: "closed after the answer: stays parked, and says why", closes: 1, follows: false },
+    { name: "no close: follows", closes: 0, follows: true },
+  ])("$name", async ({ closes, follows }) => {
+    // Arrange
+    const { probe, replicaOf, logger } = probeClosing(closes);
+
+    // Act
+    await probe.probe(PARKED);
+
+    // Assess
+    expect(replicaOf.mock.calls.length > 0).toBe(follows);
+    expect(logger.find(/^replica stays parked: its primary's connection closed/) !== undefined).toBe(
+      !follows,
+    );
+  });
+
+  it("follows on the next answer, asked after the close, when that process continues its lineage too", async () => {
+    // Arrange
+    const { probe, replicaOf } = probeClosing(1);
+    await probe.probe(PARKED);
+    expect(replicaOf).not.toHaveBeenCalled();
+
+    // Act
+    await probe.probe(PARKED);
+
+    // Assess
+    expect(replicaOf).toHaveBeenCalledWith("n2", 6379);
   });
 });
