@@ -86,10 +86,12 @@ function probeOf(
   links: LineageLink[],
   topology: Partial<Topology> = { epoch: 1, ancestry: links },
   watching: string | null = "n2:6379",
+  link: DatabaseLink = fakeLink(primary),
 ) {
+  const logger = new RecordingLogger();
   const replicaOf = vi.fn(async (_host: string, _port: number) => {});
   const db = {
-    dial: () => fakeLink(primary),
+    dial: () => link,
     replicationInfo: async () => PARKED,
     replicaOf,
   } as Partial<Database> as Database;
@@ -97,7 +99,7 @@ function probeOf(
     options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:6379" }),
     nodeId: "n1",
     db,
-    logger: new RecordingLogger(),
+    logger,
     roleLock: new Mutex(),
     roleGeneration: 0,
     lastInfo: PARKED,
@@ -113,7 +115,7 @@ function probeOf(
   };
   const probe = new PrimaryProbe(ctx, 500);
   if (watching !== null) probe.track(watching);
-  return { probe, replicaOf, state: ctx.state };
+  return { probe, replicaOf, state: ctx.state, logger };
 }
 
 describe("a parked replica whose primary took over from its lineage by a recorded promotion", () => {
@@ -481,33 +483,7 @@ describe("a parked replica whose agent does not know where it was parked from", 
 describe("a parked replica whose primary's connection closes after the answer it would follow", () => {
   /** \`closes\`: how many of the probes see the connection close right after their INFO. */
   function probeClosing(closes: number) {
-    const replicaOf = vi.fn(async (_host: string, _port: number) => {});
-    const logger = new RecordingLogger();
-    const db = {
-      dial: () => closingLink(PROMOTED, closes),
-      replicationInfo: async () => PARKED,
-      replicaOf,
-    } as Partial<Database> as Database;
-    const ctx: ProbeContext = {
-      options: parseAgentOptions({ shard: "s1", redis: "127.0.0.1:6379" }),
-      nodeId: "n1",
-      db,
-      logger,
-      roleLock: new Mutex(),
-      roleGeneration: 0,
-      lastInfo: PARKED,
-      lastInfoGeneration: 0,
-      heartbeatsWritten: 0,
-      lastTopology: { epoch: 1, ancestry: LINKS } as Partial<Topology> as Topology,
-      highestEpoch: 1,
-      epochContext: {},
-      wakeHeartbeat: () => {},
-      monotonicNow: () => 0,
-      state: memoryState(),
-    };
-    const probe = new PrimaryProbe(ctx, 500);
-    probe.track("n2:6379");
-    return { probe, replicaOf, logger };
+    return probeOf(PROMOTED, LINKS, undefined, "n2:6379", closingLink(PROMOTED, closes));
   }
 
   it.each([
