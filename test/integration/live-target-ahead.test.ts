@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { MAX_CONFIRM_ROUNDS } from "../../src/core/continuation.ts";
 import type { Topology } from "../../src/core/model.ts";
@@ -17,7 +16,13 @@ import {
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
-import { Gate, type GateCall, type TestController, testController } from "../support/frozen-controller.ts";
+import {
+  cycleUntilFrozen,
+  Gate,
+  type GateCall,
+  type TestController,
+  testController,
+} from "../support/frozen-controller.ts";
 import { waitFor } from "../support/wait.ts";
 
 /**
@@ -204,20 +209,14 @@ describe("a failover's controller frozen between recording promote and sending P
     });
     const frozen = testController(active.env, FROZEN_CONFIG, gate);
     controllers.push(frozen);
-    let frozenRun: Promise<unknown> | undefined;
-    await waitFor(
-      async () => {
-        if (gate.frozenAt) return true;
-        const cycle = runShardCycle(frozen.deps, active.shard);
-        frozenRun = cycle;
-        const reached = await Promise.race([cycle.then(() => false), gate.reached.then(() => true)]);
-        if (!reached) frozenRun = undefined;
-        return reached;
-      },
-      "a controller to record phase promote of a failover",
-      WAIT_MS,
-      100,
-    );
+    const frozenRun = (
+      await cycleUntilFrozen(
+        frozen,
+        active.shard,
+        "a controller to record phase promote of a failover",
+        WAIT_MS,
+      )
+    ).run;
     const plan = (await active.topology()) as Topology;
     expect(plan).toMatchObject({ status: "failing_over", phase: "promote", epoch: before.epoch + 1 });
     expect(plan.failover?.new_primary_node_id, "the plan's target").toBe("node-2");

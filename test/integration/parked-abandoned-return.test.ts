@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { ENV } from "../../src/adapters/env.ts";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
+import { parseReplicationInfo, replicatingFrom } from "../../src/agent/redis-info.ts";
 import { topologyBefore } from "../../src/core/continuation.ts";
 import type { FailoverState, Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
@@ -70,15 +71,11 @@ afterEach(async (context) => {
   cluster = undefined;
 });
 
-/** INFO replication of `node` as fields. */
-async function replication(node: RedisNode): Promise<Record<string, string>> {
-  const text = await withClient(node, (client) => client.info("replication"));
-  const fields: Record<string, string> = {};
-  for (const line of text.split("\n")) {
-    const at = line.indexOf(":");
-    if (at > 0) fields[line.slice(0, at)] = line.slice(at + 1).trim();
-  }
-  return fields;
+/** The address `node` replicates from (REPLICAOF), by the agent's own INFO parser; undefined for a master. */
+async function replicationTarget(node: RedisNode): Promise<string | undefined> {
+  return replicatingFrom(
+    parseReplicationInfo(await withClient(node, (client) => client.info("replication"))),
+  );
 }
 
 async function dbsize(node: RedisNode): Promise<number> {
@@ -277,10 +274,9 @@ describe("both replicas parked from a primary restarted from an older RDB, an ab
     }
     const states = await Promise.all(
       replicas.map(async (node) => {
-        const info = await replication(node);
         return {
           id: node.id,
-          target: `${info.master_host}:${info.master_port}`,
+          target: await replicationTarget(node),
           dbsize: await dbsize(node),
           saved: await countKeys(node, `${PREFIX}:saved`, SAVED),
           later: await countKeys(node, `${PREFIX}:later`, LATER),

@@ -1,6 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
-import { runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import { LAST_COPY_GRACE } from "../../src/core/decide.ts";
 import type { Heartbeat, Topology } from "../../src/core/model.ts";
@@ -19,8 +18,13 @@ import {
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
-import { Gate, type GateCall, type TestController, testController } from "../support/frozen-controller.ts";
-import { waitFor } from "../support/wait.ts";
+import {
+  cycleUntilFrozen,
+  Gate,
+  type GateCall,
+  type TestController,
+  testController,
+} from "../support/frozen-controller.ts";
 
 /**
  * Simulator seed 72080 (guarantee 3: offline for good, every replica-acknowledged write held by a
@@ -164,20 +168,14 @@ describe("a failover's target promoted, then restarted empty before the controll
     // Act: node-1's database dies; the controller fails over and freezes in confirm.
     node1.signal("SIGKILL");
     await node1.stop();
-    let frozenRun: Promise<unknown> | undefined;
-    await waitFor(
-      async () => {
-        if (gate.frozenAt) return true;
-        const cycle = runShardCycle(frozen.deps, active.shard);
-        frozenRun = cycle;
-        const reached = await Promise.race([cycle.then(() => false), gate.reached.then(() => true)]);
-        if (!reached) frozenRun = undefined;
-        return reached;
-      },
-      "the controller to record phase confirm of a failover",
-      WAIT_MS,
-      100,
-    );
+    const frozenRun = (
+      await cycleUntilFrozen(
+        frozen,
+        active.shard,
+        "the controller to record phase confirm of a failover",
+        WAIT_MS,
+      )
+    ).run;
     const plan = (await active.topology()) as Topology;
     expect(plan).toMatchObject({ status: "failing_over", phase: "confirm", epoch: before.epoch + 1 });
     expect(frozen.sent.some((command) => command.type === "PROMOTE")).toBe(true);

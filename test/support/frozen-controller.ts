@@ -1,10 +1,11 @@
 import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import { silentLogger } from "../../src/adapters/observability.ts";
-import type { ControllerDeps } from "../../src/controller/orchestrator.ts";
+import { type ControllerDeps, runShardCycle } from "../../src/controller/orchestrator.ts";
 import type { FailoverConfig } from "../../src/core/config.ts";
 import type { Command } from "../../src/core/model.ts";
 import type { CommandBus, CoordinationStore } from "../../src/core/ports.ts";
 import { MemoryEventPublisher, MemoryMetrics } from "./controller-fakes.ts";
+import { waitFor } from "./wait.ts";
 
 /**
  * An in-process controller whose store and command bus pass every call through a gate: the test
@@ -127,4 +128,34 @@ export function testController(
     ...overrides,
   };
   return { deps, sent, aws, gate };
+}
+
+/**
+ * Runs the gated controller's cycles until one reaches the gate's freeze point (a cycle that ends
+ * first, e.g. with nothing to do yet, is run again); returns that frozen cycle's run, which ends
+ * once the gate is released.
+ */
+export async function cycleUntilFrozen(
+  controller: TestController,
+  shard: string,
+  what: string,
+  timeoutMs: number,
+): Promise<{ run: Promise<unknown> | undefined }> {
+  const gate = controller.gate;
+  if (gate === undefined) throw new Error("cycleUntilFrozen: the controller has no gate");
+  const frozen: { run: Promise<unknown> | undefined } = { run: undefined };
+  await waitFor(
+    async () => {
+      if (gate.frozenAt) return true;
+      const cycle = runShardCycle(controller.deps, shard);
+      frozen.run = cycle;
+      const reached = await Promise.race([cycle.then(() => false), gate.reached.then(() => true)]);
+      if (!reached) frozen.run = undefined;
+      return reached;
+    },
+    what,
+    timeoutMs,
+    100,
+  );
+  return frozen;
 }
