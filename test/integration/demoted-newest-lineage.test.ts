@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, onTestFailed } from "vitest";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
+import { parseReplicationInfo, type ReplicationInfo } from "../../src/agent/redis-info.ts";
 import { type CycleResult, runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import type { Heartbeat, Topology } from "../../src/core/model.ts";
@@ -69,21 +70,15 @@ afterEach(async () => {
   fixture = undefined;
 });
 
-/** INFO replication of `node` as fields. */
-async function replication(node: RedisNode): Promise<Record<string, string>> {
-  const text = await withClient(node, (client) => client.info("replication"));
-  const fields: Record<string, string> = {};
-  for (const line of text.split("\n")) {
-    const at = line.indexOf(":");
-    if (at > 0) fields[line.slice(0, at)] = line.slice(at + 1).trim();
-  }
-  return fields;
+/** INFO replication of `node`, read as the agent reads it. */
+async function replication(node: RedisNode): Promise<ReplicationInfo> {
+  return parseReplicationInfo(await withClient(node, (client) => client.info("replication")));
 }
 
 /** `node` a replica of the server on `port` with its link up. */
 async function linkedTo(node: RedisNode, port: number): Promise<boolean> {
   const info = await replication(node);
-  return info.master_port === String(port) && info.master_link_status === "up";
+  return info.primary?.port === port && info.primary.link === "up";
 }
 
 /** What a test reads of a topology the controller wrote. */
@@ -118,12 +113,12 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     const [n1, n2, n3] = await active.startRedis(3);
     if (!n1 || !n2 || !n3) throw new Error("redis nodes missing");
     await writeKeys(n1, `${PREFIX}:l1`, L1_KEYS, 2);
-    const lineageL1 = (await replication(n1)).master_replid ?? "";
+    const lineageL1 = (await replication(n1)).replId;
     await withClient(n2, (client) => client.call("REPLICAOF", "NO", "ONE"));
     const promoted = await replication(n2);
-    const lineageL2 = promoted.master_replid ?? "";
-    expect(promoted.master_replid2, "n2's lineage L2 continues L1").toBe(lineageL1);
-    const ancestry = [{ repl_id: lineageL1, until: Number(promoted.second_repl_offset) - 1, by: lineageL2 }];
+    const lineageL2 = promoted.replId;
+    expect(promoted.prior?.replId, "n2's lineage L2 continues L1").toBe(lineageL1);
+    const ancestry = [{ repl_id: lineageL1, until: promoted.prior?.offset ?? 0, by: lineageL2 }];
     // The online topology names n2 (epoch 1, its promotion's link recorded, no stored lineage);
     // the three agents start: n1's steps n1 down to n2, n3's repoints n3 to it (each agent keeps
     // epoch 1 in its state dir).
@@ -176,9 +171,9 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     );
     await waitFor(async () => (await probeWrite(n2, `${PREFIX}:probe`)).accepted, "n2 writable", WAIT_MS);
     await writeKeys(n2, `${PREFIX}:a`, A_KEYS, 2);
-    const offsetA = Number((await replication(n2)).master_repl_offset);
+    const offsetA = (await replication(n2)).offset;
     await waitFor(
-      async () => Number((await replication(n1)).master_repl_offset) >= offsetA,
+      async () => (await replication(n1)).offset >= offsetA,
       "n1 at n2's offset after the A keys",
       WAIT_MS,
     );
@@ -206,9 +201,9 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     ).catch((error: unknown) => {
       throw new Error(`${error instanceof Error ? error.message : String(error)}; last refusal: ${refused}`);
     });
-    const offsetB = Number((await replication(n2)).master_repl_offset);
+    const offsetB = (await replication(n2)).offset;
     await waitFor(
-      async () => Number((await replication(n3)).master_repl_offset) >= offsetB,
+      async () => (await replication(n3)).offset >= offsetB,
       "n3 at n2's offset after the B keys",
       WAIT_MS,
     );
@@ -224,12 +219,12 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     // replica (its config's `replicaof`), synced onto R; then n1 parked: n2's link down.
     await n1.start();
     const restarted = await replication(n1);
-    const lineageR = restarted.master_replid ?? "";
-    expect(restarted.role, "n1 back as a master").toBe("master");
+    const lineageR = restarted.replId;
+    expect(restarted.role, "n1 back as a master").toBe("primary");
     expect(lineageR, "n1 back on a new replication id").not.toBe(lineageL2);
     await n2.start({ replicaOf: n1.address });
     await waitFor(
-      async () => (await linkedTo(n2, n1.port)) && (await replication(n2)).master_replid === lineageR,
+      async () => (await linkedTo(n2, n1.port)) && (await replication(n2)).replId === lineageR,
       "n2 synced from n1 on R",
       WAIT_MS,
     );
@@ -238,7 +233,7 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     await withClient(n2, (client) => client.config("SET", "repl-timeout", "2"));
     await withClient(n1, (client) => client.call("REPLICAOF", "127.0.0.1", String(PARKED_PORT)));
     await waitFor(
-      async () => (await replication(n2)).master_link_status === "down",
+      async () => (await replication(n2)).primary?.link === "down",
       "n2's link to the parked n1 down",
       WAIT_MS,
     );
@@ -254,7 +249,7 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
       a: A_KEYS,
       b: B_KEYS,
     });
-    expect((await replication(n3)).master_replid, "n3 on L2").toBe(lineageL2);
+    expect((await replication(n3)).replId, "n3 on L2").toBe(lineageL2);
 
     // Arrange 4: the three agents start again with their state dirs.
     await startAgents(stateDirs);
@@ -295,7 +290,7 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
       "n2 demoted past the failure timeout on R; n1 (R) and n3 (L2 up to B) parked and fresh",
       WAIT_MS,
     );
-    for (const node of [n1, n3]) expect((await replication(node)).master_port, `${node.id} parked`).toBe("1");
+    for (const node of [n1, n3]) expect((await replication(node)).primary?.port, `${node.id} parked`).toBe(1);
 
     // Act: a controller cycle; every topology it writes is recorded.
     const written: Topology[] = [];
