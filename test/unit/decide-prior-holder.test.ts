@@ -11,8 +11,11 @@ import { aConfig, aShard, LINEAGE, NOW } from "../support/builders.ts";
  * the last-resort grace, when the node continuing the lineage is ranked by what it holds.
  */
 
-/** Offline on LINEAGE (up to 1000); r1 on it up to 900; r2 continues it under lineage-b up to `prior`. */
-function anOfflineShard(prior: number, offlineForMs = 60_000) {
+/**
+ * Offline on LINEAGE (up to 1000); r1 on it up to 900; r2 continues it under lineage-b up to `prior`,
+ * its report `r2AgeMs` old.
+ */
+function anOfflineShard(prior: number, offlineForMs = 60_000, r2AgeMs?: number) {
   return aShard()
     .offline()
     .withTopology({ updated_at: NOW - offlineForMs })
@@ -23,6 +26,7 @@ function anOfflineShard(prior: number, offlineForMs = 60_000) {
       repl_id: "lineage-b",
       last_txn_id: prior + 100,
       prior_lineage: { repl_id: LINEAGE, last_txn_id: prior },
+      ...(r2AgeMs === undefined ? {} : { ageMs: r2AgeMs }),
     })
     .guardedBy(["r1", "r2"])
     .build();
@@ -37,6 +41,16 @@ describe("decide: an offline shard and a node continuing its lineage under anoth
     expect(decision.reason).toMatch(
       /not bringing it back on r1 \(last_txn_id 900\) while r2 \(up to 1000 of the lineage, now on lineage-b\) continues the lineage/,
     );
+  });
+
+  it("holds it too while that node's report is late (a loaded host), until the grace", () => {
+    // Arrange: r2's report older than the failure timeout (3 s), its agent and data not known gone.
+    const late = anOfflineShard(1000, 60_000, 5_000);
+    // Act
+    const decision = decide(late, aConfig(), NOW);
+    // Assess
+    expect(decision).toMatchObject({ kind: "none", code: "offline_no_candidate" });
+    expect(decision.reason).toMatch(/not bringing it back on r1 \(last_txn_id 900\) while r2 \(up to 1000/);
   });
 
   it("brings it back on that node, ranked by what it holds, once the grace is over", () => {

@@ -144,18 +144,21 @@ export function hungHolders(v: OfflineView, best: Candidate, lineage: Lineage): 
 }
 
 /**
- * Before the grace, live nodes other than the target that continue the lineage under another
+ * Before the grace, nodes other than the target that continue the lineage under another
  * replication id (its \`prior_lineage\`: a Redis 7 primary restarted from its RDB takes a new id and
  * keeps the old one as \`replid2\`, and its replicas adopt it) further than the target holds: they
  * are ranked by what they hold only as the last resort, so until then the target would drop
- * what they acknowledged.
+ * what they acknowledged. Live or not: a report late by a moment (a loaded host, at a failure timeout
+ * of a second) is no sign its data is gone, and the grace bounds the wait (a real-process run of
+ * seed 7007's scenario under load brought the shard back on the node behind while the holder's
+ * report was late, and lost 200 acknowledged keys). A down report names no \`prior_lineage\` of the
+ * dead process, so a node whose database died does not hold the shard here.
  */
 export function priorHoldersAhead(v: OfflineView, best: Candidate, lineage: Lineage): Heartbeat[] {
   if (v.lastResort) return [];
   return v.snapshot.nodes.filter(
     (node) =>
       node.node_id !== best.node_id &&
-      isAlive(node, v.config, v.now) &&
       node.repl_id !== lineage.repl_id &&
       node.prior_lineage?.repl_id === lineage.repl_id &&
       node.prior_lineage.last_txn_id > best.last_txn_id,
