@@ -1,13 +1,12 @@
 import { afterEach, describe, expect, it, onTestFailed } from "vitest";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
-import { parseReplicationInfo, type ReplicationInfo } from "../../src/agent/redis-info.ts";
 import { type CycleResult, runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import type { Heartbeat, Topology } from "../../src/core/model.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { AgentFixture, type TestAgent } from "../support/agent-harness.ts";
 import { awsEnv } from "../support/aws.ts";
-import { countKeys, probeWrite, withClient, writeKeys } from "../support/chaos-cluster.ts";
+import { countKeys, probeWrite, replicationOf, withClient, writeKeys } from "../support/chaos-cluster.ts";
 import { Gate, type TestController, testController } from "../support/frozen-controller.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -70,14 +69,9 @@ afterEach(async () => {
   fixture = undefined;
 });
 
-/** INFO replication of `node`, read as the agent reads it. */
-async function replication(node: RedisNode): Promise<ReplicationInfo> {
-  return parseReplicationInfo(await withClient(node, (client) => client.info("replication")));
-}
-
 /** `node` a replica of the server on `port` with its link up. */
 async function linkedTo(node: RedisNode, port: number): Promise<boolean> {
-  const info = await replication(node);
+  const info = await replicationOf(node);
   return info.primary?.port === port && info.primary.link === "up";
 }
 
@@ -113,9 +107,9 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     const [n1, n2, n3] = await active.startRedis(3);
     if (!n1 || !n2 || !n3) throw new Error("redis nodes missing");
     await writeKeys(n1, `${PREFIX}:l1`, L1_KEYS, 2);
-    const lineageL1 = (await replication(n1)).replId;
+    const lineageL1 = (await replicationOf(n1)).replId;
     await withClient(n2, (client) => client.call("REPLICAOF", "NO", "ONE"));
-    const promoted = await replication(n2);
+    const promoted = await replicationOf(n2);
     const lineageL2 = promoted.replId;
     expect(promoted.prior?.replId, "n2's lineage L2 continues L1").toBe(lineageL1);
     const ancestry = [{ repl_id: lineageL1, until: promoted.prior?.offset ?? 0, by: lineageL2 }];
@@ -171,9 +165,9 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     );
     await waitFor(async () => (await probeWrite(n2, `${PREFIX}:probe`)).accepted, "n2 writable", WAIT_MS);
     await writeKeys(n2, `${PREFIX}:a`, A_KEYS, 2);
-    const offsetA = (await replication(n2)).offset;
+    const offsetA = (await replicationOf(n2)).offset;
     await waitFor(
-      async () => (await replication(n1)).offset >= offsetA,
+      async () => (await replicationOf(n1)).offset >= offsetA,
       "n1 at n2's offset after the A keys",
       WAIT_MS,
     );
@@ -201,9 +195,9 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     ).catch((error: unknown) => {
       throw new Error(`${error instanceof Error ? error.message : String(error)}; last refusal: ${refused}`);
     });
-    const offsetB = (await replication(n2)).offset;
+    const offsetB = (await replicationOf(n2)).offset;
     await waitFor(
-      async () => (await replication(n3)).offset >= offsetB,
+      async () => (await replicationOf(n3)).offset >= offsetB,
       "n3 at n2's offset after the B keys",
       WAIT_MS,
     );
@@ -218,13 +212,13 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     // Arrange 3: n1 back from its RDB as a master on a new id R; n2 back from its older RDB as n1's
     // replica (its config's `replicaof`), synced onto R; then n1 parked: n2's link down.
     await n1.start();
-    const restarted = await replication(n1);
+    const restarted = await replicationOf(n1);
     const lineageR = restarted.replId;
     expect(restarted.role, "n1 back as a master").toBe("primary");
     expect(lineageR, "n1 back on a new replication id").not.toBe(lineageL2);
     await n2.start({ replicaOf: n1.address });
     await waitFor(
-      async () => (await linkedTo(n2, n1.port)) && (await replication(n2)).replId === lineageR,
+      async () => (await linkedTo(n2, n1.port)) && (await replicationOf(n2)).replId === lineageR,
       "n2 synced from n1 on R",
       WAIT_MS,
     );
@@ -233,7 +227,7 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
     await withClient(n2, (client) => client.config("SET", "repl-timeout", "2"));
     await withClient(n1, (client) => client.call("REPLICAOF", "127.0.0.1", String(PARKED_PORT)));
     await waitFor(
-      async () => (await replication(n2)).primary?.link === "down",
+      async () => (await replicationOf(n2)).primary?.link === "down",
       "n2's link to the parked n1 down",
       WAIT_MS,
     );
@@ -249,7 +243,7 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
       a: A_KEYS,
       b: B_KEYS,
     });
-    expect((await replication(n3)).replId, "n3 on L2").toBe(lineageL2);
+    expect((await replicationOf(n3)).replId, "n3 on L2").toBe(lineageL2);
 
     // Arrange 4: the three agents start again with their state dirs.
     await startAgents(stateDirs);
@@ -290,7 +284,8 @@ describe("a demoted primary that no replica follows, on a restarted node's linea
       "n2 demoted past the failure timeout on R; n1 (R) and n3 (L2 up to B) parked and fresh",
       WAIT_MS,
     );
-    for (const node of [n1, n3]) expect((await replication(node)).primary?.port, `${node.id} parked`).toBe(1);
+    for (const node of [n1, n3])
+      expect((await replicationOf(node)).primary?.port, `${node.id} parked`).toBe(1);
 
     // Act: a controller cycle; every topology it writes is recorded.
     const written: Topology[] = [];

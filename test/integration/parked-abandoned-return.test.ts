@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { ENV } from "../../src/adapters/env.ts";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
-import { parseReplicationInfo, replicatingFrom } from "../../src/agent/redis-info.ts";
+import { replicatingFrom } from "../../src/agent/redis-info.ts";
 import { topologyBefore } from "../../src/core/continuation.ts";
 import type { FailoverState, Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
@@ -9,6 +9,7 @@ import { FENCED_START_ARGS, type RedisNode } from "../../src/dev/local-stack/red
 import {
   countKeys,
   probeWrite,
+  replicationOf,
   roleOf,
   startChaosCluster,
   WAIT_MS,
@@ -73,9 +74,7 @@ afterEach(async (context) => {
 
 /** The address `node` replicates from (REPLICAOF), by the agent's own INFO parser; undefined for a master. */
 async function replicationTarget(node: RedisNode): Promise<string | undefined> {
-  return replicatingFrom(
-    parseReplicationInfo(await withClient(node, (client) => client.info("replication"))),
-  );
+  return replicatingFrom(await replicationOf(node));
 }
 
 async function dbsize(node: RedisNode): Promise<number> {

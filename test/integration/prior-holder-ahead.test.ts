@@ -1,14 +1,14 @@
 import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseReplicationInfo, type ReplicationInfo } from "../../src/agent/redis-info.ts";
 import { LAST_COPY_GRACE } from "../../src/core/decide.ts";
 import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
-import { FENCED_START_ARGS, type RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
+import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  replicationOf,
   roleOf,
   shortenReplicationTimeout,
   startChaosCluster,
@@ -64,11 +64,6 @@ afterEach(async (context) => {
   await cluster?.stop({ keepLogs: context.task.result?.state === "fail" });
   cluster = undefined;
 });
-
-/** A database's replication, read as its agent reads it. */
-async function replicationOf(node: RedisNode): Promise<ReplicationInfo> {
-  return parseReplicationInfo(String(await withClient(node, (client) => client.info("replication"))));
-}
 
 describe("an offline shard whose lineage a live node continues under another replication id (sim seed 7007)", () => {
   it("is not brought back on a node behind it: it comes back on that node, past the grace, with every acknowledged key", {

@@ -1,4 +1,5 @@
 import type { Redis } from "ioredis";
+import { parseReplicationInfo, type ReplicationInfo } from "../../src/agent/redis-info.ts";
 import type { FailoverConfigInput } from "../../src/core/config.ts";
 import type { HistoryRecord, Topology } from "../../src/core/model.ts";
 import { LocalCluster, type LocalClusterOptions } from "../../src/dev/local-cluster.ts";
@@ -170,6 +171,11 @@ export async function withClient<T>(node: RedisNode, use: (client: Redis) => Pro
   } finally {
     client.disconnect();
   }
+}
+
+/** `INFO replication` of \`node\`, read by the agent's own parser. */
+export async function replicationOf(node: RedisNode): Promise<ReplicationInfo> {
+  return parseReplicationInfo(await withClient(node, (client) => client.info("replication")));
 }
 
 /** `ROLE` as the server answers it. */
