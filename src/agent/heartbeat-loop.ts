@@ -120,6 +120,7 @@ async function cycle(
       ctx.deps.clock.now(),
       probed,
       read?.answeredFrom,
+      generation,
     );
     // A primary learns a new replica's node id from the store (its heartbeat): until it does, the
     // replica cannot join the write guard's set, and no failover may promote it.
@@ -169,7 +170,7 @@ async function cycle(
   const probed = await probe;
   trackDoubt(ctx, info, probed);
   const now = ctx.deps.clock.now();
-  const heartbeat = buildHeartbeat(ctx, info, snapshot, now, probed, read?.answeredFrom);
+  const heartbeat = buildHeartbeat(ctx, info, snapshot, now, probed, read?.answeredFrom, generation);
   // The pause gate. The process stopped (SIGSTOP, a frozen VM, CPU starvation) after this cycle's
   // topology read began, and before `now` was taken: the read answered from before the pause, or
   // its timeout fired on resume (the cycle would go on with the last confirmation), while the

@@ -135,7 +135,16 @@ export function keepaliveOf(ctx: AgentContext, role: "primary" | "replica"): num
   return keepaliveMs(ctx.cycleState(), ctx.options, role, ctx.monotonicNow());
 }
 
-/** This cycle's heartbeat: of the database that answered, else the down report (undefined: none yet). */
+/**
+ * This cycle's heartbeat: of the database that answered, else the down report (undefined: none
+ * yet). \`generation\`: the role generation when this cycle read \`info\` (\`ctx.roleGeneration\`
+ * then). An answer read before a role change since (a PROMOTE or REPLICAOF applied while this cycle
+ * ran, beside the forced cycle that confirms it) is not the database's last answer: it never
+ * replaces \`lastAnswered\`, which a down report is built on (fresh CI run of the twenty-second
+ * session: a heartbeat cycle that read INFO before PROMOTE finished after the forced cycle; the
+ * database died, and its down report named the lineage the node had left, which the controller
+ * stored with its offline mark).
+ */
 export function buildHeartbeat(
   ctx: AgentContext,
   info: ReplicationInfo | undefined,
@@ -143,11 +152,12 @@ export function buildHeartbeat(
   now: number,
   probed: ProbeResult | undefined,
   answeredFrom: number | undefined,
+  generation: number = ctx.roleGeneration,
 ): HeartbeatInput | undefined {
   // A restarted primary reports itself down with its old lineage: its new data is nobody's.
   const answered =
     info && !ctx.dbRestarted ? heartbeatFromInfo(ctx, info, now, probed, answeredFrom) : undefined;
-  if (answered !== undefined) ctx.schedule.lastAnswered = answered;
+  if (answered !== undefined && generation === ctx.roleGeneration) ctx.schedule.lastAnswered = answered;
   const heartbeat = answered ?? downHeartbeat(ctx, snapshot, now, ctx.dbRestarted ? info : undefined);
   const resumedAt = ctx.store.resumedAtFor(now);
   if (heartbeat !== undefined && resumedAt !== undefined) heartbeat.store_resumed_at = resumedAt;

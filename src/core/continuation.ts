@@ -209,6 +209,21 @@ export function decideContinuation(
   );
   // Overdue or not, a live target holding more than every other node keeps the plan (guarantee 1).
   const kept = alive ? liveTargetAhead(v) : undefined;
+  if (kept !== undefined && node !== undefined && node.heartbeat.epoch >= topology.epoch) {
+    // Its report is at this epoch: it applied this plan's PROMOTE, and its agent ignores the same
+    // command again (one id per epoch and node), so the plan's PROMOTE never promotes it twice. Its
+    // promotion was undone since (its database restarted from an RDB as a replica): a plan of its
+    // own under a new epoch sends a PROMOTE it applies (simulator seed 100696, guarantee 3: the plan
+    // sent the ignored PROMOTE every cycle, \`failing_over\` for good).
+    return {
+      kind: "replan",
+      failover: {
+        ...state,
+        reason: `${v.why}; promoting ${target} again under a new epoch (${state.reason})`,
+      },
+      reason: `${v.why}: it applied this epoch's PROMOTE and no longer answers as primary, and still holds the most; promoting it again under a new epoch`,
+    };
+  }
   if (kept !== undefined) return { kind: "continue", from: "promote", reason: kept };
   return retarget(v, state);
 }

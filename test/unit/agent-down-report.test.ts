@@ -154,3 +154,74 @@ describe("the down report of a promoted primary keeps the link its lineage conti
     expect(down?.prior_lineage).toBeUndefined();
   });
 });
+
+/**
+ * The stale answer of an overlapping cycle (guarantees 1 and 5; the fresh CI run of the
+ * twenty-second session, `last-resort-own-lineage.test.ts`): the heartbeat loop's cycle read INFO
+ * while n1 was a replica on L, PROMOTE was applied (the role generation moved) and the command's
+ * forced cycle reported P; the slow cycle then finished with its pre-PROMOTE answer. Its heartbeat is
+ * not written (the role changed), and now its answer does not replace the last one either: the down
+ * report, built on the last answer, names P, the lineage the dead process held, not L.
+ */
+describe("an answer read before a role change never becomes the database's last answer", () => {
+  const REPLICA_ON_L: ReplicationInfo = {
+    role: "replica",
+    offset: 68_448,
+    replId: "L",
+    prior: undefined,
+    runId: "run-1",
+    primary: { host: "n2", port: 6379, link: "up", lastIoSecondsAgo: 0, syncInProgress: false },
+    replicas: [],
+  };
+
+  it("keeps the promoted answer when the slower cycle that read INFO before PROMOTE finishes last", async () => {
+    // Prepare: the slow cycle's read, then PROMOTE applied and confirmed by the forced cycle.
+    const agent = n1Agent();
+    const staleGeneration = agent.ctx.roleGeneration;
+    agent.ctx.roleGeneration++;
+    const forced = await agent.cycle(PROMOTED);
+    expect(forced).toMatchObject({ role: "primary", repl_id: "P" });
+
+    // Act: the slow cycle finishes with its pre-PROMOTE answer, then the database dies.
+    buildHeartbeat(
+      agent.ctx,
+      REPLICA_ON_L,
+      undefined,
+      1_800_000_010_000,
+      undefined,
+      undefined,
+      staleGeneration,
+    );
+    const down = await agent.cycle(undefined);
+
+    // Assess
+    expect(down).toMatchObject({
+      db_status: "down",
+      role: "primary",
+      repl_id: "P",
+      last_txn_id: 68_832,
+      answered_prior_lineage: { repl_id: "L", last_txn_id: 68_448 },
+    });
+  });
+
+  it("still takes an answer read at the current role generation", async () => {
+    // Prepare
+    const agent = n1Agent();
+    await agent.cycle(PROMOTED);
+
+    // Act: a later answer of the same role generation (more writes), then the death.
+    buildHeartbeat(
+      agent.ctx,
+      { ...PROMOTED, offset: 70_000 },
+      undefined,
+      1_800_000_010_000,
+      undefined,
+      undefined,
+      agent.ctx.roleGeneration,
+    );
+    const down = await agent.cycle(undefined);
+
+    // Assess
+    expect(down).toMatchObject({ db_status: "down", repl_id: "P", last_txn_id: 70_000 });
+  });
+});

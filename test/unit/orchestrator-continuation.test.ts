@@ -645,6 +645,39 @@ describe("decideContinuation: a target that died after its PROMOTE leaves its pr
   });
 });
 
+/** A failover to r1 (990) left at \`phase\` long ago: past MAX_CONFIRM_ROUNDS since the bump. */
+const overdue = (phase: FailoverPhase, phaseStarted: Record<string, number>) => {
+  const shard = interrupted(phase);
+  const topology = shard.build().topology as Topology;
+  return shard.withTopology({
+    failover: {
+      ...(topology.failover as NonNullable<Topology["failover"]>),
+      phase_started: { epoch_bumped: NOW - 60_000, ...phaseStarted },
+    },
+  });
+};
+
+/** A table row: the shard, the continuation expected, and words its reason must hold. */
+interface ContinuationRow {
+  readonly name: string;
+  readonly shard: () => ShardBuilder;
+  readonly expected: Partial<Continuation> & { kind: Continuation["kind"] };
+  readonly reason?: string;
+}
+
+function itContinuesAsExpected(rows: readonly ContinuationRow[]): void {
+  for (const row of rows) {
+    it(row.name, () => {
+      // Act
+      const next = continuation(row.shard());
+
+      // Assess
+      expect(next).toMatchObject(row.expected);
+      if (row.reason !== undefined) expect(next.reason).toContain(row.reason);
+    });
+  }
+}
+
 /**
  * Simulator seed 420290 (guarantee 1, 125 replica-acknowledged writes lost): a controller recorded
  * phase `promote` of a failover to n2 and froze before sending PROMOTE; 60 s later the next
@@ -654,24 +687,8 @@ describe("decideContinuation: a target that died after its PROMOTE leaves its pr
  * keeps the plan and gets its PROMOTE again.
  */
 describe("decideContinuation: a live target holding more is not replaced (rule live_target_ahead, simulator seed 420290)", () => {
-  /** A failover to r1 (990) left at `phase` long ago: past MAX_CONFIRM_ROUNDS since the bump, no PROMOTE sent recently. */
-  const overdue = (phase: FailoverPhase, phaseStarted: Record<string, number>) => {
-    const shard = interrupted(phase);
-    const topology = shard.build().topology as Topology;
-    return shard.withTopology({
-      failover: {
-        ...(topology.failover as NonNullable<Topology["failover"]>),
-        phase_started: { epoch_bumped: NOW - 60_000, ...phaseStarted },
-      },
-    });
-  };
   const frozenBeforePromote = () => overdue("promote", { promote: NOW - 60_000 });
-  const rows: ReadonlyArray<{
-    readonly name: string;
-    readonly shard: () => ShardBuilder;
-    readonly expected: Partial<Continuation> & { kind: Continuation["kind"] };
-    readonly reason?: string;
-  }> = [
+  const rows: readonly ContinuationRow[] = [
     {
       name: "never sent PROMOTE, the live target ahead of the other member: PROMOTE again, not a replan to r2",
       shard: frozenBeforePromote,
@@ -708,16 +725,76 @@ describe("decideContinuation: a live target holding more is not replaced (rule l
     },
   ];
 
-  for (const row of rows) {
-    it(row.name, () => {
-      // Act
-      const next = continuation(row.shard());
+  itContinuesAsExpected(rows);
+});
 
-      // Assess
-      expect(next).toMatchObject(row.expected);
-      if (row.reason !== undefined) expect(next.reason).toContain(row.reason);
+/**
+ * Simulator seed 100696 (guarantee 3; 69.5 s without a writable primary to the end, 0 lost): the
+ * failover's target n2 applied its PROMOTE at the epoch (a new lineage; n1 and n3 followed it), its
+ * database was killed and came back from an RDB of the plan's lineage as a replica, parked. The plan
+ * sent the same PROMOTE every cycle ("alive and holds the lineage", rule \`live_target_ahead\`); the
+ * agent ignored it as already applied, and n3, holding the promoted lineage, was "foreign". Now: the
+ * nodes that followed the target at the epoch carry its promotion (their lineage continues the
+ * plan's), and a target whose promotion was undone with nobody carrying it gets a plan of its own
+ * under a new epoch.
+ */
+describe("decideContinuation: a target whose promotion was undone after it applied PROMOTE (simulator seed 100696)", () => {
+  /** The confirm phase long overdue: r1 applied PROMOTE at epoch 4 (its report is at 4) and answers as a replica again. */
+  const undone = (r1: Partial<HeartbeatInput> = {}) =>
+    overdue("confirm", { promote: NOW - 60_000, confirm: NOW - 50_000 }).withNode({
+      node_id: "r1",
+      epoch: 4,
+      primary_link: "down",
+      ...r1,
     });
-  }
+  /** r2 followed r1's promotion at epoch 4: r1's new lineage, continuing the plan's to 1000. */
+  const follower = (node_id: string, repl_id = PROMOTED, last_txn_id = 1200) => ({
+    node_id,
+    epoch: 4,
+    role: "replica" as const,
+    repl_id,
+    last_txn_id,
+    prior_lineage: { repl_id: LINEAGE, last_txn_id: 1000 },
+    primary_node_id: undefined,
+    primary_link: "down" as const,
+  });
+  const rows: readonly ContinuationRow[] = [
+    {
+      name: "the target back from an RDB as a replica, r2 on its promoted lineage: replan to r2, not the ignored PROMOTE",
+      shard: () => undone().withNode(follower("r2")),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
+    {
+      name: "the old primary followed the promotion too: it witnesses the same lineage, replan to r2",
+      shard: () =>
+        undone()
+          .withNode(follower("r2"))
+          .withNode(follower("p1", PROMOTED, 1210)),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
+    {
+      name: "nobody carries its promotion, it still holds the most: a plan of its own under a new epoch",
+      shard: () => undone(),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r1" }) },
+      reason: "it applied this epoch's PROMOTE and no longer answers as primary",
+    },
+    {
+      name: "two nodes on different lineages after the plan's: no promotion read, the target a plan of its own",
+      shard: () =>
+        undone()
+          .withNode(follower("r2", PROMOTED, 1200))
+          .withNode(follower("p1", "lineage-other", 1300)),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r1" }) },
+    },
+    {
+      name: "the target never applied this epoch's PROMOTE (its report at epoch 3): its PROMOTE again, same epoch",
+      shard: () => undone({ epoch: 3 }),
+      expected: { kind: "continue", from: "promote" },
+      reason: "alive and holds the lineage to 990",
+    },
+  ];
+
+  itContinuesAsExpected(rows);
 });
 
 /**

@@ -137,6 +137,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // "foreign" for good (promotedAncestry, src/core/decide/retarget.ts; answered_prior_lineage,
   // src/agent/heartbeat-report.ts).
   { seed: 72080, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 100696 (twenty-second session; (g3) and (d) only): a failover's target applied its PROMOTE, its
+  // database restarted from an RDB as a replica and was parked; the plan sent the same PROMOTE every
+  // cycle (ignored as applied) and the nodes holding the target's promoted lineage were "foreign"
+  // (targetPromotion, src/core/decide/retarget.ts; decideContinuation, src/core/continuation.ts).
+  { seed: 100696, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

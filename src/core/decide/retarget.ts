@@ -42,65 +42,115 @@ export interface RetargetView extends Replacing {
 }
 
 /**
- * The target's own lineage once it reported itself promoted at this failover's epoch (PROMOTE
- * applied: a new replication id): writes acknowledged since went to that lineage only, and the
- * replicas already repointed at it share it. Undefined while it has not.
+ * The failed target's promotion: the lineage it started by applying this failover's PROMOTE (a new
+ * replication id: writes acknowledged since went to that lineage only, and the replicas already
+ * repointed at it share it) and, when known, the point of the plan's lineage it continues
+ * (\`prior\`: Redis's \`master_replid2\` and \`second_repl_offset\` - 1 of the promoted process).
  */
-function promotedLineage(view: ShardView, state: FailoverState): Lineage | undefined {
-  const epoch = view.topology?.epoch;
-  const target = view.snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
-  if (target === undefined || epoch === undefined || state.lineage === undefined) return undefined;
-  if (target.role !== "primary" || target.epoch < epoch || target.repl_id === state.lineage.repl_id)
-    return undefined;
-  return { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id };
+interface Promotion {
+  readonly lineage: Lineage;
+  readonly prior: { readonly repl_id: string; readonly last_txn_id: number } | undefined;
 }
 
 /**
- * The shard's lineage history with the failed target's promotion, when it reported itself promoted
- * (\`promotedLineage\`, the lineage a retarget judges and an offline mark stores) and its own
- * report shows the link its new lineage continues (\`prior_lineage\`; once its database died, that
- * of its last answer, \`answered_prior_lineage\`: Redis's \`master_replid2\` and
- * \`second_repl_offset\` - 1 of the promoted process) from the lineage the plan was decided on
- * (directly, or through the history and the plan's \`target_link\`). Undefined otherwise, or when
- * the history holds it already. The change never completed, so the completion
- * (src/controller/transitions.ts \`ancestryAfter\`) never recorded it: without it the stored lineage
- * names the target's new id and no node on the plan's lineage is ever found to hold any of it, so
- * the last resort cannot take the parked replica holding every write at the promotion point, the
- * one rule 7 takes by the history (simulator seed 72080: offline for good, 1,426 writes held
- * by a parked replica). Recorded with the offline mark.
+ * The target's promotion, read from its own report once it reported itself primary at this
+ * failover's epoch on a new replication id (its \`prior_lineage\`; once its database died, that of
+ * its last answer, \`answered_prior_lineage\`). When it applied its PROMOTE (its report is at the
+ * epoch) and answers as something else now (its database restarted from an RDB as a replica of the
+ * old primary), the nodes that followed it at this epoch still carry its promotion: every one on
+ * one lineage other than the plan's whose \`prior_lineage\` continues the plan's (simulator seed
+ * 100696: the target restarted from an RDB of the plan's lineage and parked; both other nodes held
+ * its promoted lineage and were judged "foreign", the shard \`failing_over\` for good). Nodes that
+ * disagree prove nothing: undefined, as while the target has not promoted.
  */
-function promotedAncestry(
+function targetPromotion(view: ShardView, state: FailoverState): Promotion | undefined {
+  const epoch = view.topology?.epoch;
+  const plan = state.lineage;
+  const target = view.snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+  if (target === undefined || epoch === undefined || plan === undefined || target.epoch < epoch)
+    return undefined;
+  if (target.role === "primary" && target.repl_id !== plan.repl_id) {
+    // A down report's \`prior_lineage\` is what a restarted process holds now, never the dead one's link.
+    const prior = target.db_status === "down" ? target.answered_prior_lineage : target.prior_lineage;
+    return {
+      lineage: { node_id: target.node_id, repl_id: target.repl_id, last_txn_id: target.last_txn_id },
+      prior: prior === undefined || prior.repl_id === target.repl_id ? undefined : prior,
+    };
+  }
+  if (target.role === "primary" && target.db_status === "up") return undefined;
+  const followers = view.snapshot.nodes.filter(
+    (node) =>
+      node.node_id !== target.node_id &&
+      node.db_status === "up" &&
+      node.epoch >= epoch &&
+      node.repl_id !== "" &&
+      node.repl_id !== plan.repl_id &&
+      node.prior_lineage !== undefined &&
+      continuesPlan(view, state, node.prior_lineage),
+  );
+  const first = followers[0];
+  if (first === undefined || followers.some((node) => node.repl_id !== first.repl_id)) return undefined;
+  const prior = first.prior_lineage;
+  if (followers.some((node) => node.prior_lineage?.last_txn_id !== prior?.last_txn_id)) return undefined;
+  return {
+    lineage: {
+      node_id: target.node_id,
+      repl_id: first.repl_id,
+      last_txn_id: Math.max(...followers.map((node) => node.last_txn_id)),
+    },
+    prior,
+  };
+}
+
+/** \`prior\` is on the plan's lineage, directly or through the history and the plan's \`target_link\`. */
+function continuesPlan(
   view: ShardView,
   state: FailoverState,
-  promoted: Lineage,
-): LineageLink[] | undefined {
-  const target = view.snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
+  prior: { readonly repl_id: string; readonly last_txn_id: number },
+): boolean {
   const plan = state.lineage;
-  if (target === undefined || plan === undefined || target.repl_id !== promoted.repl_id) return undefined;
-  // A down report's \`prior_lineage\` is what a restarted process holds now, never the dead one's link.
-  const prior = target.db_status === "down" ? target.answered_prior_lineage : target.prior_lineage;
-  if (prior === undefined || prior.repl_id === target.repl_id) return undefined;
+  if (plan === undefined) return false;
   const history = view.topology?.ancestry ?? [];
-  const continuesPlan =
+  return (
     prior.repl_id === plan.repl_id ||
     heldThroughLinks(
       { replId: prior.repl_id, offset: prior.last_txn_id },
       { replId: plan.repl_id, offset: plan.last_txn_id },
       [...history, ...(state.target_link === undefined ? [] : [state.target_link])],
-    ) !== undefined;
-  if (!continuesPlan) return undefined;
-  return promotionAncestry(history, state.target_link, {
+    ) !== undefined
+  );
+}
+
+/**
+ * The shard's lineage history with the failed target's promotion (\`targetPromotion\`, the lineage
+ * a retarget judges and an offline mark stores), when the link its new lineage continues is known
+ * and is on the lineage the plan was decided on (directly, or through the history and the plan's
+ * \`target_link\`). Undefined otherwise, or when the history holds it already. The change never
+ * completed, so the completion (src/controller/transitions.ts \`ancestryAfter\`) never recorded it:
+ * without it the stored lineage names the target's new id and no node on the plan's lineage is
+ * ever found to hold any of it, so the last resort cannot take the parked replica holding every
+ * write at the promotion point, the one rule 7 takes by the history (simulator seed 72080: offline
+ * for good, 1,426 writes held by a parked replica). Recorded with the offline mark.
+ */
+function promotedAncestry(
+  view: ShardView,
+  state: FailoverState,
+  promotion: Promotion,
+): LineageLink[] | undefined {
+  const prior = promotion.prior;
+  if (prior === undefined || !continuesPlan(view, state, prior)) return undefined;
+  return promotionAncestry(view.topology?.ancestry ?? [], state.target_link, {
     repl_id: prior.repl_id,
     until: prior.last_txn_id,
-    by: target.repl_id,
+    by: promotion.lineage.repl_id,
   });
 }
 
 export function retargetView(view: ShardView, state: FailoverState, problem: string): RetargetView {
   const { snapshot, config, now } = view;
   const primaryId = state.old_primary_node_id;
-  const promoted = promotedLineage(view, state);
-  const lineage = promoted ?? state.lineage;
+  const promotion = targetPromotion(view, state);
+  const lineage = promotion?.lineage ?? state.lineage;
   const members = guardMembers(snapshot, primaryId);
   // The plan was decided on its target's link (a database continuing the lineage through its
   // prior, `target_link`), recorded in the ancestry only once the change completes. The replicas
@@ -129,7 +179,7 @@ export function retargetView(view: ShardView, state: FailoverState, problem: str
     failedTarget: ranked.find((candidate) => candidate.node_id === state.new_primary_node_id),
     target: best?.eligible === true && lineage !== undefined ? { best, lineage } : undefined,
     quiet: awaitingReports(snapshot, config, now, primaryId),
-    promotedAncestry: promoted === undefined ? undefined : promotedAncestry(view, state, promoted),
+    promotedAncestry: promotion === undefined ? undefined : promotedAncestry(view, state, promotion),
   };
 }
 
