@@ -787,6 +787,21 @@ describe("decideContinuation: a target whose promotion was undone after it appli
       expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r1" }) },
     },
     {
+      name: "the old primary restarted from its RDB as a primary (its own new id continuing the plan's): no witness of the promotion",
+      shard: () =>
+        undone().withNode({
+          ...follower("p1", "lineage-p1-restarted", 1300),
+          role: "primary",
+          primary_link: undefined,
+        }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r1" }) },
+    },
+    {
+      name: "a replica following another node on a new lineage: no witness of the target's promotion",
+      shard: () => undone().withNode({ ...follower("r2", "lineage-elsewhere", 1300), primary_node_id: "p1" }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r1" }) },
+    },
+    {
       name: "the target never applied this epoch's PROMOTE (its report at epoch 3): its PROMOTE again, same epoch",
       shard: () => undone({ epoch: 3 }),
       expected: { kind: "continue", from: "promote" },

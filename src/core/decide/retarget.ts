@@ -57,8 +57,10 @@ interface Promotion {
  * failover's epoch on a new replication id (its \`prior_lineage\`; once its database died, that of
  * its last answer, \`answered_prior_lineage\`). When it applied its PROMOTE (its report is at the
  * epoch) and answers as something else now (its database restarted from an RDB as a replica of the
- * old primary), the nodes that followed it at this epoch still carry its promotion: every one on
- * one lineage other than the plan's whose \`prior_lineage\` continues the plan's (simulator seed
+ * old primary), the nodes that followed it at this epoch still carry its promotion: every replica
+ * (following the target, or parked) on one lineage other than the plan's whose
+ * \`prior_lineage\` continues the plan's; a primary on such a lineage is a process restarted from
+ * its RDB (Redis 7 gives it a new id continuing its old one), no witness (simulator seed
  * 100696: the target restarted from an RDB of the plan's lineage and parked; both other nodes held
  * its promoted lineage and were judged "foreign", the shard \`failing_over\` for good). Nodes that
  * disagree prove nothing: undefined, as while the target has not promoted.
@@ -81,6 +83,8 @@ function targetPromotion(view: ShardView, state: FailoverState): Promotion | und
   const followers = view.snapshot.nodes.filter(
     (node) =>
       node.node_id !== target.node_id &&
+      node.role === "replica" &&
+      (node.primary_node_id === undefined || node.primary_node_id === target.node_id) &&
       node.db_status === "up" &&
       node.epoch >= epoch &&
       node.repl_id !== "" &&
