@@ -84,9 +84,10 @@ describe("decide: a named primary whose database is a replica (gate primary_demo
     });
   });
 
-  it("keeps the quorum rule: replicas that still see their link up do not let a demoted primary be replaced", () => {
-    // Prepare
+  it("keeps the quorum rule: replicas that still see their link up to a demoted primary fed by a writer do not let it be replaced", () => {
+    // Prepare: p1 follows x1 (no node of the shard), link up; r1 and r2 follow p1, links up.
     const snapshot = aShardWhosePrimaryIsAReplica()
+      .withNode({ node_id: "p1", primary_node_id: "x1", primary_link: "up" })
       .withNode({ node_id: "r1", primary_link: "up" })
       .withNode({ node_id: "r2", primary_link: "up" })
       .build();
@@ -98,23 +99,40 @@ describe("decide: a named primary whose database is a replica (gate primary_demo
     expect(decision).toMatchObject({ kind: "none", code: "quorum_not_met" });
   });
 
-  it("replaces a demoted primary in a replication cycle with its replicas' links up (simulator seed 221327)", () => {
-    // Prepare: p1 follows r1, which follows p1 back (Redis 7 keeps both links up); r2 follows p1.
-    const snapshot = aShardWhosePrimaryIsAReplica({ replId: LINEAGE, offset: 990 })
-      .withNode({ node_id: "p1", primary_link: "up" })
-      .withNode({ node_id: "r1", primary_node_id: "p1", primary_link: "up", primary_probe: "ok" })
-      .withNode({ node_id: "r2", primary_node_id: "p1", primary_link: "up", primary_probe: "ok" })
-      .build();
+  // A replica whose link is up to a demoted primary fed by no writer votes it down.
+  const fedByNoWriter = [
+    {
+      name: "replaces a demoted primary in a replication cycle with its replicas' links up (simulator seed 221327)",
+      // p1 follows r1, which follows p1 back (Redis 7 keeps both links up).
+      p1Link: "up",
+      vote: "in a replication cycle",
+    },
+    {
+      name: "replaces a demoted primary that hears no primary itself, its replicas' links up to it (simulator seed 110597)",
+      // p1 follows r1 with its link down (r1 never promoted).
+      p1Link: "down",
+      vote: "a replica hearing no primary",
+    },
+  ] as const;
+  for (const row of fedByNoWriter) {
+    it(row.name, () => {
+      // Prepare: r1 and r2 follow p1, links up, probes answered.
+      const snapshot = aShardWhosePrimaryIsAReplica({ replId: LINEAGE, offset: 990 })
+        .withNode({ node_id: "p1", primary_link: row.p1Link })
+        .withNode({ node_id: "r1", primary_node_id: "p1", primary_link: "up", primary_probe: "ok" })
+        .withNode({ node_id: "r2", primary_node_id: "p1", primary_link: "up", primary_probe: "ok" })
+        .build();
 
-    // Act
-    const decision = decide(snapshot, aConfig(), NOW);
+      // Act
+      const decision = decide(snapshot, aConfig(), NOW);
 
-    // Assess
-    expect(decision).toMatchObject({ kind: "failover", oldPrimary: "p1" });
-    expect(decision.reason).toMatch(
-      /2 of 2 fresh replicas report the primary down \(r1: follows p1, in a replication cycle/,
-    );
-  });
+      // Assess
+      expect(decision).toMatchObject({ kind: "failover", oldPrimary: "p1" });
+      expect(decision.reason).toContain(
+        `2 of 2 fresh replicas report the primary down (r1: follows p1, ${row.vote}`,
+      );
+    });
+  }
 
   it("does not treat a fresh primary reporting itself primary as demoted", () => {
     // Prepare

@@ -142,6 +142,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // cycle (ignored as applied) and the nodes holding the target's promoted lineage were "foreign"
   // (targetPromotion, src/core/decide/retarget.ts; decideContinuation, src/core/continuation.ts).
   { seed: 100696, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 110597 (twenty-third session; (g3) and (d) only, fails on 7399131 too): a failover deposed the
+  // old primary to its target and was abandoned before PROMOTE; the topology named the old primary
+  // again, a replica with its link down, and a replica linked to it kept the quorum from being met
+  // (fedByNoWriter, src/core/decide/online-view.ts).
+  { seed: 110597, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

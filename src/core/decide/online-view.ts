@@ -130,15 +130,22 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
     demotedMs !== undefined && primaryId !== undefined
       ? replicationCycle(snapshot.nodes, primaryId, config, now)
       : undefined;
+  // The same holds for a demoted primary whose own link is down: it hears no writer, so a replica
+  // linked to it is fed by none, its link up all the same (simulator seed 110597: a failover
+  // deposed the old primary to its target and was abandoned before PROMOTE; the topology named the
+  // old primary again, a replica of a replica with its link down, and the replica linked to it kept
+  // the quorum from being met: 60 s without a writable primary to the end). Guarantee 3.
+  const unfed = demotedMs !== undefined && primary?.primary_link !== "up" ? primaryId : undefined;
+  const fedByNoWriter = (node: Heartbeat): boolean =>
+    node.primary_link === "up" &&
+    node.primary_node_id !== undefined &&
+    (cycle?.has(node.primary_node_id) === true || node.primary_node_id === unfed);
   const downVoters = voters.filter((node) =>
     crash !== undefined
       ? node.primary_link === "down"
       : node.primary_link === "down" ||
         (node.primary_probe !== undefined && node.primary_probe !== "ok") ||
-        (cycle !== undefined &&
-          node.primary_link === "up" &&
-          node.primary_node_id !== undefined &&
-          cycle.has(node.primary_node_id)),
+        fedByNoWriter(node),
   );
   const needed =
     crash !== undefined ? Math.max(1, voters.length) : quorumNeeded(config.quorum, voters.length);
@@ -154,7 +161,9 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
                   ? "link down"
                   : node.primary_probe !== undefined && node.primary_probe !== "ok"
                     ? node.primary_probe
-                    : `follows ${node.primary_node_id}, in a replication cycle`
+                    : cycle?.has(node.primary_node_id ?? "") === true
+                      ? `follows ${node.primary_node_id}, in a replication cycle`
+                      : `follows ${node.primary_node_id}, a replica hearing no primary`
               }`,
           )
           .join(", ")})`;
