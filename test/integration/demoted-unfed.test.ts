@@ -1,6 +1,6 @@
-import { createServer } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
+import { freePort } from "../../src/dev/local-stack/processes.ts";
 import {
   CHAOS_CONFIG,
   replicationOf,
@@ -63,16 +63,6 @@ afterEach(async (context) => {
   cluster = undefined;
 });
 
-/** A 127.0.0.1 port nothing listens on (one the kernel just handed out and took back). */
-async function unusedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === "string") throw new Error("no port");
-  return address.port;
-}
-
 /** Topology, each node's INFO replication, the heartbeats' votes and the controller's last word. */
 async function diagnostics(active: LocalCluster): Promise<string> {
   const topology = await active.topology().catch(() => undefined);
@@ -124,7 +114,7 @@ describe("a named primary whose database is a replica with its own link down, it
     const start = await active.topology();
 
     // Act: node-1's database is made a replica of an address nothing listens on.
-    const deadPort = await unusedPort();
+    const deadPort = await freePort();
     await withClient(active.node("node-1"), (client) =>
       client.call("REPLICAOF", "127.0.0.1", String(deadPort)),
     );

@@ -8,6 +8,7 @@ import { FENCED_START_ARGS, type RedisNode } from "../../src/dev/local-stack/red
 import {
   CHAOS_CONFIG,
   countKeys,
+  describeReport,
   linesWith,
   probeWrite,
   roleOf,
@@ -19,9 +20,9 @@ import {
   writeKeys,
 } from "../support/chaos-cluster.ts";
 import {
+  afterConfirmRecorded,
   cycleUntilFrozen,
   Gate,
-  type GateCall,
   type TestController,
   testController,
 } from "../support/frozen-controller.ts";
@@ -101,19 +102,6 @@ async function replication(node: RedisNode): Promise<Record<string, string>> {
   return fields;
 }
 
-function describeReport(node: Heartbeat | undefined): string {
-  if (node === undefined) return "no report";
-  const prior = node.prior_lineage;
-  const answered = (node as { answered_prior_lineage?: { repl_id: string; last_txn_id: number } })
-    .answered_prior_lineage;
-  return (
-    `${node.node_id}: ${node.role} db ${node.db_status}${node.db_crash ? ` (${node.db_crash.state})` : ""}, ` +
-    `epoch ${node.epoch}, ${node.repl_id?.slice(0, 6)}@${node.last_txn_id}` +
-    `${prior ? `, prior ${prior.repl_id.slice(0, 6)}@${prior.last_txn_id}` : ""}` +
-    `${answered ? `, answered prior ${answered.repl_id.slice(0, 6)}@${answered.last_txn_id}` : ""}`
-  );
-}
-
 describe("a failover's target promoted, then restarted empty before the controller confirmed it (simulator seed 72080)", () => {
   it("brings the shard back on the parked replica holding the lineage up to the promotion point, with every acknowledged write", {
     timeout: 240_000,
@@ -148,20 +136,7 @@ describe("a failover's target promoted, then restarted empty before the controll
       await withClient(active.node(id), (client) => client.call("ACL", ...REFUSE_SYNC));
 
     // The controller freezes at its first snapshot read of phase confirm: PROMOTE sent, not confirmed.
-    let confirmRecorded = false;
-    const gate = new Gate({
-      name: "confirm recorded -> its first snapshot read",
-      matches: (call: GateCall) => {
-        if (
-          call.op === "topology.compareAndSet" &&
-          (call.args[2] as Topology | undefined)?.phase === "confirm"
-        ) {
-          confirmRecorded = true;
-          return false;
-        }
-        return confirmRecorded && call.op === "heartbeats.snapshot";
-      },
-    });
+    const gate = new Gate(afterConfirmRecorded());
     const frozen = testController(active.env, FROZEN_CONFIG, gate);
     controllers.push(frozen);
 

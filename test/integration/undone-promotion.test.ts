@@ -10,6 +10,7 @@ import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  describeReport,
   linesWith,
   probeWrite,
   replicationOf,
@@ -22,9 +23,9 @@ import {
   writeKeys,
 } from "../support/chaos-cluster.ts";
 import {
+  afterConfirmRecorded,
   cycleUntilFrozen,
   Gate,
-  type GateCall,
   type TestController,
   testController,
 } from "../support/frozen-controller.ts";
@@ -106,16 +107,6 @@ function describeInfo(id: string, info: ReplicationInfo | string): string {
   return `${id}: ${info.role}${link} ${info.replId.slice(0, 6)}@${info.offset}${prior}`;
 }
 
-function describeReport(node: Heartbeat | undefined): string {
-  if (node === undefined) return "no report";
-  const prior = node.prior_lineage;
-  return (
-    `${node.node_id}: ${node.role} db ${node.db_status}${node.db_crash ? ` (${node.db_crash.state})` : ""}, ` +
-    `epoch ${node.epoch}, ${node.repl_id?.slice(0, 6)}@${node.last_txn_id}` +
-    `${prior ? `, prior ${prior.repl_id.slice(0, 6)}@${prior.last_txn_id}` : ""}`
-  );
-}
-
 describe("a failover's target whose promotion was undone after it applied PROMOTE (simulator seed 100696)", () => {
   it("replans to the node holding its promoted lineage: online on it with every acknowledged key", {
     timeout: 300_000,
@@ -143,20 +134,7 @@ describe("a failover's target whose promotion was undone after it applied PROMOT
     expect(before).toMatchObject({ status: "online", primary_node_id: "node-1" });
 
     // The controller freezes at its first snapshot read of phase confirm: PROMOTE sent, not confirmed.
-    let confirmRecorded = false;
-    const gate = new Gate({
-      name: "confirm recorded -> its first snapshot read",
-      matches: (call: GateCall) => {
-        if (
-          call.op === "topology.compareAndSet" &&
-          (call.args[2] as Topology | undefined)?.phase === "confirm"
-        ) {
-          confirmRecorded = true;
-          return false;
-        }
-        return confirmRecorded && call.op === "heartbeats.snapshot";
-      },
-    });
+    const gate = new Gate(afterConfirmRecorded());
     const frozen = testController(active.env, FROZEN_CONFIG, gate);
     controllers.push(frozen);
 

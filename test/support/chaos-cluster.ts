@@ -1,7 +1,7 @@
 import type { Redis } from "ioredis";
 import { parseReplicationInfo, type ReplicationInfo } from "../../src/agent/redis-info.ts";
 import type { FailoverConfigInput } from "../../src/core/config.ts";
-import type { HistoryRecord, Topology } from "../../src/core/model.ts";
+import type { Heartbeat, HistoryRecord, Topology } from "../../src/core/model.ts";
 import { LocalCluster, type LocalClusterOptions } from "../../src/dev/local-cluster.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
 import { uniqueName } from "./aws.ts";
@@ -171,6 +171,19 @@ export async function withClient<T>(node: RedisNode, use: (client: Redis) => Pro
   } finally {
     client.disconnect();
   }
+}
+
+/** A heartbeat in one line for a diagnostic: role, database state, epoch, lineage and its links. */
+export function describeReport(node: Heartbeat | undefined): string {
+  if (node === undefined) return "no report";
+  const prior = node.prior_lineage;
+  const answered = node.answered_prior_lineage;
+  return (
+    `${node.node_id}: ${node.role} db ${node.db_status}${node.db_crash ? ` (${node.db_crash.state})` : ""}, ` +
+    `epoch ${node.epoch}, ${node.repl_id?.slice(0, 6)}@${node.last_txn_id}` +
+    `${prior ? `, prior ${prior.repl_id.slice(0, 6)}@${prior.last_txn_id}` : ""}` +
+    `${answered ? `, answered prior ${answered.repl_id.slice(0, 6)}@${answered.last_txn_id}` : ""}`
+  );
 }
 
 /** `INFO replication` of \`node\`, read by the agent's own parser. */

@@ -2,7 +2,7 @@ import { type AwsAdapters, createAwsAdapters } from "../../src/adapters/aws-adap
 import { silentLogger } from "../../src/adapters/observability.ts";
 import { type ControllerDeps, runShardCycle } from "../../src/controller/orchestrator.ts";
 import type { FailoverConfig } from "../../src/core/config.ts";
-import type { Command } from "../../src/core/model.ts";
+import type { Command, Topology } from "../../src/core/model.ts";
 import type { CommandBus, CoordinationStore } from "../../src/core/ports.ts";
 import { MemoryEventPublisher, MemoryMetrics } from "./controller-fakes.ts";
 import { waitFor } from "./wait.ts";
@@ -25,6 +25,28 @@ export interface FreezePoint {
   /** Where in the failover the controller stops, for the test's name. */
   readonly name: string;
   readonly matches: (call: GateCall) => boolean;
+}
+
+/**
+ * The controller's first snapshot read after it recorded phase \`confirm\`: PROMOTE sent, the target
+ * not confirmed yet (a controller frozen there leaves its lease running, as the simulator's
+ * \`controller-overlap\` does).
+ */
+export function afterConfirmRecorded(): FreezePoint {
+  let confirmRecorded = false;
+  return {
+    name: "confirm recorded -> its first snapshot read",
+    matches: (call: GateCall) => {
+      if (
+        call.op === "topology.compareAndSet" &&
+        (call.args[2] as Topology | undefined)?.phase === "confirm"
+      ) {
+        confirmRecorded = true;
+        return false;
+      }
+      return confirmRecorded && call.op === "heartbeats.snapshot";
+    },
+  };
 }
 
 /** Holds the controller at the first call matching its point until `release()`. */
