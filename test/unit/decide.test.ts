@@ -989,6 +989,25 @@ describe("decide: paused shards, cool-down and locks", () => {
       expected: { kind: "none", code: "cooldown", primaryStale: true },
     },
     {
+      name: "replaces a stale primary whose own agent confirmed its database restarted without its data, cool-down notwithstanding (simulator seed 117581)",
+      snapshot: () =>
+        aShardWithStalePrimary()
+          .withNode({
+            node_id: "p1",
+            db_status: "down",
+            agent_updated: (NOW - 200) * 1000,
+            db_crash: {
+              state: "restarted",
+              run_id: "run-1",
+              first_seen: (NOW - 9_000) * 1000,
+              last_seen: (NOW - 200) * 1000,
+            },
+          })
+          .coolingDown(30_000)
+          .build(),
+      expected: { kind: "failover" },
+    },
+    {
       name: "fails over once the cool-down has passed",
       snapshot: () => aShardWithStalePrimary().coolingDown(1000).build(),
       now: NOW + 1000,

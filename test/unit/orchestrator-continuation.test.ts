@@ -813,6 +813,55 @@ describe("decideContinuation: a target whose promotion was undone after it appli
 });
 
 /**
+ * Simulator seed 7003 on the schedule of the cool-down change (docs/open-holes, guarantee 1; 64
+ * replica-acknowledged writes lost): the target n2 applied its PROMOTE and its agent died before its
+ * next report (that report still at the epoch before, a replica); n3, repointed at it by the
+ * topology, acknowledged writes on its new lineage. The retarget judged n3 "foreign" against the
+ * plan's lineage, took the shard offline and brought it back on the old primary, and n3 full-synced
+ * from it. A replica linked to the target at the epoch on a lineage continuing the plan's carries its
+ * promotion even when the target never reported it.
+ */
+describe("decideContinuation: a target whose agent stopped before it reported its PROMOTE (simulator seed 7003, cool-down schedule)", () => {
+  /** The confirm phase overdue; r1 applied PROMOTE at epoch 4, its agent silent since (last report at 3, a replica). */
+  const silentTarget = (r2: Partial<HeartbeatInput> = {}) =>
+    overdue("confirm", { promote: NOW - 20_000, confirm: NOW - 12_000 })
+      .withNode({ node_id: "r1", epoch: 3, ageMs: 9_000 })
+      .withNode({
+        node_id: "r2",
+        epoch: 4,
+        role: "replica",
+        repl_id: PROMOTED,
+        last_txn_id: 1200,
+        prior_lineage: { repl_id: LINEAGE, last_txn_id: 1000 },
+        primary_node_id: "r1",
+        primary_link: "up",
+        ...r2,
+      });
+  const rows: readonly ContinuationRow[] = [
+    {
+      name: "r2 linked to the silent target on its new lineage: r2 is on the promotion, not foreign; replan to r2, no offline mark",
+      shard: () => silentTarget(),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+      reason: "no longer alive after PROMOTE",
+    },
+    {
+      name: "r2 on that lineage but parked (its link down): no witness of a promotion the target never reported",
+      shard: () => silentTarget({ primary_node_id: undefined, primary_link: "down" }),
+      expected: { kind: "offline" },
+      reason: "r2: foreign replication lineage",
+    },
+    {
+      name: "r2 linked to another node on a new lineage: no witness either",
+      shard: () => silentTarget({ primary_node_id: "p1" }),
+      expected: { kind: "offline" },
+      reason: "r2: foreign replication lineage",
+    },
+  ];
+
+  itContinuesAsExpected(rows);
+});
+
+/**
  * A random history of controllers resuming one failover: at each step a controller finds the
  * shard failing_over in some phase with some nodes alive, and applies decideContinuation as the
  * orchestrator does (continue, wait: same epoch, same plan; anything else: epoch + 1). Every PROMOTE

@@ -147,6 +147,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // again, a replica with its link down, and a replica linked to it kept the quorum from being met
   // (fedByNoWriter, src/core/decide/online-view.ts).
   { seed: 110597, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 117581 (twenty-third session; (e) and (g3) only, fails on 7399131 too): a lingering controller
+  // completed a failover onto a node whose database had restarted empty 0.1 s before; the cool-down
+  // held its replacement for 31 s (gate cooldown_online yields to a confirmed crash).
+  { seed: 117581, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

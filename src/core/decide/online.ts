@@ -39,9 +39,14 @@ export const ONLINE_GATES: readonly Gate<OnlineView>[] = [
   {
     name: "cooldown_online",
     code: "cooldown",
-    invariant: [2],
+    // No automatic change right after the last one, unless the primary's own agent confirms its
+    // database died (refused, reset, or a new process without its data): nothing flaps there, and
+    // waiting out the cool-down leaves the shard with no writable primary for all of it (simulator
+    // seed 117581: a failover completed onto a node whose database had restarted empty 0.1 s
+    // before; 31 s without a writable primary, 5 minutes at the default cool-down). Guarantee 3.
+    invariant: [2, 3],
     primaryStale: isPrimaryStale,
-    test: (v) => cooldownReason(v, isPrimaryStale(v)),
+    test: (v) => (v.deadPrimary !== undefined ? undefined : cooldownReason(v, isPrimaryStale(v))),
   },
   {
     name: "primary_healthy",

@@ -63,15 +63,20 @@ interface Promotion {
  * its RDB (Redis 7 gives it a new id continuing its old one), no witness (simulator seed
  * 100696: the target restarted from an RDB of the plan's lineage and parked; both other nodes held
  * its promoted lineage and were judged "foreign", the shard \`failing_over\` for good). Nodes that
- * disagree prove nothing: undefined, as while the target has not promoted.
+ * disagree prove nothing: undefined, as while the target has not promoted. A target whose agent
+ * stopped between applying its PROMOTE and reporting it (its report older than the epoch) is
+ * vouched for only by replicas at the epoch linked to it now, link up: it answers them as a primary
+ * on that lineage (simulator seed 7003 on the cool-down change's schedule: n3, repointed at the
+ * silent n2 and holding what it acknowledged, was "foreign"; the shard came back on the old primary
+ * and n3 full-synced from it, 64 replica-acknowledged writes lost). Guarantee 1.
  */
 function targetPromotion(view: ShardView, state: FailoverState): Promotion | undefined {
   const epoch = view.topology?.epoch;
   const plan = state.lineage;
   const target = view.snapshot.nodes.find((node) => node.node_id === state.new_primary_node_id);
-  if (target === undefined || epoch === undefined || plan === undefined || target.epoch < epoch)
-    return undefined;
-  if (target.role === "primary" && target.repl_id !== plan.repl_id) {
+  if (target === undefined || epoch === undefined || plan === undefined) return undefined;
+  const reported = target.epoch >= epoch;
+  if (reported && target.role === "primary" && target.repl_id !== plan.repl_id) {
     // A down report's \`prior_lineage\` is what a restarted process holds now, never the dead one's link.
     const prior = target.db_status === "down" ? target.answered_prior_lineage : target.prior_lineage;
     return {
@@ -79,12 +84,14 @@ function targetPromotion(view: ShardView, state: FailoverState): Promotion | und
       prior: prior === undefined || prior.repl_id === target.repl_id ? undefined : prior,
     };
   }
-  if (target.role === "primary" && target.db_status === "up") return undefined;
+  if (reported && target.role === "primary" && target.db_status === "up") return undefined;
   const followers = view.snapshot.nodes.filter(
     (node) =>
       node.node_id !== target.node_id &&
       node.role === "replica" &&
-      (node.primary_node_id === undefined || node.primary_node_id === target.node_id) &&
+      (reported
+        ? node.primary_node_id === undefined || node.primary_node_id === target.node_id
+        : node.primary_node_id === target.node_id && node.primary_link === "up") &&
       node.db_status === "up" &&
       node.epoch >= epoch &&
       node.repl_id !== "" &&
