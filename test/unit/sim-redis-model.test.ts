@@ -36,6 +36,22 @@ describe("the redis-server model", () => {
       keys: [15, 15],
     });
   });
+
+  it("pings only from a top-level master: a replica of a replica hears nothing while the top master is silent (demoted-unfed's finding)", async () => {
+    // Prepare: c chained under b (a replica of a), repl-ping-replica-period 1; then a paused.
+    const name = "a chained replica hears nothing while the top master is silent";
+
+    // Act
+    const observed = await onModel(name);
+
+    // Assess: what redis-server 7.0 answers (replicationFeedSlaves returns on a replica; b proxies a's PINGs).
+    expect(observed).toEqual({
+      cHeardWhileTopAlive: true,
+      bSilentWhileTopPaused: true,
+      cSilentWhileTopPaused: true,
+      links: ["up", "up"],
+    });
+  });
 });
 
 describe("the redis-server model: a sync asked of a replica cut from its master", () => {

@@ -136,6 +136,38 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
   },
 
   /**
+   * Only a top-level master pings its replicas (replicationCron's PING every
+   * `repl-ping-replica-period`; replicationFeedSlaves returns at once on a replica); a replica of a
+   * replica hears what its master proxies from upstream, so nothing while the top master is silent
+   * (the twenty-third session's real-process test demoted-unfed.test.ts: the model's replica pinged
+   * its own replicas, keeping their links up for ever; real ones drop after repl-timeout).
+   */
+  async "a chained replica hears nothing while the top master is silent"(driver) {
+    await linked(driver, "b", "c");
+    for (const node of ["a", "b", "c"] as const)
+      await driver.command(node, ["CONFIG", "SET", "repl-ping-replica-period", "1"]);
+    await write(driver, "a", 0, 5, 2);
+    const a0 = await driver.info("a");
+    await driver.replicaOf("c", "b");
+    await until(driver, "c chained at a's offset", async () => {
+      const c = await driver.info("c");
+      return c.primary?.link === "up" && c.offset >= a0.offset;
+    });
+    await driver.sleep(3000);
+    const heard = (await driver.info("c")).primary?.lastIoSecondsAgo;
+    await driver.pause("a");
+    await driver.sleep(4500);
+    const [b, c] = [await driver.info("b"), await driver.info("c")];
+    await driver.resume("a");
+    return {
+      cHeardWhileTopAlive: heard !== undefined && heard <= 1,
+      bSilentWhileTopPaused: (b.primary?.lastIoSecondsAgo ?? 0) >= 3,
+      cSilentWhileTopPaused: (c.primary?.lastIoSecondsAgo ?? 0) >= 3,
+      links: [b.primary?.link, c.primary?.link],
+    };
+  },
+
+  /**
    * A replica not connected to its own master refuses a sync ("-NOMASTERLINK Can't SYNC while not
    * connected with my master"): its would-be replica keeps its replid and data, its link down
    * (simulator seed 7008: the model let a parked replica serve one).

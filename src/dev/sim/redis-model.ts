@@ -248,8 +248,18 @@ export class RedisServer {
     for (const replica of [...this.replicas.values()]) {
       if (replica.online && this.unixtime - replica.ackAtSec > REPL_TIMEOUT_MS / 1000)
         this.removeReplica(replica.id);
-      else if (this.sched.random.next() < 1000 / PING_MS) replica.deliver((r) => r.#heard(replica.id));
     }
+    // Only a top-level master pings (replicationFeedSlaves returns at once on a replica): a replica
+    // of a replica hears the PINGs its master proxies from upstream (#heard), so nothing while the
+    // top master is silent, and its link drops after repl-timeout (conformance "a chained replica
+    // hears nothing while the top master is silent").
+    const pingMs = Number(this.config.get("repl-ping-replica-period") ?? PING_MS / 1000) * 1000;
+    if (
+      this.masterAddress === undefined &&
+      this.replicas.size > 0 &&
+      this.sched.random.next() < CRON_MS / pingMs
+    )
+      this.#ping();
     this.refreshGoodReplicas();
     this.#trimBacklog();
   }
@@ -499,8 +509,15 @@ export class RedisServer {
       );
   }
 
+  /** A PING to every replica: it is part of the replication stream, so they proxy it on. */
+  #ping(): void {
+    for (const replica of this.replicas.values()) replica.deliver((r) => r.#heard(replica.id));
+  }
+
   #heard(linkId: number): void {
-    if (this.link?.id === linkId) this.lastIoAt = this.sched.now;
+    if (this.link?.id !== linkId) return;
+    this.lastIoAt = this.sched.now;
+    this.#ping();
   }
 
   #sendAck(): void {
