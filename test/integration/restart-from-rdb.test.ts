@@ -104,8 +104,9 @@ describe("a primary restarted from its RDB while every node answers", () => {
   it("brings the offline shard back at once, not after the last resort's grace (simulator seed 45033)", {
     timeout: 150_000,
   }, async () => {
-    // Prepare: keys on every node; a cool-down holds the controller, as after the failover of seed
-    // 45033 (the primary died inside it).
+    // Prepare: keys on every node; the shard paused, holding the controller as the cool-down of seed
+    // 45033 did (the primary died inside it). A cool-down no longer holds it here: a crash the
+    // primary's own agent confirms is failed over at once (gate cooldown_online, seed 117581).
     cluster = await startChaosCluster();
     const active = cluster;
     const primary = active.node("node-1");
@@ -115,7 +116,8 @@ describe("a primary restarted from its RDB while every node answers", () => {
     expect(
       await active.aws.store.topology.compareAndSet(active.shard, online.epoch, {
         ...online,
-        cooldown_until: Date.now() + 10 * GRACE_MS,
+        status: "paused",
+        paused_reason: "held by the test, as the cool-down of seed 45033 held it",
       }),
     ).toBe(true);
     const before = active.heartbeatOf(await active.snapshot(), "node-1");
