@@ -851,6 +851,27 @@ describe("decideContinuation: a target whose agent stopped before it reported it
       reason: "r2: foreign replication lineage",
     },
     {
+      name: "the target restarted from its RDB as a primary before the epoch, r2 linked to that process (its id continues the plan's from the RDB's point, behind it): no promotion; r3, holding the plan's lineage, is promoted (simulator seed 171777)",
+      shard: () =>
+        silentTarget({
+          repl_id: "lineage-r1-restarted",
+          last_txn_id: 520,
+          prior_lineage: { repl_id: LINEAGE, last_txn_id: 500 },
+        })
+          .withNode({
+            node_id: "r1",
+            epoch: 3,
+            ageMs: 9_000,
+            role: "primary",
+            repl_id: "lineage-r1-restarted",
+            last_txn_id: 520,
+            primary_node_id: undefined,
+            primary_link: undefined,
+          })
+          .withNode({ node_id: "r3", last_txn_id: 985 }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r3" }) },
+    },
+    {
       name: "r2 linked to another node on a new lineage: no witness either",
       shard: () => silentTarget({ primary_node_id: "p1" }),
       expected: { kind: "offline" },

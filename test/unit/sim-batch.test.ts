@@ -151,6 +151,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // completed a failover onto a node whose database had restarted empty 0.1 s before; the cool-down
   // held its replacement for 31 s (gate cooldown_online yields to a confirmed crash).
   { seed: 117581, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 171777 (twenty-fourth session, found by the hours on 98a4f6a; 1,655 lost): the failover's
+  // target restarted from its RDB as a primary before reporting the epoch; a replica linked to that
+  // process was taken for a witness of its promotion (targetPromotion, src/core/decide/retarget.ts).
+  { seed: 171777, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

@@ -68,7 +68,12 @@ interface Promotion {
  * vouched for only by replicas at the epoch linked to it now, link up: it answers them as a primary
  * on that lineage (simulator seed 7003 on the cool-down change's schedule: n3, repointed at the
  * silent n2 and holding what it acknowledged, was "foreign"; the shard came back on the old primary
- * and n3 full-synced from it, 64 replica-acknowledged writes lost). Guarantee 1.
+ * and n3 full-synced from it, 64 replica-acknowledged writes lost). Only while its last report is
+ * still the replica the plan chose, with no crash since, and their lineage branches off the plan's
+ * at its point or later: a target restarted from its RDB as a primary also answers on a new id
+ * continuing the plan's, from the RDB's point, behind it (simulator seed 171777: that restarted
+ * process was taken for the promotion, n3 holding the plan's lineage judged "foreign", the shard
+ * brought back on a replica of the restarted process, 1,655 writes lost). Guarantee 1.
  */
 function targetPromotion(view: ShardView, state: FailoverState): Promotion | undefined {
   const epoch = view.topology?.epoch;
@@ -85,6 +90,7 @@ function targetPromotion(view: ShardView, state: FailoverState): Promotion | und
     };
   }
   if (reported && target.role === "primary" && target.db_status === "up") return undefined;
+  if (!reported && (target.role !== "replica" || target.db_crash !== undefined)) return undefined;
   const followers = view.snapshot.nodes.filter(
     (node) =>
       node.node_id !== target.node_id &&
@@ -97,7 +103,9 @@ function targetPromotion(view: ShardView, state: FailoverState): Promotion | und
       node.repl_id !== "" &&
       node.repl_id !== plan.repl_id &&
       node.prior_lineage !== undefined &&
-      continuesPlan(view, state, node.prior_lineage),
+      (reported
+        ? continuesPlan(view, state, node.prior_lineage)
+        : node.prior_lineage.repl_id === plan.repl_id && node.prior_lineage.last_txn_id >= plan.last_txn_id),
   );
   const first = followers[0];
   if (first === undefined || followers.some((node) => node.repl_id !== first.repl_id)) return undefined;
