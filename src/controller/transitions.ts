@@ -304,6 +304,8 @@ export async function abandon(run: Run, reason: string): Promise<Outcome> {
     ...previous,
     epoch,
     status: previous.paused_reason ? "paused" : previous.status,
+    // An online shard stores no lineage: the plan's was only the reference its judgement used.
+    lineage: previous.status === "offline" ? previous.lineage : undefined,
   });
   await aborted(run.deps, run.shard, epoch, reason);
   return { outcome: "aborted", epoch, reason };

@@ -129,7 +129,12 @@ export function topologyBefore(topology: Topology, state: FailoverState, now: nu
     primary_node_id: wasOffline ? undefined : state.old_primary_node_id,
     primary_address: wasOffline ? undefined : topology.primary_address,
     updated_at: now,
-    lineage: wasOffline ? state.lineage : undefined,
+    // The lineage the stored decision judged: for an offline shard its mark's; for an online one
+    // what a demoted primary's replacement must hold when no follower says (online-view.ts
+    // \`demotedLineage\`). Without it a demoted primary restarted empty, in a shard with no history
+    // (its only primary the initial one), was judged by its own empty lineage: the parked holders
+    // "foreign", the shard offline on it (simulator seed 171726, guarantee 1: 374 lost).
+    lineage: state.lineage,
     // The old primaries still unfenced, online and offline alike (src/core/depose.ts \`deposedAfter\`).
     deposed: topology.deposed,
     // The shard's lineage history, recorded only when a change completes: what \`decide\` judged had

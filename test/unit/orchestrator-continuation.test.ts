@@ -344,6 +344,18 @@ describe("decideContinuation: before PROMOTE, the shard is judged with its linea
           .withNode({ node_id: "r2", ageMs: 10_000 }),
       expected: { kind: "offline", lineage: expect.objectContaining({ repl_id: LINEAGE }) },
     },
+    // No history at all (the shard's only primary the initial one; simulator seed 171726, 374 lost):
+    // the plan's stored lineage is what decide judged, never the empty process's own.
+    {
+      name: "no history, the demoted primary restarted empty: the plan to r1 holds on the plan's stored lineage (seed 171726)",
+      shard: () => emptyDemotedPrimary(undefined),
+      expected: { kind: "continue", from: "promote" },
+    },
+    {
+      name: "no history, the target gone: another holder of the plan's lineage, never offline on the empty one (seed 171726)",
+      shard: () => emptyDemotedPrimary(undefined).withNode({ node_id: "r1", ageMs: 10_000 }),
+      expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r2" }) },
+    },
   ];
 
   it.each(rows)("$name", ({ shard, expected }) => {

@@ -155,6 +155,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // target restarted from its RDB as a primary before reporting the epoch; a replica linked to that
   // process was taken for a witness of its promotion (targetPromotion, src/core/decide/retarget.ts).
   { seed: 171777, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 171726 (twenty-fourth session, found by the hours on 98a4f6a; 374 lost): open hole 420097's
+  // remainder: a failover resumed before PROMOTE in a shard with no lineage history judged the
+  // demoted primary's empty restart by its own lineage (topologyBefore now carries the plan's).
+  { seed: 171726, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {
