@@ -260,6 +260,39 @@ describe("decide: a named primary whose last report, now stale, is an empty repl
   });
 });
 
+describe("decide: a named primary whose last report, now stale or its database down, is a replica's restarted from an RDB (simulator seed 193077)", () => {
+  it("judges by the newest lineage of the shard's history, not the restarted process's own: the replica holding the most is promoted", () => {
+    // Prepare: p1 killed, back from its RDB (a new id continuing LINEAGE at 900, behind r1 and r2),
+    // stepped down as a replica, then hung: its last report stale, its database down.
+    const shard = aShard()
+      .withTopology({ ancestry: [{ repl_id: "lineage-0", until: 500, by: LINEAGE }] })
+      .withNode({
+        node_id: "p1",
+        role: "replica",
+        repl_id: "lineage-p1-rdb",
+        last_txn_id: 900,
+        prior_lineage: { repl_id: LINEAGE, last_txn_id: 900 },
+        primary_node_id: "r1",
+        primary_link: "down",
+        db_status: "down",
+        ageMs: 20_000,
+      })
+      .withNode({ node_id: "r1", primary_node_id: undefined, primary_link: "down", last_txn_id: 990 })
+      .withNode({ node_id: "r2", primary_node_id: undefined, primary_link: "down", last_txn_id: 1000 });
+
+    // Act
+    const decision = decide(shard.build(), aConfig(), NOW);
+
+    // Assess: the code before took lineage-p1-rdb from p1's report, found r1 and r2 foreign and took
+    // the shard offline on it, then back on p1 (128 writes only r1 and r2 held lost).
+    expect(decision).toMatchObject({
+      kind: "failover",
+      target: { node_id: "r2" },
+      lineage: { repl_id: LINEAGE },
+    });
+  });
+});
+
 describe("decide: a demoted primary on the lineage of its promotion that a voter on an earlier lineage's branch finds restarted (simulator seed 7094)", () => {
   /**
    * Seed 7094: n3 (p1 here), promoted on lineage-c, was killed and came back from its RDB holding

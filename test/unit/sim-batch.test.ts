@@ -159,6 +159,9 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // remainder: a failover resumed before PROMOTE in a shard with no lineage history judged the
   // demoted primary's empty restart by its own lineage (topologyBefore now carries the plan's).
   { seed: 171726, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 193077 (twenty-fourth session, found by the hours on b3edc49; 128 lost): a primary back from its
+  // RDB as a replica, then hung, was judged by its restarted process's own lineage (online-view.ts).
+  { seed: 193077, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

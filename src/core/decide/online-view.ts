@@ -102,10 +102,13 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
       ? restarted.lineage
       : primary === undefined
         ? (topology.lineage ?? inferLineage(snapshot.nodes, primaryId))
-        : demotedMs !== undefined || (primary.role === "replica" && primary.last_txn_id === 0)
-          ? // Its last report a replica's, fresh or not: its own repl_id is the new process's, maybe
-            // empty (nemesis seed 6302: a primary restarted empty as a replica, then cut off from
-            // the store; its stale report's lineage became the shard's and every copy was wiped).
+        : demotedMs !== undefined || primary.role === "replica"
+          ? // Its last report a replica's, fresh or not, its database up or not: its own repl_id is
+            // the new process's, maybe empty (nemesis seed 6302: a primary restarted empty as a
+            // replica, then cut off from the store; its stale report's lineage became the shard's and
+            // every copy was wiped), maybe from an RDB behind the replicas (simulator seed 193077:
+            // back from its RDB as a replica, then hung; its new id became the shard's, the replicas
+            // holding 128 writes more were foreign and the shard came back on it). Guarantee 1.
             demotedLineage(snapshot.nodes, primary, topology)
           : lineageOf(primary);
   // A primary whose own agent confirms its process dead has nothing left to fence: the replica-set
