@@ -102,6 +102,9 @@ describe("a primary whose database comes back as a replica", () => {
     const reasons = records
       .filter((record) => record.epoch > failedOver.epoch)
       .map((record) => record.reason);
-    expect(reasons.join("\n")).toMatch(/is a replica .* it takes no writes/);
+    // Replaced as a demoted primary, or, when the controller reads its agent's crash report before
+    // the new process answers, as a crashed one (gate cooldown_online yields to a confirmed crash,
+    // simulator seed 117581): either way not judged healthy, the failure of the code before.
+    expect(reasons.join("\n")).toMatch(/is a replica .* it takes no writes|saw its database die/);
   });
 });
