@@ -1,5 +1,5 @@
-import { describe, it } from "vitest";
-import { resumedEmptyPrimary } from "../support/resumed-empty-primary.ts";
+import { describe, expect, it } from "vitest";
+import { L1_KEYS, L2_KEYS, resumedEmptyPrimary } from "../support/resumed-empty-primary.ts";
 
 /**
  * Simulator seed 420097 (guarantee 1, 3,182 replica-acknowledged writes lost), with real
@@ -41,11 +41,16 @@ import { resumedEmptyPrimary } from "../support/resumed-empty-primary.ts";
  */
 
 describe("a failover resumed before PROMOTE, its old primary restarted empty behind parked replicas", () => {
-  it(
-    "is judged with the shard's lineage history: the holders of every write, never the empty node (simulator seed 420097)",
-    {
-      timeout: 120_000,
-    },
-    () => resumedEmptyPrimary({ history: true, prefix: "continuation-ancestry" }),
-  );
+  it("is judged with the shard's lineage history: the holders of every write, never the empty node (simulator seed 420097)", {
+    timeout: 120_000,
+  }, async () => {
+    // Arrange, Act: the scene, then a fresh controller resumes the plan.
+    const outcome = await resumedEmptyPrimary({ history: true, prefix: "continuation-ancestry" });
+
+    // Assess: never offline, online on a holder (n1 or n3) with every acknowledged write.
+    expect(outcome.offline, outcome.summary).toEqual([]);
+    expect(["n1", "n3"], outcome.summary).toContain(outcome.primary);
+    expect(outcome.l1Keys, "L1's writes on the primary").toBe(L1_KEYS);
+    expect(outcome.l2Keys, "L2's writes on the primary").toBe(L2_KEYS);
+  });
 });

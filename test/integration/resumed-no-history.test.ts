@@ -1,5 +1,5 @@
-import { describe, it } from "vitest";
-import { resumedEmptyPrimary } from "../support/resumed-empty-primary.ts";
+import { describe, expect, it } from "vitest";
+import { L2_KEYS, resumedEmptyPrimary } from "../support/resumed-empty-primary.ts";
 
 /**
  * Simulator seed 171726 (guarantee 1, 374 replica-acknowledged writes lost, the shard offline to
@@ -29,11 +29,15 @@ import { resumedEmptyPrimary } from "../support/resumed-empty-primary.ts";
  * shard offline"; 3 of 3 passed on b3edc49 (resumed as a replan to n1 at epoch 4, 14-18 s).
  */
 describe("a failover resumed before PROMOTE in a shard with no lineage history, its old primary restarted empty", () => {
-  it(
-    "is judged with the plan's stored lineage: online on a holder of every write, never offline on the empty one (simulator seed 171726)",
-    {
-      timeout: 90_000,
-    },
-    () => resumedEmptyPrimary({ history: false, prefix: "resumed-no-history" }),
-  );
+  it("is judged with the plan's stored lineage: online on a holder of every write, never offline on the empty one (simulator seed 171726)", {
+    timeout: 90_000,
+  }, async () => {
+    // Arrange, Act: the scene, then a fresh controller resumes the plan.
+    const outcome = await resumedEmptyPrimary({ history: false, prefix: "resumed-no-history" });
+
+    // Assess: never offline, online on a holder (n1 or n3) with every acknowledged write.
+    expect(outcome.offline, outcome.summary).toEqual([]);
+    expect(["n1", "n3"], outcome.summary).toContain(outcome.primary);
+    expect(outcome.l2Keys, "L2's writes on the primary").toBe(L2_KEYS);
+  });
 });
