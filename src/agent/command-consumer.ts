@@ -5,7 +5,7 @@ import { Backoff, sleep } from "./backoff.ts";
 import { screenCommand } from "./command-screen.ts";
 import type { AgentContext } from "./context.ts";
 import { runCycle } from "./heartbeat-loop.ts";
-import { becomePrimary, becomeReplicaOf, TargetUnanswered } from "./node-control.ts";
+import { becomePrimary, becomeReplicaOf } from "./node-control.ts";
 import { withStoreTimeout } from "./scheduling.ts";
 import { fence } from "./write-guard.ts";
 
@@ -23,8 +23,8 @@ function commandContext(command: Command): Record<string, unknown> {
 
 /**
  * Runs one command against the database and records it; the caller holds the role lock. Returns
- * why the database refused it (a REPLICAOF whose target would destroy its data: parked instead,
- * \`judgeFollow\`), or undefined when it was applied.
+ * why the database refused it (a REPLICAOF whose target would destroy its data or did not answer:
+ * parked instead, \`judgeFollow\`), or undefined when it was applied.
  */
 async function applyCommand(
   ctx: AgentContext,
@@ -44,12 +44,10 @@ async function applyCommand(
         { node_id: primary.node_id, address: primary.address },
         { epoch: command.epoch, topology },
       );
-      // Not followed yet: left queued, judged again on redelivery (a newer epoch drops it).
-      if (verdict.kind === "wait")
-        throw new TargetUnanswered(`not following ${primary.node_id} yet: ${verdict.reason}`);
-      // Refused: not recorded as applied. The park keeps the decision: the probe watches the target
-      // and follows it once it holds this database's data, and the topology read judges any newer one.
-      if (verdict.kind === "refuse") return verdict.reason;
+      // Refused, or its target silent: parked instead, not recorded as applied. The park keeps the
+      // decision: the probe watches the target and follows it once it holds this database's data,
+      // and the topology read judges any newer one.
+      if (verdict.kind !== "follow") return verdict.reason;
       ctx.state.recordApplied(command.command_id, command.epoch, { promoted_epoch: undefined });
       return undefined;
     }
@@ -112,19 +110,16 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
     });
     ctx.count("command", outcome.action === "parked" ? "refused" : COUNTED_AS[outcome.action]);
     if (outcome.action === "parked") {
-      // A REPLICAOF whose target holds none of this database's data (\`judgeFollow\`): screened
-      // as the controller's, refused by the database's lineage, parked instead. Deleted: the park
+      // A REPLICAOF whose target holds none of this database's data, or did not answer
+      // (\`judgeFollow\`): screened as the controller's, parked instead. Deleted: the park
       // keeps the decision (the probe follows the target once it holds this database's data), and
       // the heartbeat that shows the park goes out now, as an applied command's does.
-      ctx.logger.warn(
-        "command refused: its target would destroy this database's data; parked instead; deleted",
-        {
-          ...commandContext(outcome.command),
-          reason: outcome.reason,
-          receiveCount: message.receiveCount,
-          ...ctx.epochContext,
-        },
-      );
+      ctx.logger.warn("command not followed: parked instead; deleted", {
+        ...commandContext(outcome.command),
+        reason: outcome.reason,
+        receiveCount: message.receiveCount,
+        ...ctx.epochContext,
+      });
       await runCycle(ctx, { force: true });
       await bus.delete(ctx.shard, ctx.nodeId, message);
       return true;

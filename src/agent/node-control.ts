@@ -6,6 +6,7 @@ import type { Topology } from "../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
+import { askOnce } from "./database.ts";
 import { deposeFirst, fenceDeposed } from "./depose.ts";
 import { type PrimaryRef, topologyPrimary } from "./fencing.ts";
 import { isParked, PARKED_HOST, PARKED_PORT } from "./primary-probe.ts";
@@ -33,16 +34,6 @@ export class SelfReplicationRefused extends ShardguardError {
  */
 export class PromotionRefused extends ShardguardError {
   override name = "PromotionRefused";
-  override readonly retryable = true;
-}
-
-/**
- * A REPLICAOF command whose target's database did not answer its INFO (\`judgeFollow\` \`wait\`):
- * not applied, the database left as it was. Retryable: the command stays queued and is judged
- * again on redelivery (a newer epoch drops it).
- */
-export class TargetUnanswered extends ShardguardError {
-  override name = "TargetUnanswered";
   override readonly retryable = true;
 }
 
@@ -199,44 +190,29 @@ export const TARGET_READ_TIMEOUT_MS = 1_000;
  * accepts the connection and never answers, which no socket timeout covers).
  */
 async function readTarget(ctx: AgentContext, address: string): Promise<ReplicationInfo | undefined> {
-  const link = ctx.db.dial(address, {
-    name: `shardguard-target.${ctx.nodeId}`,
-    connectTimeoutMs: TARGET_READ_TIMEOUT_MS,
-    commandTimeoutMs: TARGET_READ_TIMEOUT_MS,
-  });
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      (async () => {
-        await link.connect();
-        return await link.replicationInfo();
-      })(),
-      new Promise<undefined>((resolve) => {
-        timer = setTimeout(() => resolve(undefined), TARGET_READ_TIMEOUT_MS);
-      }),
-    ]);
-  } catch {
-    return undefined;
-  } finally {
-    clearTimeout(timer);
-    link.disconnect();
-  }
+  return await askOnce(
+    ctx.db,
+    address,
+    { name: `shardguard-target.${ctx.nodeId}`, timeoutMs: TARGET_READ_TIMEOUT_MS },
+    (link) => link.replicationInfo(),
+  ).catch(() => undefined);
 }
 
 /**
  * Parks the database (\`REPLICAOF 127.0.0.1 1\`: it refuses every sync) instead of following
- * \`target\` (\`judgeFollow\` refused it), as the probe parks a replica whose primary went away:
- * parked from \`target\` at \`epoch\` (the decision's), its probe watching it, \`lacksMyData\` set. The
- * probe follows it once the process there holds this database's data or took over from it by a
- * recorded promotion; a newer decision naming another node is judged again (\`staysParked\`); a
- * parked node can be promoted. A primary stepping down is parked so too: it takes no writes.
+ * \`target\` (\`judgeFollow\` refused it, or it did not answer), as the probe parks a replica whose
+ * primary went away or fell silent: parked from \`target\` at \`epoch\` (the decision's), its probe
+ * watching it, \`lacksMyData\` set on a refusal. The probe follows it once the process there holds
+ * this database's data or took over from it by a recorded promotion; a newer decision naming
+ * another node is judged again (\`staysParked\`); a parked node can be promoted. A primary stepping
+ * down is parked so too: it takes no writes.
  */
 async function parkInsteadOf(
   ctx: AgentContext,
   target: PrimaryRef,
   epoch: number,
   current: ReplicationInfo,
-  reason: string,
+  verdict: Exclude<FollowVerdict, { kind: "follow" }>,
 ): Promise<ReplicationInfo> {
   if (!isParked(current)) {
     await ctx.db.replicaOf(PARKED_HOST, PARKED_PORT);
@@ -246,7 +222,7 @@ async function parkInsteadOf(
   ctx.probe.track(target.address);
   ctx.probe.parkedAtEpoch = epoch;
   ctx.probe.parkedFrom = target.address;
-  ctx.probe.lacksMyData = true;
+  ctx.probe.lacksMyData = verdict.kind === "refuse";
   try {
     await ctx.db.resumeWrites();
   } catch (error) {
@@ -257,14 +233,16 @@ async function parkInsteadOf(
   // The controller learns of the park (link down, the probe's vote) now, not at the next tick.
   ctx.wakeHeartbeat();
   ctx.logger.warn(
-    "not following the named primary: its database holds none of this one's data; parked until a primary known to hold it",
+    verdict.kind === "refuse"
+      ? "not following the named primary: its database holds none of this one's data; parked until a primary known to hold it"
+      : "not following the named primary yet: its database did not answer; parked until it answers holding this one's data",
     {
       ...ctx.epochContext,
       primary: target.node_id,
       primaryAddress: target.address,
       topologyEpoch: epoch,
       wasRole: current.role,
-      why: reason,
+      why: verdict.reason,
     },
   );
   return info;
@@ -273,7 +251,7 @@ async function parkInsteadOf(
 /** What \`becomeReplicaOf\` did: the database's INFO after it, and the verdict on the target. */
 export interface ReplicaOfResult {
   readonly info: ReplicationInfo;
-  /** \`follow\`: it follows the target; \`refuse\`: parked instead; \`wait\`: left as it was. */
+  /** \`follow\`: it follows the target; otherwise parked from it instead. */
   readonly verdict: FollowVerdict;
 }
 
@@ -281,8 +259,8 @@ export interface ReplicaOfResult {
  * \`REPLICAOF host port\` (skipped when already following it, to spare a resync), then verifies.
  * Before a new \`REPLICAOF\` it reads the target's INFO and judges it (\`judgeFollow\`,
  * src/core/identity.ts; guarantee 1, simulator seed 7039): a target whose full sync would destroy
- * this database's data by no recorded choice is refused and the database parked instead; a target
- * that does not answer is not followed yet. \`decision\`: the epoch of the topology or command that
+ * this database's data by no recorded choice is refused and the database parked instead; so is it
+ * from a target that does not answer. \`decision\`: the epoch of the topology or command that
  * names the target (kept with a park) and the topology read with it (whose record the verdict reads).
  */
 export async function becomeReplicaOf(
@@ -306,9 +284,8 @@ export async function becomeReplicaOf(
       decision.topology?.ancestry ?? [],
       recordedLineages(decision.topology),
     );
-    if (verdict.kind === "refuse")
-      return { info: await parkInsteadOf(ctx, target, decision.epoch, current, verdict.reason), verdict };
-    if (verdict.kind === "wait") return { info: current, verdict };
+    if (verdict.kind !== "follow")
+      return { info: await parkInsteadOf(ctx, target, decision.epoch, current, verdict), verdict };
     const { host, port } = parseAddress(target.address);
     await ctx.db.replicaOf(host, port);
     ctx.roleGeneration++;

@@ -188,17 +188,6 @@ export async function reconcile(
       epoch: verdict.epoch,
       topology: snapshot.topology,
     });
-    // A target that did not answer is not followed yet (\`judgeFollow\`): the next cycle asks again.
-    if (next.verdict.kind === "wait") {
-      ctx.logger.warn("not following the topology's primary yet: its database did not answer", {
-        ...ctx.epochContext,
-        primary: verdict.target.node_id,
-        primaryAddress: verdict.target.address,
-        topologyEpoch: verdict.epoch,
-        why: next.verdict.reason,
-      });
-      return { info: next.info, generation: ctx.roleGeneration };
-    }
     ctx.state.update({ highest_epoch: Math.max(ctx.highestEpoch, verdict.epoch), promoted_epoch: undefined });
     return { info: next.info, generation: ctx.roleGeneration };
   });

@@ -339,8 +339,8 @@ export function recordedLineages(topology: Topology | undefined): ReadonlySet<st
 /** Whether the agent points its database at a primary the topology or a command names (\`judgeFollow\`). */
 export type FollowVerdict =
   | { readonly kind: "follow" }
-  /** Not yet: the target did not answer its INFO; the next cycle (or the command's redelivery) asks again. */
-  | { readonly kind: "wait"; readonly reason: string }
+  /** Not yet: the target did not answer its INFO; the database is parked from it, its probe watching it. */
+  | { readonly kind: "unanswered"; readonly reason: string }
   /** Never this process: the database is parked instead, as the probe parks it. */
   | { readonly kind: "refuse"; readonly reason: string };
 
@@ -368,10 +368,12 @@ export type FollowVerdict =
  *   deliberate choice of a node holding less (the last resort on an earlier lineage of the main
  *   line, \`shardguard recover\` on another lineage) is stored before any node is told to follow
  *   it, and must still be followed (guarantee 3).
- * A target that did not answer is not followed yet (\`wait\`) by a database holding data: Redis
+ * A target that did not answer is not followed (\`unanswered\`) by a database holding data: Redis
  * could not sync from it either, and pointed at it unjudged the replica would full-sync from
  * whatever process answers there first, the agent's probe judging only processes it never pointed.
- * A database holding nothing has nothing to lose and always follows.
+ * The database is parked from it instead, as the probe parks a replica whose primary is silent,
+ * and followed by the probe once the process there holds its data. A database holding nothing has
+ * nothing to lose and always follows.
  */
 export function judgeFollow(
   target: ReplicationPoint | undefined,
@@ -380,7 +382,8 @@ export function judgeFollow(
   recorded: ReadonlySet<string>,
 ): FollowVerdict {
   if (mine.offset <= 0) return { kind: "follow" };
-  if (target === undefined) return { kind: "wait", reason: "the target's database did not answer INFO" };
+  if (target === undefined)
+    return { kind: "unanswered", reason: "the target's database did not answer INFO" };
   if (
     !syncWouldDestroy(target, mine, links) ||
     holdsSomeOf(target, mine) ||

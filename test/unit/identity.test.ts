@@ -719,7 +719,7 @@ describe("judgeFollow: a REPLICAOF the agent issues on a topology's or a command
     target: ReplicationPoint | undefined;
     mine: ReplicationPoint;
     recorded?: ReadonlySet<string>;
-    verdict: "follow" | "wait" | "refuse";
+    verdict: "follow" | "unanswered" | "refuse";
   }>([
     {
       name: "seed 7039: a parked replica holding the shard's data, repointed to a primary restarted empty",
@@ -807,10 +807,10 @@ describe("judgeFollow: a REPLICAOF the agent issues on a topology's or a command
       verdict: "follow",
     },
     {
-      name: "a target that did not answer, the replica holding data: not yet",
+      name: "a target that did not answer, the replica holding data: parked from it",
       target: undefined,
       mine: { replId: "L2", offset: 950 },
-      verdict: "wait",
+      verdict: "unanswered",
     },
     {
       name: "a target that did not answer, the replica holding nothing: it has nothing to lose",
@@ -849,9 +849,11 @@ describe("judgeFollow: a REPLICAOF the agent issues on a topology's or a command
           expect(target.offset).toBeLessThan(mine.offset);
           expect(recorded.has(target.replId)).toBe(false);
         }
-        expect(judged.kind).not.toBe("wait");
+        expect(judged.kind).not.toBe("unanswered");
         if (holdsAllOf(target, mine)) expect(judged.kind).toBe("follow");
-        expect(judgeFollow(undefined, mine, links, recorded).kind).toBe(mine.offset > 0 ? "wait" : "follow");
+        expect(judgeFollow(undefined, mine, links, recorded).kind).toBe(
+          mine.offset > 0 ? "unanswered" : "follow",
+        );
       }),
     );
   });
