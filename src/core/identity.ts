@@ -317,9 +317,8 @@ export function syncWouldDestroy(
  * every link of its lineage history (\`topology.ancestry\`), the lineage an offline shard keeps
  * (\`topology.lineage\`, which \`shardguard recover\` sets to the node it names), and the lineage
  * and target link of a change under way (\`topology.failover\`). A process restarted empty takes
- * a fresh id that none of these names; every node the controller chose did so on an id one of
- * them names (a promotion's link is recorded from the target's report, and the repoint is sent
- * while the change's own lineage is still stored).
+ * a fresh id that none of these names and continues none; a node the controller chose is on an id
+ * they name, or continues one (promoted: its new id continues the one it was chosen on).
  */
 export function recordedLineages(topology: Topology | undefined): ReadonlySet<string> {
   const ids = new Set<string>();
@@ -364,10 +363,12 @@ export type FollowVerdict =
  * - the target stands behind it: offsets run on across promotions, and a process restarted empty
  *   starts at 0 (hunt seeds 7001, 7002: a target far ahead on a lineage the bounded history no
  *   longer joins is where the shard moved on);
- * - the target's replication id is none the shard's record names (\`recordedLineages\`): a
- *   deliberate choice of a node holding less (the last resort on an earlier lineage of the main
- *   line, \`shardguard recover\` on another lineage) is stored before any node is told to follow
- *   it, and must still be followed (guarantee 3).
+ * - the target's replication id, and the one its data continues, are none the shard's record
+ *   names (\`recordedLineages\`): a deliberate choice of a node holding less (the last resort on an
+ *   earlier lineage of the main line, \`shardguard recover\` on another lineage) is stored before
+ *   any node is told to follow it, and must still be followed (guarantee 3). Promoted, the chosen
+ *   replica takes a new id that continues the recorded one (Redis's \`master_replid2\`); the
+ *   shard's history records the new id only when the change completes, after the repoint.
  * A target that did not answer is not followed (\`unanswered\`) by a database holding data: Redis
  * could not sync from it either, and pointed at it unjudged the replica would full-sync from
  * whatever process answers there first, the agent's probe judging only processes it never pointed.
@@ -388,7 +389,8 @@ export function judgeFollow(
     !syncWouldDestroy(target, mine, links) ||
     holdsSomeOf(target, mine) ||
     target.offset >= mine.offset ||
-    recorded.has(target.replId)
+    recorded.has(target.replId) ||
+    (target.prior !== undefined && recorded.has(target.prior.replId))
   )
     return { kind: "follow" };
   return {

@@ -783,6 +783,19 @@ describe("judgeFollow: a REPLICAOF the agent issues on a topology's or a command
       verdict: "follow",
     },
     {
+      name: "shardguard recover on a parked replica of another lineage, promoted: its new id continues the recorded one",
+      target: { replId: "X8", offset: 520, prior: { replId: "X7", offset: 500 } },
+      mine: { replId: "L2", offset: 950 },
+      recorded: new Set([...onMainLine, "X7"]),
+      verdict: "follow",
+    },
+    {
+      name: "the last resort on a replica of an earlier lineage of the main line, promoted, the change not completed yet",
+      target: { replId: "P0", offset: 660, prior: { replId: "L0", offset: 650 } },
+      mine: { replId: "L2", offset: 1000 },
+      verdict: "follow",
+    },
+    {
       name: "the same target, no record naming its lineage (a process restarted empty that took some writes)",
       target: { replId: "X7", offset: 500 },
       mine: { replId: "L2", offset: 950 },
