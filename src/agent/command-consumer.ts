@@ -21,23 +21,35 @@ function commandContext(command: Command): Record<string, unknown> {
   };
 }
 
-/** Runs one command against the database and records it; the caller holds the role lock. */
+/**
+ * Runs one command against the database and records it; the caller holds the role lock. Returns
+ * why the database refused it (a REPLICAOF whose target would destroy its data or did not answer:
+ * parked instead, \`judgeFollow\`), or undefined when it was applied.
+ */
 async function applyCommand(
   ctx: AgentContext,
   command: Command,
   topology: Topology | undefined,
-): Promise<void> {
+): Promise<string | undefined> {
   switch (command.type) {
     case "PROMOTE":
       await becomePrimary(ctx, topology);
       ctx.state.recordApplied(command.command_id, command.epoch, { promoted_epoch: command.epoch });
-      return;
+      return undefined;
     case "REPLICAOF": {
       // The schema guarantees `primary` on REPLICAOF.
       const primary = command.primary as NonNullable<Command["primary"]>;
-      await becomeReplicaOf(ctx, { node_id: primary.node_id, address: primary.address });
+      const { verdict } = await becomeReplicaOf(
+        ctx,
+        { node_id: primary.node_id, address: primary.address },
+        { epoch: command.epoch, topology },
+      );
+      // Refused, or its target silent: parked instead, not recorded as applied. The park keeps the
+      // decision: the probe watches the target and follows it once it holds this database's data,
+      // and the topology read judges any newer one.
+      if (verdict.kind !== "follow") return verdict.reason;
       ctx.state.recordApplied(command.command_id, command.epoch, { promoted_epoch: undefined });
-      return;
+      return undefined;
     }
     case "PAUSE_WRITES":
       // The schema bounds timeout_ms (MAX_COMMAND_TIMEOUT_MS) and the screen checked that a
@@ -49,11 +61,11 @@ async function applyCommand(
       await fence(ctx, `switchover away from ${ctx.nodeId} at epoch ${command.epoch}`);
       await ctx.db.pauseWrites(command.timeout_ms as number);
       ctx.state.recordApplied(command.command_id, command.epoch);
-      return;
+      return undefined;
     case "REPORT":
       // Not recorded as applied: it raises no epoch, and running it twice only reports longer.
       ctx.schedule.askUntil(ctx.monotonicNow() + (command.timeout_ms as number));
-      return;
+      return undefined;
   }
 }
 
@@ -89,13 +101,29 @@ export async function handleMessage(ctx: AgentContext, message: ReceivedCommand)
         topology,
         now: ctx.deps.clock.now(),
       });
-      if (screening.action === "apply") {
-        await applyCommand(ctx, screening.command, topology);
-        ctx.logger.info("command applied", { ...commandContext(screening.command), ...ctx.epochContext });
-      }
+      if (screening.action !== "apply") return screening;
+      const refused = await applyCommand(ctx, screening.command, topology);
+      if (refused !== undefined)
+        return { action: "parked" as const, command: screening.command, reason: refused };
+      ctx.logger.info("command applied", { ...commandContext(screening.command), ...ctx.epochContext });
       return screening;
     });
-    ctx.count("command", COUNTED_AS[outcome.action]);
+    ctx.count("command", outcome.action === "parked" ? "refused" : COUNTED_AS[outcome.action]);
+    if (outcome.action === "parked") {
+      // A REPLICAOF whose target holds none of this database's data, or did not answer
+      // (\`judgeFollow\`): screened as the controller's, parked instead. Deleted: the park
+      // keeps the decision (the probe follows the target once it holds this database's data), and
+      // the heartbeat that shows the park goes out now, as an applied command's does.
+      ctx.logger.warn("command not followed: parked instead; deleted", {
+        ...commandContext(outcome.command),
+        reason: outcome.reason,
+        receiveCount: message.receiveCount,
+        ...ctx.epochContext,
+      });
+      await runCycle(ctx, { force: true });
+      await bus.delete(ctx.shard, ctx.nodeId, message);
+      return true;
+    }
     if (outcome.action === "reject") {
       ctx.logger.warn("command rejected; left for the dead-letter queue", {
         reason: outcome.reason,

@@ -73,6 +73,43 @@ export interface DatabaseLink {
   disconnect(): void;
 }
 
+/**
+ * Dials \`address\` once and runs \`ask\` on the link, connecting included, within \`timeoutMs\`
+ * (rejects with "no answer within …" past it: a hung database accepts the TCP connection and never
+ * answers the client's ready check, which no socket timeout covers); the link is closed after. The
+ * successor's fence of a deposed primary, a replica's read of the primary it is about to follow.
+ */
+export async function askOnce<T>(
+  db: Pick<Database, "dial">,
+  address: string,
+  options: { readonly name: string; readonly timeoutMs: number },
+  ask: (link: DatabaseLink) => Promise<T>,
+): Promise<T> {
+  const link = db.dial(address, {
+    name: options.name,
+    connectTimeoutMs: options.timeoutMs,
+    commandTimeoutMs: options.timeoutMs,
+  });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      (async () => {
+        await link.connect();
+        return await ask(link);
+      })(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`no answer within ${options.timeoutMs} ms`)),
+          options.timeoutMs,
+        );
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    link.disconnect();
+  }
+}
+
 /** A dialled connection through ioredis. */
 export class RedisLink implements DatabaseLink {
   readonly #client: Redis;

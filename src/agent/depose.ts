@@ -4,6 +4,7 @@ import type { Topology } from "../core/model.ts";
 import { FENCED_MIN_REPLICAS, GUARD_MAX_LAG_S } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
+import { askOnce } from "./database.ts";
 import { topologyPrimary } from "./fencing.ts";
 import { PARKED_ADDRESS } from "./primary-probe.ts";
 import { type ReplicationInfo, replicatingFrom, syncedReplicaAddresses } from "./redis-info.ts";
@@ -90,34 +91,19 @@ async function attempt(ctx: AgentContext, addresses: readonly string[], first: b
  * client's ready check, which no socket timeout covers.
  */
 async function fenceAt(ctx: AgentContext, address: string): Promise<ReplicationInfo> {
-  const link = ctx.db.dial(address, {
-    name: `shardguard-depose.${ctx.nodeId}`,
-    connectTimeoutMs: DEPOSE_TIMEOUT_MS,
-    commandTimeoutMs: DEPOSE_TIMEOUT_MS,
-  });
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      (async () => {
-        await link.connect();
-        // The guard is off while the lag is 0: the fence needs both.
-        const lag = Number(await link.configGet("min-replicas-max-lag"));
-        if (!(Number.isInteger(lag) && lag > 0))
-          await link.configSet("min-replicas-max-lag", String(GUARD_MAX_LAG_S));
-        await link.configSet("min-replicas-to-write", String(FENCED_MIN_REPLICAS));
-        return await link.replicationInfo();
-      })(),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () => reject(new Error(`no answer within ${DEPOSE_TIMEOUT_MS} ms`)),
-          DEPOSE_TIMEOUT_MS,
-        );
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-    link.disconnect();
-  }
+  return await askOnce(
+    ctx.db,
+    address,
+    { name: `shardguard-depose.${ctx.nodeId}`, timeoutMs: DEPOSE_TIMEOUT_MS },
+    async (link) => {
+      // The guard is off while the lag is 0: the fence needs both.
+      const lag = Number(await link.configGet("min-replicas-max-lag"));
+      if (!(Number.isInteger(lag) && lag > 0))
+        await link.configSet("min-replicas-max-lag", String(GUARD_MAX_LAG_S));
+      await link.configSet("min-replicas-to-write", String(FENCED_MIN_REPLICAS));
+      return await link.replicationInfo();
+    },
+  );
 }
 
 async function fenceOne(ctx: AgentContext, address: string, first: boolean): Promise<boolean> {

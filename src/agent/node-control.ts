@@ -1,13 +1,15 @@
 import { parseAddress } from "../core/address.ts";
 import { type PromotionWindow, promotionWindow } from "../core/crash.ts";
 import { errorMessage, ShardguardError } from "../core/errors.ts";
+import { type FollowVerdict, judgeFollow, recordedLineages } from "../core/identity.ts";
 import type { Topology } from "../core/model.ts";
 import { PROMOTION_FENCE_WINDOW_MS } from "../core/write-guard.ts";
 import { sleep } from "./backoff.ts";
 import type { AgentContext } from "./context.ts";
+import { askOnce } from "./database.ts";
 import { deposeFirst, fenceDeposed } from "./depose.ts";
 import { type PrimaryRef, topologyPrimary } from "./fencing.ts";
-import { isParked } from "./primary-probe.ts";
+import { isParked, PARKED_HOST, PARKED_PORT } from "./primary-probe.ts";
 import type { ReplicationInfo } from "./redis-info.ts";
 import { withStoreTimeout } from "./scheduling.ts";
 import { fence, restoreOperatorSettings, tryEnforceWriteGuard } from "./write-guard.ts";
@@ -179,8 +181,93 @@ export async function becomePrimary(ctx: AgentContext, topology?: Topology): Pro
   return info;
 }
 
-/** `REPLICAOF host port` (skipped when already following it, to spare a resync), then verifies. */
-export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Promise<ReplicationInfo> {
+/** Longest the agent waits for a target's INFO before it points its database there (\`judgeFollow\`). */
+export const TARGET_READ_TIMEOUT_MS = 1_000;
+
+/**
+ * INFO of the database at \`address\` (a primary this node is about to follow), read on a one-off
+ * connection within TARGET_READ_TIMEOUT_MS; undefined when it does not answer (a hung database
+ * accepts the connection and never answers, which no socket timeout covers).
+ */
+async function readTarget(ctx: AgentContext, address: string): Promise<ReplicationInfo | undefined> {
+  return await askOnce(
+    ctx.db,
+    address,
+    { name: `shardguard-target.${ctx.nodeId}`, timeoutMs: TARGET_READ_TIMEOUT_MS },
+    (link) => link.replicationInfo(),
+  ).catch(() => undefined);
+}
+
+/**
+ * Parks the database (\`REPLICAOF 127.0.0.1 1\`: it refuses every sync) instead of following
+ * \`target\` (\`judgeFollow\` refused it, or it did not answer), as the probe parks a replica whose
+ * primary went away or fell silent: parked from \`target\` at \`epoch\` (the decision's), its probe
+ * watching it, \`lacksMyData\` set on a refusal. The probe follows it once the process there holds
+ * this database's data or took over from it by a recorded promotion; a newer decision naming
+ * another node is judged again (\`staysParked\`); a parked node can be promoted. A primary stepping
+ * down is parked so too: it takes no writes.
+ */
+async function parkInsteadOf(
+  ctx: AgentContext,
+  target: PrimaryRef,
+  epoch: number,
+  current: ReplicationInfo,
+  verdict: Exclude<FollowVerdict, { kind: "follow" }>,
+): Promise<ReplicationInfo> {
+  if (!isParked(current)) {
+    await ctx.db.replicaOf(PARKED_HOST, PARKED_PORT);
+    ctx.roleGeneration++;
+  }
+  const info = await verify(ctx, isParked, `REPLICAOF ${PARKED_HOST} ${PARKED_PORT}`);
+  ctx.probe.track(target.address);
+  ctx.probe.parkedAtEpoch = epoch;
+  ctx.probe.parkedFrom = target.address;
+  ctx.probe.lacksMyData = verdict.kind === "refuse";
+  try {
+    await ctx.db.resumeWrites();
+  } catch (error) {
+    ctx.logger.warn("could not end a write pause after parking", { error: errorMessage(error) });
+  }
+  await restoreOperatorSettings(ctx, `parked instead of following ${target.node_id}`);
+  ctx.appliedGuard = "replica";
+  // The controller learns of the park (link down, the probe's vote) now, not at the next tick.
+  ctx.wakeHeartbeat();
+  ctx.logger.warn(
+    verdict.kind === "refuse"
+      ? "not following the named primary: its database holds none of this one's data; parked until a primary known to hold it"
+      : "not following the named primary yet: its database did not answer; parked until it answers holding this one's data",
+    {
+      ...ctx.epochContext,
+      primary: target.node_id,
+      primaryAddress: target.address,
+      topologyEpoch: epoch,
+      wasRole: current.role,
+      why: verdict.reason,
+    },
+  );
+  return info;
+}
+
+/** What \`becomeReplicaOf\` did: the database's INFO after it, and the verdict on the target. */
+export interface ReplicaOfResult {
+  readonly info: ReplicationInfo;
+  /** \`follow\`: it follows the target; otherwise parked from it instead. */
+  readonly verdict: FollowVerdict;
+}
+
+/**
+ * \`REPLICAOF host port\` (skipped when already following it, to spare a resync), then verifies.
+ * Before a new \`REPLICAOF\` it reads the target's INFO and judges it (\`judgeFollow\`,
+ * src/core/identity.ts; guarantee 1, simulator seed 7039): a target whose full sync would destroy
+ * this database's data by no recorded choice is refused and the database parked instead; so is it
+ * from a target that does not answer. \`decision\`: the epoch of the topology or command that
+ * names the target (kept with a park) and the topology read with it (whose record the verdict reads).
+ */
+export async function becomeReplicaOf(
+  ctx: AgentContext,
+  target: PrimaryRef,
+  decision: { readonly epoch: number; readonly topology: Topology | undefined },
+): Promise<ReplicaOfResult> {
   if (target.address === ctx.address) {
     throw new SelfReplicationRefused(
       `refusing REPLICAOF ${target.address}: that is this node's own address (node ${target.node_id}, this agent ${ctx.nodeId})`,
@@ -190,6 +277,15 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
   const current = await ctx.db.replicationInfo();
   ctx.pointedRunId = current.runId;
   if (!followsPrimary(current, target.address)) {
+    const judged = await readTarget(ctx, target.address);
+    const verdict = judgeFollow(
+      judged,
+      ctx.probe.withPrior(current),
+      decision.topology?.ancestry ?? [],
+      recordedLineages(decision.topology),
+    );
+    if (verdict.kind !== "follow")
+      return { info: await parkInsteadOf(ctx, target, decision.epoch, current, verdict), verdict };
     const { host, port } = parseAddress(target.address);
     await ctx.db.replicaOf(host, port);
     ctx.roleGeneration++;
@@ -212,5 +308,5 @@ export async function becomeReplicaOf(ctx: AgentContext, target: PrimaryRef): Pr
   await restoreOperatorSettings(ctx, `replica of ${target.node_id}`);
   ctx.dbRecord.restarted = false;
   ctx.appliedGuard = "replica";
-  return info;
+  return { info, verdict: { kind: "follow" } };
 }

@@ -184,9 +184,12 @@ export async function reconcile(
         topologyEpoch: verdict.epoch,
       },
     );
-    const next = await becomeReplicaOf(ctx, verdict.target);
+    const next = await becomeReplicaOf(ctx, verdict.target, {
+      epoch: verdict.epoch,
+      topology: snapshot.topology,
+    });
     ctx.state.update({ highest_epoch: Math.max(ctx.highestEpoch, verdict.epoch), promoted_epoch: undefined });
-    return { info: next, generation: ctx.roleGeneration };
+    return { info: next.info, generation: ctx.roleGeneration };
   });
 }
 

@@ -4,7 +4,7 @@
  * (guarantee 5, docs/agent.md#database-identity).
  */
 
-import type { Heartbeat, Role } from "./model.ts";
+import type { Heartbeat, Role, Topology } from "./model.ts";
 
 /** What the agent read of its database at one cycle. */
 export interface DatabaseIdentity {
@@ -310,6 +310,98 @@ export function syncWouldDestroy(
     ),
   );
   return !later;
+}
+
+/**
+ * The replication ids the shard's record names as its data's (\`recordedLineages\`): both ends of
+ * every link of its lineage history (\`topology.ancestry\`), the lineage an offline shard keeps
+ * (\`topology.lineage\`, which \`shardguard recover\` sets to the node it names), and the lineage
+ * and target link of a change under way (\`topology.failover\`). A process restarted empty takes
+ * a fresh id that none of these names and continues none; a node the controller chose is on an id
+ * they name, or continues one (promoted: its new id continues the one it was chosen on).
+ */
+export function recordedLineages(topology: Topology | undefined): ReadonlySet<string> {
+  const ids = new Set<string>();
+  for (const link of topology?.ancestry ?? []) ids.add(link.repl_id).add(link.by);
+  const failover = topology?.failover;
+  for (const id of [
+    topology?.lineage?.repl_id,
+    failover?.lineage?.repl_id,
+    failover?.target_link?.repl_id,
+    failover?.target_link?.by,
+  ])
+    if (id !== undefined) ids.add(id);
+  ids.delete("");
+  return ids;
+}
+
+/** Whether the agent points its database at a primary the topology or a command names (\`judgeFollow\`). */
+export type FollowVerdict =
+  | { readonly kind: "follow" }
+  /** Not yet: the target did not answer its INFO; the database is parked from it, its probe watching it. */
+  | { readonly kind: "unanswered"; readonly reason: string }
+  /** Never this process: the database is parked instead, as the probe parks it. */
+  | { readonly kind: "refuse"; readonly reason: string };
+
+/**
+ * Guarantee 1: whether the agent may issue \`REPLICAOF\` of \`target\` (its INFO read just before,
+ * undefined when it did not answer) to its own database holding \`mine\` (a replica, parked or
+ * not, or a primary stepping down), on a decision the topology or a controller's command names.
+ * The decision was right when made, but the process answering at that address may have restarted
+ * empty since: simulator seed 7039 (n3, promoted at epoch 6, restarted empty; fenced by its agent
+ * it refused clients but stayed a master; parked n2 and the woken old primary n1 both full-synced
+ * from it, 2,867 replica-acknowledged writes lost) and queued-replicaof-empty.test.ts (a parked
+ * replica's queued \`REPLICAOF\` applied after its target restarted empty: 1,000 of 1,000).
+ *
+ * Refused (\`refuse\`), all four together, the signature of an accidental empty restart:
+ * - the full sync would destroy writes the shard never gave up (\`syncWouldDestroy\`: the target
+ *   neither holds them nor took over from them by a recorded promotion);
+ * - the target shares none of this database's data (\`holdsSomeOf\`): a target on its lineage, or
+ *   on the one it continues, is a branch of the shard's line the controller ranked (the last
+ *   resort's node restarted from its RDB holds the lineage as its earlier one), and a process
+ *   restarted from an older RDB is its own agent's and the controller's to judge;
+ * - the target stands behind it: offsets run on across promotions, and a process restarted empty
+ *   starts at 0 (hunt seeds 7001, 7002: a target far ahead on a lineage the bounded history no
+ *   longer joins is where the shard moved on);
+ * - the target's replication id, and the one its data continues, are none the shard's record
+ *   names (\`recordedLineages\`): a deliberate choice of a node holding less (the last resort on an
+ *   earlier lineage of the main line, \`shardguard recover\` on another lineage) is stored before
+ *   any node is told to follow it, and must still be followed (guarantee 3). Promoted, the chosen
+ *   replica takes a new id that continues the recorded one (Redis's \`master_replid2\`); the
+ *   shard's history records the new id only when the change completes, after the repoint.
+ * A target that did not answer is not followed (\`unanswered\`) by a database holding data: Redis
+ * could not sync from it either, and pointed at it unjudged the replica would full-sync from
+ * whatever process answers there first, the agent's probe judging only processes it never pointed.
+ * The database is parked from it instead, as the probe parks a replica whose primary is silent,
+ * and followed by the probe once the process there holds its data. A database holding nothing has
+ * nothing to lose and always follows.
+ */
+export function judgeFollow(
+  target: ReplicationPoint | undefined,
+  mine: ReplicationPoint,
+  links: readonly LineageLink[],
+  recorded: ReadonlySet<string>,
+): FollowVerdict {
+  if (mine.offset <= 0) return { kind: "follow" };
+  if (target === undefined)
+    return { kind: "unanswered", reason: "the target's database did not answer INFO" };
+  if (
+    !syncWouldDestroy(target, mine, links) ||
+    holdsSomeOf(target, mine) ||
+    target.offset >= mine.offset ||
+    recorded.has(target.replId) ||
+    (target.prior !== undefined && recorded.has(target.prior.replId))
+  )
+    return { kind: "follow" };
+  return {
+    kind: "refuse",
+    reason:
+      `the target (replication id ${target.replId} at ${target.offset}` +
+      `${target.prior === undefined ? "" : `, continuing ${target.prior.replId} to ${target.prior.offset}`}) ` +
+      `holds none of this database's data (${mine.replId} at ${mine.offset}` +
+      `${mine.prior === undefined ? "" : `, continuing ${mine.prior.replId} to ${mine.prior.offset}`}), ` +
+      "stands behind it on a lineage the shard's record does not name: a full sync would destroy it",
+  };
 }
 
 /**

@@ -143,27 +143,42 @@ describe.runIf(unavailable === undefined)(
         console.log(`queued writes on node-1 after it woke: ${JSON.stringify(tally)}`);
         // The controller's REPLICAOF for node-1 (sent while it hung, redelivered when it timed out)
         // applied, and node-1 parked after it, all within the cut: a REPLICAOF applied after the heal
-        // would re-point node-1 by itself, the path the fix is not about.
+        // would re-point node-1 by itself, the path the fix is not about. Or, the successor's INFO
+        // unanswered through the cut, node-1 parked from it by the agent's target check instead of
+        // pointed at it (docs/agent.md#the-target-check-before-every-replicaof): the same park.
         const agentLog = () => active.logLines("agent-node-1.log");
         await active.waitFor(
-          "node-1 parked by its agent after the controller's REPLICAOF applied",
+          "node-1 parked by its agent after the controller's REPLICAOF applied, or instead of it",
           async () => {
             const lines = agentLog();
-            let applied = -1;
+            let pointedAt = -1;
+            let parkedInstead = false;
             lines.forEach((line, index) => {
-              if (/^command applied/.test(String(line.message)) && line.commandType === "REPLICAOF")
-                applied = index;
+              if (/^command applied/.test(String(line.message)) && line.commandType === "REPLICAOF") {
+                pointedAt = index;
+                parkedInstead = false;
+              }
+              if (/^not following the named primary/.test(String(line.message))) {
+                pointedAt = index;
+                parkedInstead = true;
+              }
             });
-            if (applied < 0) return false;
-            if (!lines.slice(applied + 1).some((line) => /replica parked/.test(String(line.message))))
+            if (pointedAt < 0) return false;
+            if (
+              !parkedInstead &&
+              !lines.slice(pointedAt + 1).some((line) => /replica parked/.test(String(line.message)))
+            )
               return false;
             return (await roleOf(node1)).primaryPort === PARKED_PORT;
           },
           WAIT_MS,
         );
         // Pointed at the successor (by the controller's command, or by its agent reading the
-        // topology) before the park.
-        const pointed = linesWith(agentLog(), /^(stepping down: not the topology's primary|command applied)/);
+        // topology) before the park, or parked from it by the target check.
+        const pointed = linesWith(
+          agentLog(),
+          /^(stepping down: not the topology's primary|command applied|not following the named primary)/,
+        );
         expect(
           pointed.map((line) => line.primaryAddress),
           "node-1's agent pointed it at its successor",

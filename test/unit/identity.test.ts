@@ -7,12 +7,14 @@ import {
   holdsAllOf,
   holdsSomeOf,
   holdsThroughLinks,
+  judgeFollow,
   judgeRestart,
   MAX_LINEAGE_LINKS,
   peerPointOf,
   type RememberedPrior,
   type ReplicationPoint,
   type RestartContext,
+  recordedLineages,
   rememberPrior,
   supersededBy,
   syncWouldDestroy,
@@ -704,6 +706,201 @@ describe("syncWouldDestroy: a restarted replica's first full sync (simulator see
         if (destroys) expect(syncWouldDestroy(source, replica, [])).toBe(true);
       }),
     );
+  });
+});
+
+describe("judgeFollow: a REPLICAOF the agent issues on a topology's or a command's decision (simulator seed 7039)", () => {
+  const links = MAIN_LINE;
+  /** The ids MAIN_LINE records, plus the lineage of a change or an offline mark where a row says so. */
+  const onMainLine = new Set(["L0", "L1", "L2"]);
+
+  it.each<{
+    name: string;
+    target: ReplicationPoint | undefined;
+    mine: ReplicationPoint;
+    recorded?: ReadonlySet<string>;
+    verdict: "follow" | "unanswered" | "refuse";
+  }>([
+    {
+      name: "seed 7039: a parked replica holding the shard's data, repointed to a primary restarted empty",
+      target: { replId: "E9", offset: 0 },
+      mine: { replId: "L2", offset: 950, prior: { replId: "L1", offset: 900 } },
+      verdict: "refuse",
+    },
+    {
+      name: "queued-replicaof-empty.test.ts: a parked replica on the old lineage, its queued REPLICAOF naming the promoted node restarted empty",
+      target: { replId: "E9", offset: 0 },
+      mine: { replId: "L1", offset: 880 },
+      verdict: "refuse",
+    },
+    {
+      name: "seed 7039: the woken old primary stepping down to that empty process, a replica already attached to it",
+      target: { replId: "E9", offset: 14 },
+      mine: { replId: "L2", offset: 1000 },
+      verdict: "refuse",
+    },
+    {
+      name: "a new primary after a failover continues the replica's lineage as its prior",
+      target: { replId: "L3", offset: 1100, prior: { replId: "L2", offset: 1000 } },
+      mine: { replId: "L2", offset: 980 },
+      verdict: "follow",
+    },
+    {
+      name: "the old primary ahead of its successor by an unacknowledged tail, the promotion recorded",
+      target: { replId: "L2", offset: 1000, prior: { replId: "L1", offset: 900 } },
+      mine: { replId: "L1", offset: 950 },
+      verdict: "follow",
+    },
+    {
+      name: "the same, the promotion not recorded yet (the repoint comes before the change completes)",
+      target: { replId: "L3", offset: 1100, prior: { replId: "L2", offset: 1000 } },
+      mine: { replId: "L2", offset: 1010 },
+      verdict: "follow",
+    },
+    {
+      name: "a replica behind on the target's own lineage",
+      target: { replId: "L2", offset: 1000 },
+      mine: { replId: "L2", offset: 700 },
+      verdict: "follow",
+    },
+    {
+      name: "the last resort: a node restarted from its RDB holding the lineage as its earlier one, behind the replica",
+      target: { replId: "R5", offset: 800, prior: { replId: "L2", offset: 800 } },
+      mine: { replId: "L2", offset: 950 },
+      verdict: "follow",
+    },
+    {
+      name: "the last resort on an earlier lineage of the main line, behind a replica on the latest one",
+      target: { replId: "L0", offset: 650 },
+      mine: { replId: "L2", offset: 1000 },
+      verdict: "follow",
+    },
+    {
+      name: "shardguard recover on another lineage: the shard's lineage set to the node's, the repoint under way",
+      target: { replId: "X7", offset: 500 },
+      mine: { replId: "L2", offset: 950 },
+      recorded: new Set([...onMainLine, "X7"]),
+      verdict: "follow",
+    },
+    {
+      name: "shardguard recover on a parked replica of another lineage, promoted: its new id continues the recorded one",
+      target: { replId: "X8", offset: 520, prior: { replId: "X7", offset: 500 } },
+      mine: { replId: "L2", offset: 950 },
+      recorded: new Set([...onMainLine, "X7"]),
+      verdict: "follow",
+    },
+    {
+      name: "the last resort on a replica of an earlier lineage of the main line, promoted, the change not completed yet",
+      target: { replId: "P0", offset: 660, prior: { replId: "L0", offset: 650 } },
+      mine: { replId: "L2", offset: 1000 },
+      verdict: "follow",
+    },
+    {
+      name: "the same target, no record naming its lineage (a process restarted empty that took some writes)",
+      target: { replId: "X7", offset: 500 },
+      mine: { replId: "L2", offset: 950 },
+      verdict: "refuse",
+    },
+    {
+      name: "hunt seed 7002: a branch the controller did not choose, both continuing one lineage",
+      target: { replId: "R6", offset: 900, prior: { replId: "L1", offset: 900 } },
+      mine: { replId: "B2", offset: 990, prior: { replId: "L1", offset: 900 } },
+      verdict: "follow",
+    },
+    {
+      name: "hunt seed 7001: a target past this database on a lineage the history does not join",
+      target: { replId: "Y4", offset: 1240, prior: { replId: "Y3", offset: 1030 } },
+      mine: { replId: "X7", offset: 880, prior: { replId: "X6", offset: 880 } },
+      verdict: "follow",
+    },
+    {
+      name: "a replica restarted empty follows anything",
+      target: { replId: "E9", offset: 0 },
+      mine: { replId: "E1", offset: 0 },
+      verdict: "follow",
+    },
+    {
+      name: "a target that did not answer, the replica holding data: parked from it",
+      target: undefined,
+      mine: { replId: "L2", offset: 950 },
+      verdict: "unanswered",
+    },
+    {
+      name: "a target that did not answer, the replica holding nothing: it has nothing to lose",
+      target: undefined,
+      mine: { replId: "E1", offset: 0 },
+      verdict: "follow",
+    },
+  ])("$name: $verdict", ({ target, mine, recorded = onMainLine, verdict }) => {
+    // Arrange: the shard's main line L0 -> L1 (600) -> L2 (900), MAIN_LINE
+
+    // Act
+    const judged = judgeFollow(target, mine, links, recorded);
+
+    // Assess
+    expect(judged.kind).toBe(verdict);
+    if (judged.kind === "refuse") expect(judged.reason).toContain(mine.replId);
+  });
+
+  it("refuses only a target whose sync destroys data, sharing none, behind, on no recorded lineage; never an unread one", () => {
+    const point = fc.record({
+      replId: fc.constantFrom("L0", "L1", "L2", "X7", "E9"),
+      offset: fc.nat(1200),
+    });
+    fc.assert(
+      fc.property(point, point, fc.subarray(["L0", "L1", "L2", "X7", "E9"]), (target, mine, ids) => {
+        // Arrange
+        const recorded = new Set(ids);
+
+        // Act
+        const judged = judgeFollow(target, mine, links, recorded);
+
+        // Assess
+        if (judged.kind === "refuse") {
+          expect(syncWouldDestroy(target, mine, links)).toBe(true);
+          expect(holdsSomeOf(target, mine)).toBe(false);
+          expect(target.offset).toBeLessThan(mine.offset);
+          expect(recorded.has(target.replId)).toBe(false);
+        }
+        expect(judged.kind).not.toBe("unanswered");
+        if (holdsAllOf(target, mine)) expect(judged.kind).toBe("follow");
+        expect(judgeFollow(undefined, mine, links, recorded).kind).toBe(
+          mine.offset > 0 ? "unanswered" : "follow",
+        );
+      }),
+    );
+  });
+});
+
+describe("recordedLineages: the replication ids the shard's record names", () => {
+  it("names both ends of every ancestry link, the offline lineage and a change's lineage and target link", () => {
+    // Arrange
+    const topology = {
+      shard: "s1",
+      epoch: 7,
+      status: "failing_over" as const,
+      updated_at: 0,
+      ancestry: [...MAIN_LINE],
+      lineage: { repl_id: "OFF", last_txn_id: 10 },
+      failover: {
+        kind: "bring_online" as const,
+        new_primary_node_id: "n2",
+        new_primary_address: "n2:6379",
+        reason: "test",
+        started_at: 0,
+        candidates: [],
+        phase_started: {},
+        lineage: { repl_id: "CHG", last_txn_id: 10 },
+        target_link: { repl_id: "TL0", until: 5, by: "TL1" },
+      },
+    };
+
+    // Act
+    const ids = recordedLineages(topology);
+
+    // Assess
+    expect([...ids].sort()).toEqual(["CHG", "L0", "L1", "L2", "OFF", "TL0", "TL1"]);
+    expect(recordedLineages(undefined).size).toBe(0);
   });
 });
 
