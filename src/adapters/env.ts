@@ -131,7 +131,8 @@ export const FAILOVER_SETTINGS = [
     kind: "integer",
     env: ENV.cooldownMs,
     default: "`300000`",
-    description: "No automatic failover for this long after one completed.",
+    description:
+      "No automatic failover for this long after one completed, unless the primary's own agent confirms its database died (a crash report).",
   },
 ] as const satisfies readonly Setting[];
 

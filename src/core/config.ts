@@ -31,7 +31,7 @@ export const failoverConfigSchema = z
       .default(1024 * 1024),
     /** How many fresh replicas must report their link to the primary down before a failover. */
     quorum: z.enum(QUORUM_MODES).default("majority"),
-    /** No automatic failover for this long after one completed. */
+    /** No automatic failover for this long after one completed, unless the primary's own agent confirms its database died. */
     cooldownMs: z
       .number()
       .int()
