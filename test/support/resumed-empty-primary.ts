@@ -76,9 +76,13 @@ function brief(topology: Topology) {
   };
 }
 
-/** How many times `agent` parked its replica. */
+/**
+ * How many times `agent` parked its replica: its probe's park, or a `REPLICAOF` it refused
+ * (`judgeFollow`: the named primary holds none of its data, or did not answer).
+ */
 const parks = (agent: TestAgent) =>
-  agent.logger.lines.filter((line) => /replica parked/.test(line.message)).length;
+  agent.logger.lines.filter((line) => /replica parked|^not following the named primary/.test(line.message))
+    .length;
 
 /**
  * Runs the scenario (asserting its setup) and returns its outcome, for the test to assert that the
