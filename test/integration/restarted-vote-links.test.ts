@@ -94,9 +94,13 @@ describe("a primary back from its RDB as a replica, voted restarted by a replica
     await writeKeys(node2, "late", LATE, 2);
     await withClient(node2, (client) => client.save());
 
-    // The controller stops (frozen); every database dies, node-1's for good.
+    // The controller stops (frozen); every database dies, node-1's for good. node-3's first: had
+    // node-2's died first, node-3's agent could park node-3 from it before node-3 died (the
+    // probe's closed connection), and a process it parked that restarts as a master holding data
+    // stays a fenced master (`verdictFor`, src/agent/topology-read.ts), never pointed at node-2:
+    // the wait below then timed out under load (first tries of two fresh-clone CI runs).
     for (const controller of active.controllers) await controller.stop(3000);
-    for (const node of [node1, node2, node3]) {
+    for (const node of [node3, node1, node2]) {
       node.signal("SIGKILL");
       await node.stop();
     }
