@@ -467,3 +467,43 @@ describe("decide: a demoted primary followed only by a deposed primary on an ear
     expect(decision.reason).toMatch(/r2 \(last_txn_id 1600\), outside p1's replica set, holds more/);
   });
 });
+
+describe("decide: a demoted primary on the tip of the shard's history whose only follower never synced from it (simulator seed 7064)", () => {
+  it("judges by the history's tip, not the follower's own new id: the parked replica holding every write is promoted", () => {
+    // Prepare: p1, promoted on LINEAGE, back from its RDB as a replica still on LINEAGE and parked;
+    // r1 back from an RDB far behind (a new id, none of the later writes) stepped down to p1, which
+    // refuses its sync (a replica with its link down): r1 names p1, link down, on its own id. r2,
+    // parked on LINEAGE, holds every write.
+    const shard = aShard()
+      .withTopology({ ancestry: [{ repl_id: "lineage-0", until: 500, by: LINEAGE }] })
+      .withNode({
+        node_id: "p1",
+        role: "replica",
+        repl_id: LINEAGE,
+        last_txn_id: 980,
+        primary_node_id: undefined,
+        primary_link: "down",
+        role_since: (NOW - 10_000) * 1000,
+      })
+      .withNode({
+        node_id: "r1",
+        repl_id: "lineage-r1-rdb",
+        last_txn_id: 400,
+        prior_lineage: { repl_id: "lineage-0", last_txn_id: 400 },
+        primary_node_id: "p1",
+        primary_link: "down",
+      })
+      .withNode({ node_id: "r2", primary_node_id: undefined, primary_link: "down", last_txn_id: 1000 });
+
+    // Act
+    const decision = decide(shard.build(), aConfig(), NOW);
+
+    // Assess: the code before took lineage-r1-rdb (the lineage p1's followers agree on) and chose r1,
+    // r2 "foreign" (in the seed: offline, then back on r1; 1,786 writes only p1 and r2 held lost).
+    expect(decision).toMatchObject({
+      kind: "failover",
+      target: { node_id: "r2" },
+      lineage: { repl_id: LINEAGE },
+    });
+  });
+});

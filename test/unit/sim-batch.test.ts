@@ -56,7 +56,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // 7094 is no longer replayed here either: the clock watch's revert changed its draws (its loop's
   // timers) and it fails on the new schedule, not analysed (docs/open-holes/README.md). Its hole stays
   // covered by rows of decide-demoted.test.ts and restarted-vote-links.test.ts.
-  ...[7003, 7008, 7032, 7046].map((seed) => ({
+  // 7064 (twenty-fifth session): a demoted primary on the history's tip whose only follower, back
+  // from an RDB far behind, never synced from it; its new id became the shard's lineage and the
+  // parked holder of every write was "foreign" (1,786 lost; `offTip`, src/core/decide/online-view.ts).
+  ...[7003, 7008, 7032, 7046, 7064].map((seed) => ({
     seed,
     minutes: 10,
     faultKinds: LOST_STATE_HUNT,

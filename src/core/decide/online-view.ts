@@ -202,7 +202,10 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
 function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topology: Topology): Lineage {
   const inferred = inferLineage(nodes, primary.node_id);
   const followed =
-    (inferred !== undefined && continuedLater(inferred.repl_id, topology) ? undefined : inferred) ??
+    (inferred !== undefined &&
+    (continuedLater(inferred.repl_id, topology) || offTip(inferred.repl_id, primary, topology))
+      ? undefined
+      : inferred) ??
     topology.lineage ??
     historyTip(nodes, primary, topology);
   if (followed === undefined || followed.repl_id !== primary.repl_id) return followed ?? lineageOf(primary);
@@ -226,6 +229,20 @@ function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topolog
 function continuedLater(replId: string, topology: Topology): boolean {
   const links = topology.ancestry ?? [];
   return links.at(-1)?.by !== replId && links.some((link) => link.repl_id === replId);
+}
+
+/**
+ * The demoted primary still answers on the lineage the shard's history recorded at its promotion
+ * (the last link's \`by\`: a restart from its RDB as a replica keeps it) and its followers agree on
+ * another one: they never synced from it (Redis refuses a PSYNC from a replica whose own link is
+ * down, NOMASTERLINK), so theirs is their own process's, not the primary's. Simulator seed 7064:
+ * n1, back from an RDB 85 KB behind with a new id, stepped down to n2, a replica back from its RDB
+ * on the tip and parked; n1's new id became the shard's, n3 (parked on the tip, every write) was
+ * "foreign", and the shard came back on n1: 1,786 writes lost.
+ */
+function offTip(replId: string, primary: Heartbeat, topology: Topology): boolean {
+  const tip = topology.ancestry?.at(-1)?.by;
+  return tip !== undefined && primary.repl_id === tip && replId !== tip;
 }
 
 /**
