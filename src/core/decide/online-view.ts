@@ -201,13 +201,14 @@ export function onlineView(view: ShardView, topology: Topology): OnlineView {
  */
 function demotedLineage(nodes: readonly Heartbeat[], primary: Heartbeat, topology: Topology): Lineage {
   const inferred = inferLineage(nodes, primary.node_id);
-  const followed =
-    (inferred !== undefined &&
-    (continuedLater(inferred.repl_id, topology) || offTip(inferred.repl_id, primary, topology))
-      ? undefined
-      : inferred) ??
-    topology.lineage ??
-    historyTip(nodes, primary, topology);
+  // The followers' lineage counts unless the history shows it continued later or never synced.
+  const trusted =
+    inferred !== undefined &&
+    !continuedLater(inferred.repl_id, topology) &&
+    !offTip(inferred.repl_id, primary, topology)
+      ? inferred
+      : undefined;
+  const followed = trusted ?? topology.lineage ?? historyTip(nodes, primary, topology);
   if (followed === undefined || followed.repl_id !== primary.repl_id) return followed ?? lineageOf(primary);
   return {
     ...followed,
