@@ -1,12 +1,12 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { isParked } from "../../src/agent/primary-probe.ts";
-import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
 import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  describeInfo,
   describeReport,
   probeWrite,
   replicationOf,
@@ -71,13 +71,6 @@ afterEach(async (context) => {
   await cluster?.stop({ keepLogs: context.task.result?.state === "fail" });
   cluster = undefined;
 });
-
-function describeInfo(id: string, info: ReplicationInfo | string): string {
-  if (typeof info === "string") return `${id}: ${info}`;
-  const link = info.primary ? ` of :${info.primary.port} link ${info.primary.link}` : "";
-  const prior = info.prior ? `, prior ${info.prior.replId.slice(0, 6)}@${info.prior.offset}` : "";
-  return `${id}: ${info.role}${link} ${info.replId.slice(0, 6)}@${info.offset}${prior}`;
-}
 
 describe("a demoted primary on the tip of the shard's history, followed only by a node that never synced from it (simulator seed 7064)", () => {
   it("is judged by the tip: the parked replica holding every acknowledged key is promoted", {

@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, it } from "vitest";
-import type { ReplicationInfo } from "../../src/agent/redis-info.ts";
 import { type CycleResult, runShardCycle } from "../../src/controller/orchestrator.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
 import type { Topology } from "../../src/core/model.ts";
@@ -10,6 +9,7 @@ import { awsEnv } from "../support/aws.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  describeInfo,
   describeReport,
   linesWith,
   probeWrite,
@@ -112,13 +112,6 @@ afterEach(async (context) => {
   cluster = undefined;
   for (const proxy of proxies.splice(0)) await proxy.close();
 });
-
-function describeInfo(id: string, info: ReplicationInfo | string): string {
-  if (typeof info === "string") return `${id}: ${info}`;
-  const link = info.primary ? ` of :${info.primary.port} link ${info.primary.link}` : "";
-  const prior = info.prior ? `, prior ${info.prior.replId.slice(0, 6)}@${info.prior.offset}` : "";
-  return `${id}: ${info.role}${link} ${info.replId.slice(0, 6)}@${info.offset}${prior}`;
-}
 
 /** Runs controller cycles until one is not a wait for quiet replicas' reports; returns it. */
 async function cycleUntilJudged(

@@ -10,6 +10,7 @@ import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
   CHAOS_CONFIG,
   countKeys,
+  describeInfo,
   describeReport,
   linesWith,
   probeWrite,
@@ -99,13 +100,6 @@ afterEach(async (context) => {
   await cluster?.stop({ keepLogs: context.task.result?.state === "fail" });
   cluster = undefined;
 });
-
-function describeInfo(id: string, info: ReplicationInfo | string): string {
-  if (typeof info === "string") return `${id}: ${info}`;
-  const link = info.primary ? ` of :${info.primary.port} link ${info.primary.link}` : "";
-  const prior = info.prior ? `, prior ${info.prior.replId.slice(0, 6)}@${info.prior.offset}` : "";
-  return `${id}: ${info.role}${link} ${info.replId.slice(0, 6)}@${info.offset}${prior}`;
-}
 
 describe("a failover's target whose promotion was undone after it applied PROMOTE (simulator seed 100696)", () => {
   it("replans to the node holding its promoted lineage: online on it with every acknowledged key", {

@@ -186,6 +186,14 @@ export function describeReport(node: Heartbeat | undefined): string {
   );
 }
 
+/** One line of a node's replication for a test's diagnostics: role, link, id@offset, prior id@offset. */
+export function describeInfo(id: string, info: ReplicationInfo | string): string {
+  if (typeof info === "string") return `${id}: ${info}`;
+  const link = info.primary ? ` of :${info.primary.port} link ${info.primary.link}` : "";
+  const prior = info.prior ? `, prior ${info.prior.replId.slice(0, 6)}@${info.prior.offset}` : "";
+  return `${id}: ${info.role}${link} ${info.replId.slice(0, 6)}@${info.offset}${prior}`;
+}
+
 /** `INFO replication` of \`node\`, read by the agent's own parser. */
 export async function replicationOf(node: RedisNode): Promise<ReplicationInfo> {
   return parseReplicationInfo(await withClient(node, (client) => client.info("replication")));
