@@ -15,7 +15,14 @@ import { buildHeartbeat } from "./heartbeat-report.ts";
 import { isParked, type ProbeResult } from "./primary-probe.ts";
 import { type ReplicationInfo, syncedReplicaAddresses } from "./redis-info.ts";
 import { withStoreTimeout } from "./scheduling.ts";
-import { readSnapshot, reconcile, replicaToWatch, reportNamedReplica, verdictFor } from "./topology-read.ts";
+import {
+  judgeRestartedPark,
+  readSnapshot,
+  reconcile,
+  replicaToWatch,
+  reportNamedReplica,
+  verdictFor,
+} from "./topology-read.ts";
 import { endFailsafe, observeStoreWitnesses, tryEnforceWriteGuard } from "./write-guard.ts";
 
 /**
@@ -141,6 +148,7 @@ async function cycle(
   if (snapshot === undefined) schedule.request();
   if (info && snapshot) {
     schedule.topologyDoubt = replicaToWatch(ctx, snapshot, info);
+    judgeRestartedPark(ctx, snapshot, info);
     const verdict = verdictFor(ctx, snapshot, info);
     if (verdict.kind === "keep" && verdict.conflict !== undefined) {
       reportIdentityConflict(ctx, verdict.conflict);

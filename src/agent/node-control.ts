@@ -189,7 +189,7 @@ export const TARGET_READ_TIMEOUT_MS = 1_000;
  * connection within TARGET_READ_TIMEOUT_MS; undefined when it does not answer (a hung database
  * accepts the connection and never answers, which no socket timeout covers).
  */
-async function readTarget(ctx: AgentContext, address: string): Promise<ReplicationInfo | undefined> {
+export async function readTarget(ctx: AgentContext, address: string): Promise<ReplicationInfo | undefined> {
   return await askOnce(
     ctx.db,
     address,

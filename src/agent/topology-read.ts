@@ -1,12 +1,12 @@
 import { topologyToWatch } from "../core/agent-cycle.ts";
 import { reportWindowMs } from "../core/freshness.ts";
-import { peerPointOf } from "../core/identity.ts";
+import { parkOutgrown, peerPointOf } from "../core/identity.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { nodeIdsByAddress } from "../core/write-guard.ts";
 import type { AgentContext } from "./context.ts";
 import { judgeAgainstOwnReport, rejudgeRestart } from "./db-identity.ts";
 import { assessTopology, staysParked, type TopologyVerdict, topologyPrimary } from "./fencing.ts";
-import { becomeReplicaOf } from "./node-control.ts";
+import { becomeReplicaOf, readTarget } from "./node-control.ts";
 import { isParked } from "./primary-probe.ts";
 import { type ReplicationInfo, replicatingFrom } from "./redis-info.ts";
 import { withStoreTimeout } from "./scheduling.ts";
@@ -157,6 +157,51 @@ export function verdictFor(
     };
   }
   return verdict;
+}
+
+/** Agents whose read of the primary a restarted parked database was parked from is in flight. */
+const parkReads = new WeakSet<AgentContext>();
+
+/**
+ * A database this agent parked that restarted as a master holding data (from its RDB, the park not
+ * in its config) stays fenced while the topology names the primary it was parked from at the park's
+ * epoch (\`staysParked\`), and no probe watches a master's primary. Reads that primary here (in the
+ * background: a hung one must not hold up the heartbeat) and judges it by the probe's rule: once it
+ * holds this database's data, or took over from it by a recorded promotion (\`parkOutgrown\`), the
+ * park is over, and the next cycle's verdict steps the database down to it (\`judgeFollow\` checks
+ * the target once more). Simulator seed 310493 (liveness, (d)): n1, parked from n2 at epoch 1 (its
+ * link lagging), restarted from an RDB holding 10 writes of its own past n2's recorded promotion
+ * point; a fenced master for the last 84 s, the shard one replica short.
+ */
+export function judgeRestartedPark(ctx: AgentContext, snapshot: ShardSnapshot, info: ReplicationInfo): void {
+  const from = ctx.probe.parkedFrom;
+  if (from === undefined || info.role !== "primary" || info.offset <= 0 || parkReads.has(ctx)) return;
+  const named = snapshot.topology ? topologyPrimary(snapshot.topology) : undefined;
+  if (named?.address !== from) return;
+  const links = snapshot.topology?.ancestry ?? [];
+  const mine = ctx.probe.withPrior(info);
+  parkReads.add(ctx);
+  void readTarget(ctx, from)
+    .then((primary) => {
+      if (primary === undefined || ctx.probe.parkedFrom !== from || !parkOutgrown(primary, mine, links))
+        return;
+      ctx.probe.parkedFrom = undefined;
+      ctx.probe.lacksMyData = false;
+      ctx.logger.warn(
+        "parked database restarted as a primary: the primary it was parked from holds its data; the park is over",
+        {
+          ...ctx.epochContext,
+          primary: named.node_id,
+          primaryAddress: from,
+          replId: mine.replId,
+          offset: mine.offset,
+          primaryReplId: primary.replId,
+          primaryOffset: primary.offset,
+        },
+      );
+      ctx.wakeHeartbeat();
+    })
+    .finally(() => parkReads.delete(ctx));
 }
 
 /**

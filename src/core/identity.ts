@@ -405,6 +405,25 @@ export function judgeFollow(
 }
 
 /**
+ * A park is over: the primary it was parked from holds the parked database's data again, through
+ * the shard's recorded history (\`holdsThroughLinks\`), or took over from it by a recorded promotion
+ * (\`supersededBy\`: what the database holds past that point is a deposed primary's tail). Only a
+ * primary counts (a replica serves no sync while its own link is down). The probe's rule for a
+ * parked replica (src/agent/primary-probe.ts), and the agent's for a parked database that
+ * restarted as a master from its RDB, which no probe watches (src/agent/topology-read.ts).
+ */
+export function parkOutgrown(
+  primary: ReplicationPoint & { readonly role: string },
+  mine: ReplicationPoint,
+  links: readonly LineageLink[],
+): boolean {
+  return (
+    primary.role === "primary" &&
+    (holdsThroughLinks(primary, mine, links) || supersededBy(primary, mine, links))
+  );
+}
+
+/**
  * \`source\`'s own lineage took over from \`replica\`'s by a recorded promotion (a later lineage of
  * the shard's main line, \`topology.ancestry\`): whatever the replica holds of its lineage past that
  * point is the tail of a primary the shard left (taken while its successor was chosen, never

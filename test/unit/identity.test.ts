@@ -10,6 +10,7 @@ import {
   judgeFollow,
   judgeRestart,
   MAX_LINEAGE_LINKS,
+  parkOutgrown,
   peerPointOf,
   type RememberedPrior,
   type ReplicationPoint,
@@ -976,6 +977,60 @@ describe("supersededBy: a parked replica's primary took over from its lineage (s
         expect(supersededBy(source, replica, [])).toBe(false);
         if (supersededBy(source, replica, links) && replica.offset > 0)
           expect(syncWouldDestroy(source, replica, links)).toBe(false);
+      }),
+    );
+  });
+});
+
+describe("parkOutgrown: the primary a database was parked from holds its data or took over from it (simulator seed 310493)", () => {
+  const links = MAIN_LINE;
+
+  it.each([
+    {
+      name: "a restarted master's RDB 50 past the successor's recorded promotion (the seed: a deposed tail)",
+      primary: { role: "primary", replId: "L2", offset: 1000, prior: { replId: "L1", offset: 900 } },
+      mine: { replId: "R9", offset: 950, prior: { replId: "L1", offset: 950 } },
+      outgrown: true,
+    },
+    {
+      name: "the same primary, holding everything the database holds",
+      primary: { role: "primary", replId: "L2", offset: 1000 },
+      mine: { replId: "R9", offset: 980, prior: { replId: "L2", offset: 980 } },
+      outgrown: true,
+    },
+    {
+      name: "the same primary, behind the database on its own lineage (a primary restarted from an older RDB)",
+      primary: { role: "primary", replId: "X7", offset: 940, prior: { replId: "L2", offset: 940 } },
+      mine: { replId: "R9", offset: 980, prior: { replId: "L2", offset: 980 } },
+      outgrown: false,
+    },
+    {
+      name: "a replica holding all of it (it serves no sync while its own link is down)",
+      primary: { role: "replica", replId: "L2", offset: 1000 },
+      mine: { replId: "R9", offset: 980, prior: { replId: "L2", offset: 980 } },
+      outgrown: false,
+    },
+    {
+      name: "a database that took writes of its own after its restart",
+      primary: { role: "primary", replId: "L2", offset: 1000, prior: { replId: "L1", offset: 900 } },
+      mine: { replId: "R9", offset: 990, prior: { replId: "L1", offset: 950 } },
+      outgrown: false,
+    },
+  ])("$name: $outgrown", ({ primary, mine, outgrown }) => {
+    expect(parkOutgrown(primary, mine, links)).toBe(outgrown);
+  });
+
+  it("is the probe's unpark rule: holdsThroughLinks or supersededBy, from a primary only", () => {
+    const point = fc.record({
+      replId: fc.constantFrom("L0", "L1", "L2", "X7"),
+      offset: fc.nat(1200),
+    });
+    fc.assert(
+      fc.property(fc.constantFrom("primary", "replica"), point, point, (role, primary, mine) => {
+        expect(parkOutgrown({ ...primary, role }, mine, links)).toBe(
+          role === "primary" &&
+            (holdsThroughLinks(primary, mine, links) || supersededBy(primary, mine, links)),
+        );
       }),
     );
   });

@@ -165,6 +165,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // 193077 (twenty-fourth session, found by the hours on b3edc49; 128 lost): a primary back from its
   // RDB as a replica, then hung, was judged by its restarted process's own lineage (online-view.ts).
   { seed: 193077, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 310493 (twenty-sixth session, found by the hours on 75b9a15; liveness (d), 0 lost): a database
+  // parked from the topology's primary restarted from its RDB as a master and stayed fenced to the
+  // end; no probe watches a master's primary (judgeRestartedPark, src/agent/topology-read.ts).
+  { seed: 310493, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {
