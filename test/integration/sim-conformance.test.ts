@@ -93,6 +93,23 @@ class RealDriver implements Driver {
     await server.start();
   }
 
+  async kill(node: NodeName) {
+    this.#clients.get(node)?.disconnect();
+    this.#clients.delete(node);
+    const server = this.nodes[node];
+    server.signal("SIGKILL");
+    await server.stop();
+  }
+
+  async startKilled(node: NodeName, _from: "rdb", options: { replicaOf?: NodeName | "unreachable" } = {}) {
+    const { replicaOf } = options;
+    await this.nodes[node].start(
+      replicaOf === undefined
+        ? {}
+        : { replicaOf: replicaOf === "unreachable" ? "127.0.0.1:1" : this.nodes[replicaOf].address },
+    );
+  }
+
   async sleep(ms: number) {
     await new Promise((resolve) => setTimeout(resolve, ms));
   }

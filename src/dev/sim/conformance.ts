@@ -30,6 +30,17 @@ export interface Driver {
   save(node: NodeName): Promise<void>;
   /** SIGKILL, then the process started again as a master (no `replicaof`): from its RDB, or with no data file. */
   restart(node: NodeName, from: "rdb" | "empty"): Promise<void>;
+  /** SIGKILL: the process is gone until `startKilled`. */
+  kill(node: NodeName): Promise<void>;
+  /**
+   * Starts a killed process from its RDB, as a master or with `replicaof` in its config: another
+   * node, or an address nothing listens at (127.0.0.1 port 1).
+   */
+  startKilled(
+    node: NodeName,
+    from: "rdb",
+    options?: { readonly replicaOf?: NodeName | "unreachable" },
+  ): Promise<void>;
   sleep(ms: number): Promise<void>;
 }
 
@@ -332,6 +343,171 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
       acceptsAgain,
     };
   },
+
+  /**
+   * A replica's RDB carries its master's id and offset (rdbPopulateSaveInfo: a connected master):
+   * started from it with `replicaof`, it keeps them (loadDataFromDisk: a cached master synthesized
+   * from itself) and continues partially from the saved offset.
+   */
+  async "a replica restarted from its RDB with replicaof resyncs partially"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a0.offset);
+    await driver.save("b");
+    await driver.kill("b");
+    const ackedWhileDown = await write(driver, "a", 10, 5, 1);
+    const before = await driver.info("a");
+    await driver.startKilled("b", "rdb", { replicaOf: "a" });
+    await linked(driver, "b");
+    const a1 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a1.offset);
+    const b1 = await driver.info("b");
+    return {
+      ackedWhileDown,
+      partialSyncs: a1.syncPartialOk - before.syncPartialOk,
+      fullSyncs: a1.syncFull - before.syncFull,
+      sameReplid: b1.replId === a1.replId,
+      noReplid2: b1.prior === undefined,
+      keys: [a1.keys, b1.keys],
+    };
+  },
+
+  /**
+   * An RDB without replication info (a master that never had a replica: rdbPopulateSaveInfo gives
+   * nothing) started with `replicaof`: a new id, offset 0, no cached master, so a full sync that
+   * replaces its own writes with the master's dataset.
+   */
+  async "an RDB without replication info restarted with replicaof resyncs fully"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 5, 2);
+    await driver.restart("c", "empty");
+    await write(driver, "c", 100, 3, 0);
+    const c0 = await driver.info("c");
+    await driver.save("c");
+    await driver.kill("c");
+    await write(driver, "a", 5, 5, 1);
+    const before = await driver.info("a");
+    await driver.startKilled("c", "rdb", { replicaOf: "a" });
+    await linked(driver, "c");
+    const a1 = await driver.info("a");
+    await until(driver, "c at a's offset", async () => (await driver.info("c")).offset === a1.offset);
+    const c1 = await driver.info("c");
+    return {
+      backlogBeforeSave: c0.backlog,
+      partialSyncs: a1.syncPartialOk - before.syncPartialOk,
+      fullSyncs: a1.syncFull - before.syncFull,
+      sameReplid: c1.replId === a1.replId,
+      noReplid2: c1.prior === undefined,
+      keys: [a1.keys, c1.keys],
+    };
+  },
+
+  /**
+   * Started from its RDB with `replicaof` an address nothing listens at, a replica keeps the RDB's id
+   * and offset with its link down; `REPLICAOF` a live primary then continues partially.
+   */
+  async "a replica restarted with an unreachable replicaof continues partially after REPLICAOF"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a0.offset);
+    const b0 = await driver.info("b");
+    await driver.save("b");
+    await driver.kill("b");
+    await write(driver, "a", 10, 5, 1);
+    await driver.startKilled("b", "rdb", { replicaOf: "unreachable" });
+    await driver.sleep(1500);
+    const b1 = await driver.info("b");
+    const before = await driver.info("a");
+    await driver.replicaOf("b", "a");
+    await linked(driver, "b");
+    const a2 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a2.offset);
+    const b2 = await driver.info("b");
+    return {
+      parkedRole: b1.role,
+      parkedLink: b1.primary?.link,
+      parkedKeepsReplid: b1.replId === b0.replId,
+      parkedKeepsOffset: b1.offset === b0.offset,
+      parkedBacklog: b1.backlog,
+      parkedKeys: b1.keys,
+      partialSyncs: a2.syncPartialOk - before.syncPartialOk,
+      fullSyncs: a2.syncFull - before.syncFull,
+      sameReplid: b2.replId === a2.replId,
+      keys: [a2.keys, b2.keys],
+    };
+  },
+
+  /**
+   * What a replica that is not linked saves (rdbPopulateSaveInfo: a master, or a cached master, or
+   * nothing): one that never linked (from an RDB without replication info, `replicaof` unreachable)
+   * saves no id; a master turned replica of an unreachable address saves its own (a cached master
+   * synthesized from itself: replicationCacheMasterUsingMyself). Read back by restarting as a master.
+   */
+  async "an unlinked replica's RDB carries an id only from a cached master"(driver) {
+    await linked(driver, "b", "c");
+    await driver.restart("c", "empty");
+    await write(driver, "c", 100, 3, 0);
+    await driver.save("c");
+    await driver.kill("c");
+    // Never linked: an RDB without replication info, `replicaof` an address nothing listens at.
+    await driver.startKilled("c", "rdb", { replicaOf: "unreachable" });
+    await driver.sleep(1500);
+    const c1 = await driver.info("c");
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c2 = await driver.info("c");
+    // A master (no backlog) turned replica of an unreachable address.
+    await write(driver, "c", 103, 2, 0);
+    const c3 = await driver.info("c");
+    await driver.command("c", ["REPLICAOF", "127.0.0.1", "1"]);
+    await driver.sleep(1500);
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c4 = await driver.info("c");
+    return {
+      neverLinkedRole: c1.role,
+      neverLinkedLink: c1.primary?.link,
+      neverLinkedSavesNoId: c2.replId !== c1.replId && c2.prior === undefined,
+      neverLinkedKeys: c2.keys,
+      turnedBacklog: c3.backlog,
+      turnedSavesOwnId: c4.prior?.replId === c3.replId && c4.prior?.offset === c3.offset,
+      turnedKeepsOffset: c4.offset === c3.offset,
+      turnedKeys: c4.keys,
+    };
+  },
+
+  /**
+   * A replica started from an RDB with replication info has a cached master but no backlog (Redis 7
+   * creates one only on a sync); promoted before it links, it keeps none (REPLICAOF NO ONE discards
+   * the cached master), so its RDB carries no id: restarted from it, a new id and no replid2.
+   */
+  async "a replica promoted before it links from its RDB saves no replication id"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 5, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a0.offset);
+    await driver.save("b");
+    await driver.kill("b");
+    await driver.startKilled("b", "rdb", { replicaOf: "unreachable" });
+    await driver.sleep(1500);
+    await driver.command("b", ["REPLICAOF", "NO", "ONE"]);
+    const b1 = await driver.info("b");
+    await driver.save("b");
+    await driver.restart("b", "rdb");
+    const b2 = await driver.info("b");
+    return {
+      promotedRole: b1.role,
+      promotedBacklog: b1.backlog,
+      promotedReplid2IsRdbs: b1.prior?.replId === a0.replId,
+      promotedKeepsOffset: b1.offset === a0.offset,
+      restartedNewReplid: b2.replId !== b1.replId,
+      restartedNoReplid2: b2.prior === undefined,
+      restartedBacklog: b2.backlog,
+      keys: b2.keys,
+    };
+  },
 };
 
 async function accepts(driver: Driver, node: NodeName, seq: number): Promise<boolean> {
@@ -439,6 +615,26 @@ export class ModelDriver implements Driver {
     this.#connections.get(node)?.disconnect();
     this.#connections.delete(node);
     this.#server(node).restart(from);
+  }
+
+  async kill(node: NodeName): Promise<void> {
+    this.#connections.get(node)?.disconnect();
+    this.#connections.delete(node);
+    this.#server(node).crash();
+  }
+
+  async startKilled(
+    node: NodeName,
+    from: "rdb",
+    options: { readonly replicaOf?: NodeName | "unreachable" } = {},
+  ): Promise<void> {
+    const { replicaOf } = options;
+    if (replicaOf === undefined) this.#server(node).restart(from);
+    else
+      this.#server(node).restart(
+        "replicaof",
+        replicaOf === "unreachable" ? "127.0.0.1:1" : `${replicaOf}:${REDIS_PORT}`,
+      );
   }
 
   async sleep(ms: number): Promise<void> {
