@@ -41,6 +41,12 @@ export interface Driver {
     from: "rdb",
     options?: { readonly replicaOf?: NodeName | "unreachable" },
   ): Promise<void>;
+  /**
+   * Sends a command on a second connection to the node and returns at once: `reply` settles when
+   * the answer arrives (in the model, while later calls run the world), for a command held by the
+   * server (`CLIENT PAUSE`) while the scenario goes on.
+   */
+  send(node: NodeName, args: readonly string[]): Promise<{ readonly reply: Promise<Reply> }>;
   sleep(ms: number): Promise<void>;
 }
 
@@ -508,6 +514,55 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
       keys: b2.keys,
     };
   },
+
+  /**
+   * `CLIENT PAUSE <ms> WRITE` holds a write (not refused) while reads answer; it runs when the pause
+   * ends, or at `CLIENT UNPAUSE`, and reaches the replicas.
+   */
+  async "CLIENT PAUSE WRITE holds writes until the pause ends"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 3, 2);
+    await driver.command("a", ["CLIENT", "PAUSE", "2000", "WRITE"]);
+    const first = await driver.send("a", ["SET", "k:100", "100"]);
+    let firstReply: unknown;
+    void first.reply.then(
+      (value) => (firstReply = value),
+      (error: unknown) => (firstReply = String(error)),
+    );
+    await driver.sleep(500);
+    const heldWhilePaused = firstReply === undefined;
+    const readWhilePaused = (await driver.command("a", ["KEYS", "*"])) as string[];
+    const infoWhilePaused = await driver.info("a");
+    await until(driver, "the held write answered", async () => firstReply !== undefined);
+    const keysAfterPause = (await driver.info("a")).keys;
+    // A long pause ended early by CLIENT UNPAUSE.
+    await driver.command("a", ["CLIENT", "PAUSE", "60000", "WRITE"]);
+    const second = await driver.send("a", ["SET", "k:101", "101"]);
+    let secondReply: unknown;
+    void second.reply.then(
+      (value) => (secondReply = value),
+      (error: unknown) => (secondReply = String(error)),
+    );
+    await driver.sleep(500);
+    const heldUntilUnpause = secondReply === undefined;
+    await driver.command("a", ["CLIENT", "UNPAUSE"]);
+    await until(driver, "the second held write answered", async () => secondReply !== undefined);
+    const a1 = await driver.info("a");
+    await until(driver, "b and c at a's offset", async () => {
+      const [b, c] = [await driver.info("b"), await driver.info("c")];
+      return b.offset === a1.offset && c.offset === a1.offset;
+    });
+    return {
+      heldWhilePaused,
+      readWhilePaused: readWhilePaused.length,
+      keysWhilePaused: infoWhilePaused.keys,
+      firstReply,
+      keysAfterPause,
+      heldUntilUnpause,
+      secondReply,
+      keys: [a1.keys, (await driver.info("b")).keys, (await driver.info("c")).keys],
+    };
+  },
 };
 
 async function accepts(driver: Driver, node: NodeName, seq: number): Promise<boolean> {
@@ -620,6 +675,8 @@ export class ModelDriver implements Driver {
   async kill(node: NodeName): Promise<void> {
     this.#connections.get(node)?.disconnect();
     this.#connections.delete(node);
+    this.#asides.get(node)?.disconnect();
+    this.#asides.delete(node);
     this.#server(node).crash();
   }
 
@@ -635,6 +692,25 @@ export class ModelDriver implements Driver {
         "replicaof",
         replicaOf === "unreachable" ? "127.0.0.1:1" : `${replicaOf}:${REDIS_PORT}`,
       );
+  }
+
+  readonly #asides = new Map<NodeName, SimConnection>();
+
+  async send(node: NodeName, args: readonly string[]): Promise<{ readonly reply: Promise<Reply> }> {
+    let connection = this.#asides.get(node);
+    if (!connection) {
+      connection = new SimConnection(this.cluster, () => "client/test", `${node}:${REDIS_PORT}`, {
+        name: "conformance-aside",
+        connectTimeoutMs: 60_000,
+        reconnectMs: 100,
+      });
+      this.#asides.set(node, connection);
+    }
+    if (!connection.ready) await this.#drive(connection.connect());
+    const reply = connection.call(args);
+    // Handled by the scenario when it awaits it; not an unhandled rejection meanwhile.
+    reply.catch(() => {});
+    return { reply };
   }
 
   async sleep(ms: number): Promise<void> {
