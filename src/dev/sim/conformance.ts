@@ -563,6 +563,43 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
       keys: [a1.keys, (await driver.info("b")).keys, (await driver.info("c")).keys],
     };
   },
+
+  /**
+   * A replica away while fewer writes than the backlog happen continues partially; away while more
+   * happen than `repl-backlog-size` (CONFIG SET to Redis's 16 KB minimum), it resyncs fully. It
+   * goes away by `REPLICAOF` an address nothing listens at, which keeps its master cached.
+   */
+  async "a replica away past the backlog resyncs fully"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    await driver.command("a", ["CONFIG", "SET", "repl-backlog-size", "16384"]);
+    const rejoin = async () => {
+      const before = await driver.info("a");
+      await driver.replicaOf("b", "a");
+      await linked(driver, "b");
+      const a = await driver.info("a");
+      await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a.offset);
+      const b = await driver.info("b");
+      return {
+        partialSyncs: a.syncPartialOk - before.syncPartialOk,
+        fullSyncs: a.syncFull - before.syncFull,
+        keys: [a.keys, b.keys],
+      };
+    };
+    const away = async (from: number, count: number) => {
+      await driver.command("b", ["REPLICAOF", "127.0.0.1", "1"]);
+      await until(driver, "b gone from a", async () => (await driver.info("a")).replicas.length === 1);
+      // 2,000 writes of about 130 bytes: over 16 KB in either world (the model counts 48 bytes a write).
+      for (let seq = from; seq < from + count; seq++)
+        await driver.command("a", ["SET", `k:${seq}`, String(seq).padStart(100, "0")]);
+      await driver.sleep(1500);
+    };
+    await away(10, 10);
+    const withinBacklog = await rejoin();
+    await away(20, 2000);
+    const pastBacklog = await rejoin();
+    return { withinBacklog, pastBacklog };
+  },
 };
 
 async function accepts(driver: Driver, node: NodeName, seq: number): Promise<boolean> {
