@@ -93,12 +93,46 @@ class RealDriver implements Driver {
     await server.start();
   }
 
+  async kill(node: NodeName) {
+    for (const clients of [this.#clients, this.#asides]) {
+      clients.get(node)?.disconnect();
+      clients.delete(node);
+    }
+    const server = this.nodes[node];
+    server.signal("SIGKILL");
+    await server.stop();
+  }
+
+  async startKilled(node: NodeName, _from: "rdb", options: { replicaOf?: NodeName | "unreachable" } = {}) {
+    const { replicaOf } = options;
+    await this.nodes[node].start(
+      replicaOf === undefined
+        ? {}
+        : { replicaOf: replicaOf === "unreachable" ? "127.0.0.1:1" : this.nodes[replicaOf].address },
+    );
+  }
+
+  readonly #asides = new Map<NodeName, Redis>();
+
+  async send(node: NodeName, args: readonly string[]) {
+    let client = this.#asides.get(node);
+    if (!client) {
+      client = this.nodes[node].client();
+      this.#asides.set(node, client);
+    }
+    const [name, ...rest] = args as [string, ...string[]];
+    const reply = client.call(name, ...rest) as Promise<string | number | string[]>;
+    // Handled by the scenario when it awaits it; not an unhandled rejection meanwhile.
+    reply.catch(() => {});
+    return { reply };
+  }
+
   async sleep(ms: number) {
     await new Promise((resolve) => setTimeout(resolve, ms));
   }
 
   close() {
-    for (const client of this.#clients.values()) client.disconnect();
+    for (const client of [...this.#clients.values(), ...this.#asides.values()]) client.disconnect();
   }
 }
 

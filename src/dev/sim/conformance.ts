@@ -30,6 +30,23 @@ export interface Driver {
   save(node: NodeName): Promise<void>;
   /** SIGKILL, then the process started again as a master (no `replicaof`): from its RDB, or with no data file. */
   restart(node: NodeName, from: "rdb" | "empty"): Promise<void>;
+  /** SIGKILL: the process is gone until `startKilled`. */
+  kill(node: NodeName): Promise<void>;
+  /**
+   * Starts a killed process from its RDB, as a master or with `replicaof` in its config: another
+   * node, or an address nothing listens at (127.0.0.1 port 1).
+   */
+  startKilled(
+    node: NodeName,
+    from: "rdb",
+    options?: { readonly replicaOf?: NodeName | "unreachable" },
+  ): Promise<void>;
+  /**
+   * Sends a command on a second connection to the node and returns at once: `reply` settles when
+   * the answer arrives (in the model, while later calls run the world), for a command held by the
+   * server (`CLIENT PAUSE`) while the scenario goes on.
+   */
+  send(node: NodeName, args: readonly string[]): Promise<{ readonly reply: Promise<Reply> }>;
   sleep(ms: number): Promise<void>;
 }
 
@@ -332,6 +349,257 @@ export const SCENARIOS: Record<string, (driver: Driver) => Promise<Observation>>
       acceptsAgain,
     };
   },
+
+  /**
+   * A replica's RDB carries its master's id and offset (rdbPopulateSaveInfo: a connected master):
+   * started from it with `replicaof`, it keeps them (loadDataFromDisk: a cached master synthesized
+   * from itself) and continues partially from the saved offset.
+   */
+  async "a replica restarted from its RDB with replicaof resyncs partially"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a0.offset);
+    await driver.save("b");
+    await driver.kill("b");
+    const ackedWhileDown = await write(driver, "a", 10, 5, 1);
+    const before = await driver.info("a");
+    await driver.startKilled("b", "rdb", { replicaOf: "a" });
+    await linked(driver, "b");
+    const a1 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a1.offset);
+    const b1 = await driver.info("b");
+    return {
+      ackedWhileDown,
+      partialSyncs: a1.syncPartialOk - before.syncPartialOk,
+      fullSyncs: a1.syncFull - before.syncFull,
+      sameReplid: b1.replId === a1.replId,
+      noReplid2: b1.prior === undefined,
+      keys: [a1.keys, b1.keys],
+    };
+  },
+
+  /**
+   * An RDB without replication info (a master that never had a replica: rdbPopulateSaveInfo gives
+   * nothing) started with `replicaof`: a new id, offset 0, no cached master, so a full sync that
+   * replaces its own writes with the master's dataset.
+   */
+  async "an RDB without replication info restarted with replicaof resyncs fully"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 5, 2);
+    await driver.restart("c", "empty");
+    await write(driver, "c", 100, 3, 0);
+    const c0 = await driver.info("c");
+    await driver.save("c");
+    await driver.kill("c");
+    await write(driver, "a", 5, 5, 1);
+    const before = await driver.info("a");
+    await driver.startKilled("c", "rdb", { replicaOf: "a" });
+    await linked(driver, "c");
+    const a1 = await driver.info("a");
+    await until(driver, "c at a's offset", async () => (await driver.info("c")).offset === a1.offset);
+    const c1 = await driver.info("c");
+    return {
+      backlogBeforeSave: c0.backlog,
+      partialSyncs: a1.syncPartialOk - before.syncPartialOk,
+      fullSyncs: a1.syncFull - before.syncFull,
+      sameReplid: c1.replId === a1.replId,
+      noReplid2: c1.prior === undefined,
+      keys: [a1.keys, c1.keys],
+    };
+  },
+
+  /**
+   * Started from its RDB with `replicaof` an address nothing listens at, a replica keeps the RDB's id
+   * and offset with its link down; `REPLICAOF` a live primary then continues partially.
+   */
+  async "a replica restarted with an unreachable replicaof continues partially after REPLICAOF"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a0.offset);
+    const b0 = await driver.info("b");
+    await driver.save("b");
+    await driver.kill("b");
+    await write(driver, "a", 10, 5, 1);
+    await driver.startKilled("b", "rdb", { replicaOf: "unreachable" });
+    await driver.sleep(1500);
+    const b1 = await driver.info("b");
+    const before = await driver.info("a");
+    await driver.replicaOf("b", "a");
+    await linked(driver, "b");
+    const a2 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a2.offset);
+    const b2 = await driver.info("b");
+    return {
+      parkedRole: b1.role,
+      parkedLink: b1.primary?.link,
+      parkedKeepsReplid: b1.replId === b0.replId,
+      parkedKeepsOffset: b1.offset === b0.offset,
+      parkedBacklog: b1.backlog,
+      parkedKeys: b1.keys,
+      partialSyncs: a2.syncPartialOk - before.syncPartialOk,
+      fullSyncs: a2.syncFull - before.syncFull,
+      sameReplid: b2.replId === a2.replId,
+      keys: [a2.keys, b2.keys],
+    };
+  },
+
+  /**
+   * What a replica that is not linked saves (rdbPopulateSaveInfo: a master, or a cached master, or
+   * nothing): one that never linked (from an RDB without replication info, `replicaof` unreachable)
+   * saves no id; a master turned replica of an unreachable address saves its own (a cached master
+   * synthesized from itself: replicationCacheMasterUsingMyself). Read back by restarting as a master.
+   */
+  async "an unlinked replica's RDB carries an id only from a cached master"(driver) {
+    await linked(driver, "b", "c");
+    await driver.restart("c", "empty");
+    await write(driver, "c", 100, 3, 0);
+    await driver.save("c");
+    await driver.kill("c");
+    // Never linked: an RDB without replication info, `replicaof` an address nothing listens at.
+    await driver.startKilled("c", "rdb", { replicaOf: "unreachable" });
+    await driver.sleep(1500);
+    const c1 = await driver.info("c");
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c2 = await driver.info("c");
+    // A master (no backlog) turned replica of an unreachable address.
+    await write(driver, "c", 103, 2, 0);
+    const c3 = await driver.info("c");
+    await driver.command("c", ["REPLICAOF", "127.0.0.1", "1"]);
+    await driver.sleep(1500);
+    await driver.save("c");
+    await driver.restart("c", "rdb");
+    const c4 = await driver.info("c");
+    return {
+      neverLinkedRole: c1.role,
+      neverLinkedLink: c1.primary?.link,
+      neverLinkedSavesNoId: c2.replId !== c1.replId && c2.prior === undefined,
+      neverLinkedKeys: c2.keys,
+      turnedBacklog: c3.backlog,
+      turnedSavesOwnId: c4.prior?.replId === c3.replId && c4.prior?.offset === c3.offset,
+      turnedKeepsOffset: c4.offset === c3.offset,
+      turnedKeys: c4.keys,
+    };
+  },
+
+  /**
+   * A replica started from an RDB with replication info has a cached master but no backlog (Redis 7
+   * creates one only on a sync); promoted before it links, it keeps none (REPLICAOF NO ONE discards
+   * the cached master), so its RDB carries no id: restarted from it, a new id and no replid2.
+   */
+  async "a replica promoted before it links from its RDB saves no replication id"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 5, 2);
+    const a0 = await driver.info("a");
+    await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a0.offset);
+    await driver.save("b");
+    await driver.kill("b");
+    await driver.startKilled("b", "rdb", { replicaOf: "unreachable" });
+    await driver.sleep(1500);
+    await driver.command("b", ["REPLICAOF", "NO", "ONE"]);
+    const b1 = await driver.info("b");
+    await driver.save("b");
+    await driver.restart("b", "rdb");
+    const b2 = await driver.info("b");
+    return {
+      promotedRole: b1.role,
+      promotedBacklog: b1.backlog,
+      promotedReplid2IsRdbs: b1.prior?.replId === a0.replId,
+      promotedKeepsOffset: b1.offset === a0.offset,
+      restartedNewReplid: b2.replId !== b1.replId,
+      restartedNoReplid2: b2.prior === undefined,
+      restartedBacklog: b2.backlog,
+      keys: b2.keys,
+    };
+  },
+
+  /**
+   * `CLIENT PAUSE <ms> WRITE` holds a write (not refused) while reads answer; it runs when the pause
+   * ends, or at `CLIENT UNPAUSE`, and reaches the replicas.
+   */
+  async "CLIENT PAUSE WRITE holds writes until the pause ends"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 3, 2);
+    await driver.command("a", ["CLIENT", "PAUSE", "2000", "WRITE"]);
+    const first = await driver.send("a", ["SET", "k:100", "100"]);
+    let firstReply: unknown;
+    void first.reply.then(
+      (value) => (firstReply = value),
+      (error: unknown) => (firstReply = String(error)),
+    );
+    await driver.sleep(500);
+    const heldWhilePaused = firstReply === undefined;
+    const readWhilePaused = (await driver.command("a", ["KEYS", "*"])) as string[];
+    const infoWhilePaused = await driver.info("a");
+    await until(driver, "the held write answered", async () => firstReply !== undefined);
+    const keysAfterPause = (await driver.info("a")).keys;
+    // A long pause ended early by CLIENT UNPAUSE.
+    await driver.command("a", ["CLIENT", "PAUSE", "60000", "WRITE"]);
+    const second = await driver.send("a", ["SET", "k:101", "101"]);
+    let secondReply: unknown;
+    void second.reply.then(
+      (value) => (secondReply = value),
+      (error: unknown) => (secondReply = String(error)),
+    );
+    await driver.sleep(500);
+    const heldUntilUnpause = secondReply === undefined;
+    await driver.command("a", ["CLIENT", "UNPAUSE"]);
+    await until(driver, "the second held write answered", async () => secondReply !== undefined);
+    const a1 = await driver.info("a");
+    await until(driver, "b and c at a's offset", async () => {
+      const [b, c] = [await driver.info("b"), await driver.info("c")];
+      return b.offset === a1.offset && c.offset === a1.offset;
+    });
+    return {
+      heldWhilePaused,
+      readWhilePaused: readWhilePaused.length,
+      keysWhilePaused: infoWhilePaused.keys,
+      firstReply,
+      keysAfterPause,
+      heldUntilUnpause,
+      secondReply,
+      keys: [a1.keys, (await driver.info("b")).keys, (await driver.info("c")).keys],
+    };
+  },
+
+  /**
+   * A replica away while fewer writes than the backlog happen continues partially; away while more
+   * happen than `repl-backlog-size` (CONFIG SET to Redis's 16 KB minimum), it resyncs fully. It
+   * goes away by `REPLICAOF` an address nothing listens at, which keeps its master cached.
+   */
+  async "a replica away past the backlog resyncs fully"(driver) {
+    await linked(driver, "b", "c");
+    await write(driver, "a", 0, 10, 2);
+    await driver.command("a", ["CONFIG", "SET", "repl-backlog-size", "16384"]);
+    const rejoin = async () => {
+      const before = await driver.info("a");
+      await driver.replicaOf("b", "a");
+      await linked(driver, "b");
+      const a = await driver.info("a");
+      await until(driver, "b at a's offset", async () => (await driver.info("b")).offset === a.offset);
+      const b = await driver.info("b");
+      return {
+        partialSyncs: a.syncPartialOk - before.syncPartialOk,
+        fullSyncs: a.syncFull - before.syncFull,
+        keys: [a.keys, b.keys],
+      };
+    };
+    const away = async (from: number, count: number) => {
+      await driver.command("b", ["REPLICAOF", "127.0.0.1", "1"]);
+      await until(driver, "b gone from a", async () => (await driver.info("a")).replicas.length === 1);
+      // 2,000 writes of about 130 bytes: over 16 KB in either world (the model counts 48 bytes a write).
+      for (let seq = from; seq < from + count; seq++)
+        await driver.command("a", ["SET", `k:${seq}`, String(seq).padStart(100, "0")]);
+      await driver.sleep(1500);
+    };
+    await away(10, 10);
+    const withinBacklog = await rejoin();
+    await away(20, 2000);
+    const pastBacklog = await rejoin();
+    return { withinBacklog, pastBacklog };
+  },
 };
 
 async function accepts(driver: Driver, node: NodeName, seq: number): Promise<boolean> {
@@ -439,6 +707,47 @@ export class ModelDriver implements Driver {
     this.#connections.get(node)?.disconnect();
     this.#connections.delete(node);
     this.#server(node).restart(from);
+  }
+
+  async kill(node: NodeName): Promise<void> {
+    this.#connections.get(node)?.disconnect();
+    this.#connections.delete(node);
+    this.#asides.get(node)?.disconnect();
+    this.#asides.delete(node);
+    this.#server(node).crash();
+  }
+
+  async startKilled(
+    node: NodeName,
+    from: "rdb",
+    options: { readonly replicaOf?: NodeName | "unreachable" } = {},
+  ): Promise<void> {
+    const { replicaOf } = options;
+    if (replicaOf === undefined) this.#server(node).restart(from);
+    else
+      this.#server(node).restart(
+        "replicaof",
+        replicaOf === "unreachable" ? "127.0.0.1:1" : `${replicaOf}:${REDIS_PORT}`,
+      );
+  }
+
+  readonly #asides = new Map<NodeName, SimConnection>();
+
+  async send(node: NodeName, args: readonly string[]): Promise<{ readonly reply: Promise<Reply> }> {
+    let connection = this.#asides.get(node);
+    if (!connection) {
+      connection = new SimConnection(this.cluster, () => "client/test", `${node}:${REDIS_PORT}`, {
+        name: "conformance-aside",
+        connectTimeoutMs: 60_000,
+        reconnectMs: 100,
+      });
+      this.#asides.set(node, connection);
+    }
+    if (!connection.ready) await this.#drive(connection.connect());
+    const reply = connection.call(args);
+    // Handled by the scenario when it awaits it; not an unhandled rejection meanwhile.
+    reply.catch(() => {});
+    return { reply };
   }
 
   async sleep(ms: number): Promise<void> {

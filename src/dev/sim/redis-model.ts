@@ -371,8 +371,13 @@ export class RedisServer {
   // ---- replication, master side ------------------------------------------------------------
 
   #trimBacklog(): void {
-    while (this.log.length > 0 && this.offset - (this.log[0] as Entry).end > this.backlogBytes)
-      this.log.shift();
+    // `CONFIG SET repl-backlog-size` resizes the backlog, never below 16 KB (Redis 7.0
+    // resizeReplicationBacklog, CONFIG_REPL_BACKLOG_MIN_SIZE); the constructor's size otherwise.
+    // Conformance "a replica away past the backlog resyncs fully": the model kept its 1 MB and let
+    // a replica continue after 2,000 writes past a 16 KB backlog, which redis-server syncs fully.
+    const configured = Number(this.config.get("repl-backlog-size"));
+    const size = Number.isFinite(configured) ? Math.max(16 * 1024, configured) : this.backlogBytes;
+    while (this.log.length > 0 && this.offset - (this.log[0] as Entry).end > size) this.log.shift();
     this.backlogStart = this.log.length > 0 ? (this.log[0] as Entry).start : this.offset + 1;
   }
 
