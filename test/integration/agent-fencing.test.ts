@@ -1,9 +1,35 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { AwsAdapters } from "../../src/adapters/aws-adapters.ts";
 import type { RedisNode } from "../../src/dev/local-stack/redis-nodes.ts";
-import { AgentFixture, FAST_TIMINGS, redisRole, tryWrite } from "../support/agent-harness.ts";
+import {
+  AgentFixture,
+  FAST_TIMINGS,
+  type RecordingLogger,
+  redisRole,
+  tryWrite,
+} from "../support/agent-harness.ts";
 import type { TcpProxy } from "../support/tcp-proxy.ts";
 import { holdsFor, waitFor } from "../support/wait.ts";
+
+/**
+ * The reasons a replaced primary's step-down lifts its fence with, both on a topology read: it
+ * follows n2, or (n2's INFO unread within the agent's TARGET_READ_TIMEOUT_MS on a loaded machine:
+ * \`judgeFollow\`'s "did not answer") it parks instead and follows once n2 answers holding its data.
+ * A run beside three simulator processes (load 6-10) took the second path ("parked instead of
+ * following n2"; \`judgeFollow\` cannot refuse here: n2 continues n1's lineage).
+ */
+const STEP_DOWN_LIFT = /^(replica of n2|parked instead of following n2)$/;
+
+/** The last lines of an agent's log, for a failure message. */
+function lastLines(logger: RecordingLogger, count = 12): string {
+  return logger.lines
+    .slice(-count)
+    .map(
+      (line) =>
+        `${line.level} ${line.message}${line.attributes.reason ? ` (${String(line.attributes.reason)})` : ""}${line.attributes.why ? ` [${String(line.attributes.why)}]` : ""}`,
+    )
+    .join(" | ");
+}
 
 const QUERY = "DynamoDB_20120810.Query";
 
@@ -368,9 +394,17 @@ describe("self-fencing when the table is unreachable", () => {
     // Assess (the heartbeat can show the new role a moment before the agent lifts its fence, which a
     // replica does not need: a fresh-clone CI run read the status in between)
     expect(await redisRole(primaryNode)).toBe("slave");
-    await waitFor(() => !cutOff.handle.status().fenced || undefined, "n1's fence lifted", 15_000);
+    await waitFor(() => !cutOff.handle.status().fenced || undefined, "n1's fence lifted", 15_000).catch(
+      (error: unknown) => {
+        throw new Error(
+          `${error instanceof Error ? error.message : String(error)}; n1's agent: ${lastLines(cutOff.logger)}`,
+        );
+      },
+    );
     expect(await configValue(primaryNode, "min-replicas-to-write")).toBe("0");
-    expect(cutOff.logger.find("write fence lifted")?.attributes.reason).toBe("replica of n2");
+    expect(cutOff.logger.find("write fence lifted")?.attributes.reason, lastLines(cutOff.logger)).toMatch(
+      STEP_DOWN_LIFT,
+    );
   });
 
   it("policy fence: a heartbeat write without a topology read does not lift the fence of a replaced primary", async () => {
@@ -397,7 +431,9 @@ describe("self-fencing when the table is unreachable", () => {
 
     // Assess
     expect(writtenUnread).toBeGreaterThanOrEqual(2);
-    expect(cutOff.logger.find("write fence lifted")?.attributes.reason).toBe("replica of n2");
+    expect(cutOff.logger.find("write fence lifted")?.attributes.reason, lastLines(cutOff.logger)).toMatch(
+      STEP_DOWN_LIFT,
+    );
     expect(await redisRole(primaryNode)).toBe("slave");
   });
 
