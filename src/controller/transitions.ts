@@ -1,7 +1,7 @@
 import { failoverStateOf, topologyBefore } from "../core/continuation.ts";
 import { deposedAfter, deposedWhenOffline } from "../core/depose.ts";
 import { errorMessage } from "../core/errors.ts";
-import { type LineageLink, promotionAncestry } from "../core/identity.ts";
+import { bridgingLink, type LineageLink, promotionAncestry, reportedLink } from "../core/identity.ts";
 import type { Candidate, FailoverPhase, FailoverState, Heartbeat, Lineage, Topology } from "../core/model.ts";
 import type { ShardSnapshot } from "../core/ports.ts";
 import { aborted, type ControllerDeps, type Outcome, type PhaseTimeouts, publish } from "./deps.ts";
@@ -181,18 +181,6 @@ export async function complete(run: Run): Promise<Outcome> {
 }
 
 /**
- * The lineage link a heartbeat shows (its \`repl_id\` continues its \`prior_lineage\` up to that
- * offset), when its database answers: a restarted holder's \`repl_id\` is the dead process's.
- */
-function reportedLink(heartbeat: Heartbeat | undefined): LineageLink | undefined {
-  const prior = heartbeat?.prior_lineage;
-  if (heartbeat === undefined || prior === undefined || heartbeat.db_status !== "up") return undefined;
-  if (prior.repl_id === "" || heartbeat.repl_id === "" || prior.repl_id === heartbeat.repl_id)
-    return undefined;
-  return { repl_id: prior.repl_id, until: prior.last_txn_id, by: heartbeat.repl_id };
-}
-
-/**
  * The lineage history with the link the new primary's report shows (its lineage continues its
  * \`prior_lineage\` up to that offset: \`LineageLink\`), the oldest dropped past
  * \`MAX_LINEAGE_LINKS\`; undefined when there is nothing new to record. A failed read only loses the
@@ -204,7 +192,9 @@ function reportedLink(heartbeat: Heartbeat | undefined): LineageLink | undefined
  * out of its report. Without the link a replica on that lineage, parked, finds the new primary
  * neither continuing its data nor superseding it, and stays parked for good (simulator seed
  * 282286: n1 restarted from its RDB under 998b, holding afff to 17,952, brought online and
- * promoted to cb55; n2, parked on afff at 17,952, never followed it).
+ * promoted to cb55; n2, parked on afff at 17,952, never followed it). * Else a peer's report of the link from the plan's lineage to the one the promoted database
+ * continues (\`bridgingLink\`): a retarget's target caught up with the earlier target past its
+ * PROMOTE (simulator seed 325407).
  */
 function ancestryAfter(
   run: Run,
@@ -214,7 +204,11 @@ function ancestryAfter(
   const heartbeat = reports?.find((node) => node.node_id === state.new_primary_node_id);
   const prior = heartbeat?.prior_lineage;
   if (heartbeat === undefined || heartbeat.role !== "primary" || prior === undefined) return undefined;
-  return promotionAncestry(run.topology.ancestry ?? [], state.target_link, {
+  const before =
+    state.target_link?.by === prior.repl_id
+      ? state.target_link
+      : (bridgingLink(reports ?? [], state.lineage?.repl_id, prior.repl_id) ?? state.target_link);
+  return promotionAncestry(run.topology.ancestry ?? [], before, {
     repl_id: prior.repl_id,
     until: prior.last_txn_id,
     by: heartbeat.repl_id,

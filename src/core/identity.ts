@@ -228,6 +228,45 @@ export function promotionAncestry(
 }
 
 /**
+ * The lineage link a heartbeat shows (its \`repl_id\` continues its \`prior_lineage\` up to that
+ * offset), when its database answers: a restarted holder's \`repl_id\` is the dead process's.
+ */
+export function reportedLink(heartbeat: Heartbeat | undefined): LineageLink | undefined {
+  const prior = heartbeat?.prior_lineage;
+  if (heartbeat === undefined || prior === undefined || heartbeat.db_status !== "up") return undefined;
+  if (prior.repl_id === "" || heartbeat.repl_id === "" || prior.repl_id === heartbeat.repl_id)
+    return undefined;
+  return { repl_id: prior.repl_id, until: prior.last_txn_id, by: heartbeat.repl_id };
+}
+
+/**
+ * The link by which \`continued\` (the lineage a promoted database continues: its \`prior_lineage\`)
+ * continues the plan's lineage \`planLineage\`, as any answering database's report shows it
+ * (\`reportedLink\`; the highest offset shown: a replica that continued partially onto an id may
+ * show a lower one), or undefined. Every process on one replication id shows the same earlier
+ * lineage, so the link is a fact of Redis whoever reports it. A retarget's new target deposes the
+ * earlier target past its PROMOTE and catches up with it (src/agent/depose.ts), so its own
+ * promotion continues the earlier target's new id, not the plan's: the link from the plan's lineage
+ * is in the earlier target's report only (its \`target_link\` at the replan named nothing).
+ * Without it a database on the plan's lineage, parked, finds the final primary neither holding its
+ * data nor superseding it and stays parked for good (simulator seed 325407).
+ */
+export function bridgingLink(
+  reports: readonly Heartbeat[],
+  planLineage: string | undefined,
+  continued: string,
+): LineageLink | undefined {
+  if (planLineage === undefined || planLineage === "" || planLineage === continued) return undefined;
+  let best: LineageLink | undefined;
+  for (const report of reports) {
+    const link = reportedLink(report);
+    if (link === undefined || link.repl_id !== planLineage || link.by !== continued) continue;
+    if (best === undefined || link.until > best.until) best = link;
+  }
+  return best;
+}
+
+/**
  * \`holdsAllOf\` through the shard's recorded lineage history: \`data\`'s writes, on a lineage
  * older than any \`holder\` shows (a database restarted from an RDB saved before a later promotion:
  * simulator seed 52256, a replica parked for good), are held by \`holder\` when a chain of links

@@ -188,3 +188,88 @@ describe("the offline mark of a failover whose target died after its PROMOTE (si
     expect(shard.topology).toMatchObject({ status: "online", primary_node_id: "r2" });
   });
 });
+
+/**
+ * Simulator seed 325407: the failover to r1 stuck in promote; r1 applied its PROMOTE late (R1
+ * continuing LINEAGE from 1000) just as a controller retargeted to r2, whose report then showed
+ * LINEAGE at 1000 and no link (no \`target_link\`). r2 deposed r1 and caught up with it before its
+ * own PROMOTE, so r2's new id R2 continues R1, not LINEAGE. The completion recorded only R1 -> R2;
+ * p1, the old primary holding LINEAGE past 1000 (a tail nobody acknowledged), parked, found r2
+ * neither holding its data nor superseding it and stayed parked for good. r1's report still showed
+ * its promotion's link as the change completed.
+ */
+describe("the lineage history of a retarget whose target continued the earlier target's promotion (simulator seed 325407)", () => {
+  const R1 = "lineage-r1";
+  const R2 = "lineage-r2";
+
+  function retargetedInConfirm(r1Report: {
+    replId: string;
+    prior?: { repl_id: string; last_txn_id: number };
+  }): MemoryShard {
+    const shard = new MemoryShard();
+    shard.topology = {
+      shard: "s1",
+      epoch: 5,
+      status: "failing_over",
+      phase: "confirm",
+      primary_node_id: "p1",
+      primary_address: "p1.local:6379",
+      updated_at: shard.now() - 1_000,
+      failover: {
+        kind: "failover",
+        old_primary_node_id: "p1",
+        new_primary_node_id: "r2",
+        new_primary_address: "r2.local:6379",
+        reason: "target r1 did not confirm in time after PROMOTE; promoting r2 instead",
+        started_at: shard.now() - 60_000,
+        candidates: [],
+        phase_started: { epoch_bumped: shard.now() - 1_000, confirm: shard.now() - 500 },
+        lineage: { node_id: "p1", repl_id: LINEAGE, last_txn_id: 1000 },
+      },
+    };
+    shard.nodes.set("p1", { role: "replica", primary: undefined, txn: 1096, epoch: 4, replId: LINEAGE });
+    shard.nodes.set("r1", { role: "replica", primary: "r2", txn: 1000, epoch: 5, ...r1Report });
+    shard.nodes.set("r2", {
+      role: "primary",
+      primary: undefined,
+      txn: 1000,
+      epoch: 5,
+      replId: R2,
+      prior: { repl_id: R1, last_txn_id: 1000 },
+    });
+    return shard;
+  }
+
+  it("records the earlier target's promotion a peer's report shows before the final target's, so the parked old primary follows it", async () => {
+    // Prepare: r1, now r2's replica, still shows R1 continuing LINEAGE to 1000.
+    const shard = retargetedInConfirm({ replId: R1, prior: { repl_id: LINEAGE, last_txn_id: 1000 } });
+
+    // Act
+    const result = await runShardCycle(shard.deps(), "s1");
+
+    // Assess
+    expect(result.outcome).toBe("completed");
+    expect(shard.topology?.primary_node_id).toBe("r2");
+    expect(shard.topology?.ancestry).toEqual([
+      { repl_id: LINEAGE, until: 1000, by: R1 },
+      { repl_id: R1, until: 1000, by: R2 },
+    ]);
+    // p1, parked on LINEAGE at 1096 (96 bytes nobody acknowledged): r2 took over from it.
+    const primary = { replId: R2, offset: 1000, prior: { replId: R1, offset: 1000 } };
+    expect(supersededBy(primary, { replId: LINEAGE, offset: 1096 }, shard.topology?.ancestry ?? [])).toBe(
+      true,
+    );
+  });
+
+  it("records no link from the plan's lineage that no report shows", async () => {
+    // Prepare: r1 already moved on to r2's id (its report shows R2 continuing R1).
+    const shard = retargetedInConfirm({ replId: R2, prior: { repl_id: R1, last_txn_id: 1000 } });
+
+    // Act
+    const result = await runShardCycle(shard.deps(), "s1");
+
+    // Assess
+    expect(result.outcome).toBe("completed");
+    expect(shard.topology?.ancestry).toEqual([{ repl_id: R1, until: 1000, by: R2 }]);
+  });
+});

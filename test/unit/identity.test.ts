@@ -2,6 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   appendLink,
+  bridgingLink,
   type DatabaseIdentity,
   heldThroughLinks,
   holdsAllOf,
@@ -17,6 +18,7 @@ import {
   type RestartContext,
   recordedLineages,
   rememberPrior,
+  reportedLink,
   supersededBy,
   syncWouldDestroy,
   withRememberedPrior,
@@ -1151,6 +1153,66 @@ describe("appendLink", () => {
     expect(next).toHaveLength(MAX_LINEAGE_LINKS);
     expect(next?.[0]?.repl_id).toBe("L1");
     expect(next?.at(-1)?.by).toBe("Y");
+  });
+});
+
+describe("bridgingLink: a peer's report of the link from the plan's lineage to the one the promoted database continues (simulator seed 325407)", () => {
+  const report = (
+    node: string,
+    repl_id: string,
+    prior?: { repl_id: string; last_txn_id: number },
+    up = true,
+  ) =>
+    aHeartbeat({
+      node_id: node,
+      repl_id,
+      last_txn_id: 1000,
+      db_status: up ? "up" : "down",
+      ...(prior === undefined ? {} : { prior_lineage: prior }),
+    });
+  const earlier = { repl_id: "L", last_txn_id: 1000 };
+
+  it.each([
+    {
+      name: "the earlier target's report as primary",
+      reports: [report("r1", "R1", earlier)],
+      want: { repl_id: "L", until: 1000, by: "R1" },
+    },
+    {
+      name: "the highest offset shown (a replica that continued partially shows a lower one)",
+      reports: [report("r3", "R1", { repl_id: "L", last_txn_id: 900 }), report("r1", "R1", earlier)],
+      want: { repl_id: "L", until: 1000, by: "R1" },
+    },
+    {
+      name: "no report shows it",
+      reports: [report("r1", "R2", { repl_id: "R1", last_txn_id: 1000 })],
+      want: undefined,
+    },
+    {
+      name: "a database that does not answer",
+      reports: [report("r1", "R1", earlier, false)],
+      want: undefined,
+    },
+    {
+      name: "a link from another lineage than the plan's",
+      reports: [report("r1", "R1", { repl_id: "X", last_txn_id: 1000 })],
+      want: undefined,
+    },
+    { name: "a report with no earlier lineage", reports: [report("r1", "R1")], want: undefined },
+  ])("$name", ({ reports, want }) => {
+    expect(bridgingLink(reports, "L", "R1")).toEqual(want);
+  });
+
+  it("bridges nothing when the promoted database continues the plan's lineage itself, or without a plan lineage", () => {
+    const reports = [report("r1", "R1", earlier)];
+    expect(bridgingLink(reports, "R1", "R1")).toBeUndefined();
+    expect(bridgingLink(reports, undefined, "R1")).toBeUndefined();
+  });
+
+  it("is a link only a report shows (reportedLink): its id continues its prior_lineage", () => {
+    expect(reportedLink(report("r1", "R1", earlier))).toEqual({ repl_id: "L", until: 1000, by: "R1" });
+    expect(reportedLink(report("r1", "L", earlier))).toBeUndefined();
+    expect(reportedLink(undefined)).toBeUndefined();
   });
 });
 
