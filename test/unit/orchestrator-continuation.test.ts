@@ -883,6 +883,59 @@ describe("decideContinuation: a target whose agent stopped before it reported it
           .withNode({ node_id: "r3", last_txn_id: 985 }),
       expected: { kind: "replan", failover: expect.objectContaining({ new_primary_node_id: "r3" }) },
     },
+    ...[
+      {
+        ranked: 1000,
+        expected: {
+          kind: "replan" as const,
+          failover: expect.objectContaining({ new_primary_node_id: "r2" }),
+        } as ContinuationRow["expected"],
+        what: "its RDB at the offset the plan ranked it on: r2 holds what it took; replan to r2 (simulator seed 500367)",
+      },
+      {
+        ranked: 1010,
+        expected: { kind: "offline" } as ContinuationRow["expected"],
+        what: "its RDB behind the offset the plan ranked it on: no witness (r2 foreign), as in seed 171777",
+      },
+    ].map(
+      ({ ranked, expected, what }): ContinuationRow => ({
+        name: `the target's database restarted from an RDB since its last report (a replica, reported down and restarted), r2 linked to the restarted process on a new id continuing the plan's from 1000, ${what}`,
+        shard: () => {
+          const shard = silentTarget({ repl_id: "lineage-r1-rdb", last_txn_id: 1200 }).withNode({
+            node_id: "r1",
+            epoch: 3,
+            ageMs: 9_000,
+            role: "replica",
+            last_txn_id: 1000,
+            db_status: "down",
+            db_crash: {
+              state: "restarted",
+              run_id: "r1-run",
+              first_seen: (NOW - 9_000) * 1000,
+              last_seen: NOW * 1000,
+            },
+          });
+          const failover = shard.build().topology?.failover as NonNullable<Topology["failover"]>;
+          return shard.withTopology({
+            failover: {
+              ...failover,
+              candidates: [
+                {
+                  node_id: "r1",
+                  node_address: "r1.local:6379",
+                  last_txn_id: ranked,
+                  priority: 100,
+                  eligible: true,
+                  reason: "eligible",
+                },
+              ],
+            },
+          });
+        },
+        expected,
+        ...(expected.kind === "offline" ? { reason: "r2: foreign replication lineage" } : {}),
+      }),
+    ),
     {
       name: "r2 linked to another node on a new lineage: no witness either",
       shard: () => silentTarget({ primary_node_id: "p1" }),

@@ -175,6 +175,11 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // the plan's lineage with an unacknowledged tail, never found the new primary superseding it
   // (bridgingLink, src/core/identity.ts; src/controller/transitions.ts ancestryAfter).
   { seed: 325407, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 500367 (twenty-seventh session, found by the hours on 2c78ca9 and identical on 1c61628; 5 lost):
+  // a failover's target restarted from an RDB at its ranked offset and applied its PROMOTE 14 ms
+  // before the retarget's read; its follower, on the restarted process's id, was "foreign", the
+  // shard went offline and came back on the old primary (targetPromotion, src/core/decide/retarget.ts).
+  { seed: 500367, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {

@@ -73,7 +73,13 @@ interface Promotion {
  * at its point or later: a target restarted from its RDB as a primary also answers on a new id
  * continuing the plan's, from the RDB's point, behind it (simulator seed 171777: that restarted
  * process was taken for the promotion, n3 holding the plan's lineage judged "foreign", the shard
- * brought back on a replica of the restarted process, 1,655 writes lost). Guarantee 1.
+ * brought back on a replica of the restarted process, 1,655 writes lost). A target that crashed
+ * since counts only when its followers' earlier lineage reaches the offset the plan ranked it on:
+ * its RDB then held every write it was chosen for, and its followers hold what it took since,
+ * PROMOTE applied or not (simulator seed 500367: n1, the target, restarted from an RDB at its
+ * ranked offset, applied the PROMOTE 14 ms before the retarget's read; n3, linked to it, "foreign",
+ * the shard went offline and came back on the old primary, and the 5 writes n3 acknowledged from n1
+ * were lost). Guarantee 1.
  */
 function targetPromotion(view: ShardView, state: FailoverState): Promotion | undefined {
   const epoch = view.topology?.epoch;
@@ -90,7 +96,19 @@ function targetPromotion(view: ShardView, state: FailoverState): Promotion | und
     };
   }
   if (reported && target.role === "primary" && target.db_status === "up") return undefined;
-  if (!reported && (target.role !== "replica" || target.db_crash !== undefined)) return undefined;
+  if (!reported && target.role !== "replica") return undefined;
+  // A target whose database restarted since its last report vouches for nothing it took: its
+  // followers' lineage is its restarted process's, witness only when that process held every write
+  // the plan ranked the target on (their \`prior_lineage\` on the plan's lineage at or past the
+  // target's candidate row), as a PROMOTE would be refused below it (\`rankedShortfall\`).
+  const least =
+    !reported && target.db_crash !== undefined
+      ? Math.max(
+          plan.last_txn_id,
+          state.candidates.find((candidate) => candidate.node_id === target.node_id)?.last_txn_id ??
+            Number.POSITIVE_INFINITY,
+        )
+      : plan.last_txn_id;
   const followers = view.snapshot.nodes.filter(
     (node) =>
       node.node_id !== target.node_id &&
@@ -105,7 +123,7 @@ function targetPromotion(view: ShardView, state: FailoverState): Promotion | und
       node.prior_lineage !== undefined &&
       (reported
         ? continuesPlan(view, state, node.prior_lineage)
-        : node.prior_lineage.repl_id === plan.repl_id && node.prior_lineage.last_txn_id >= plan.last_txn_id),
+        : node.prior_lineage.repl_id === plan.repl_id && node.prior_lineage.last_txn_id >= least),
   );
   const first = followers[0];
   if (first === undefined || followers.some((node) => node.repl_id !== first.repl_id)) return undefined;
