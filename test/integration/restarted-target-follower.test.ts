@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
-import type { FailoverState, Topology } from "../../src/core/model.ts";
+import type { Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import { FENCED_START_ARGS } from "../../src/dev/local-stack/redis-nodes.ts";
 import {
@@ -14,11 +14,10 @@ import {
   roleOf,
   startChaosCluster,
   WAIT_MS,
-  waitForFollowers,
-  waitForMembers,
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
+import { hangPrimaryParkReplicas, planOnto } from "../support/hung-primary.ts";
 
 /**
  * Simulator seed 500367 (guarantee 1; 5 replica-acknowledged writes lost), with real redis-server
@@ -58,7 +57,6 @@ const ON_M = 50;
 const CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000 };
 /** From the controller's start: the retarget (or the offline mark and bring-online), PROMOTE, confirm. */
 const SERVING_WITHIN_MS = 60_000;
-const NO_PINGS = ["repl-ping-replica-period", "3600"] as const;
 
 let cluster: LocalCluster | undefined;
 
@@ -73,58 +71,17 @@ describe("a failover's target restarted from an RDB at its ranked offset, its fo
   it("promotes the follower linked to the restarted target, with every acknowledged write", {
     timeout: 300_000,
   }, async () => {
-    // Prepare: node-1 primary on L, every key acknowledged by node-2 and node-3.
+    // Prepare: node-1 primary on L, every key acknowledged by node-2 and node-3; node-1 hangs whole
+    // and the replicas' probes park them.
     cluster = await startChaosCluster({ config: CONFIG, readyTimeoutMs: 90_000 });
     const active = cluster;
-    const [node1, node2, node3] = ["node-1", "node-2", "node-3"].map((id) => active.node(id));
-    if (!node1 || !node2 || !node3) throw new Error("three nodes expected");
-    for (const node of active.redis) await withClient(node, (client) => client.config("SET", ...NO_PINGS));
-    await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
-    await waitForMembers(active, "node-1", ["node-2", "node-3"]);
-    await writeKeys(node1, `${PREFIX}:acked`, KEYS, 2);
-    const x = (await replicationOf(node1)).offset;
-    await active.waitFor(
-      "node-2 and node-3 at node-1's offset",
-      async () => (await roleOf(node2)).offset === x && (await roleOf(node3)).offset === x,
-      WAIT_MS,
-    );
-    for (const controller of active.controllers) await controller.stop(3000);
-    const online = (await active.topology()) as Topology;
-    const lineageL = (await replicationOf(node1)).replId;
-
-    // node-1 hangs whole; the replicas' probes park them.
-    active.signalAgent("node-1", "SIGSTOP");
-    node1.signal("SIGSTOP");
-    await active.waitFor(
-      "node-2 and node-3 parked by their probes",
-      async () =>
-        (await roleOf(node2)).primaryPort === PARKED_PORT &&
-        (await roleOf(node3)).primaryPort === PARKED_PORT,
-      WAIT_MS,
-    );
+    const scene = await hangPrimaryParkReplicas(active, PREFIX, KEYS);
+    const { node1, node2, node3, x, online } = scene;
+    const lineageL = scene.lineage.repl_id;
 
     // The plan: fail over to node-2, ranked on x (epoch e+1, phase promote, its confirm rounds spent).
-    const lineage = { node_id: "node-1", repl_id: lineageL, last_txn_id: x };
-    const candidates = ["node-2", "node-3"].map((id) => ({
-      node_id: id,
-      node_address: active.node(id).address,
-      last_txn_id: x,
-      priority: 100,
-      eligible: true,
-      reason: "eligible",
-    }));
     const bumpedAt = Date.now() - 60_000;
-    const plan: FailoverState = {
-      kind: "failover",
-      old_primary_node_id: "node-1",
-      new_primary_node_id: "node-2",
-      new_primary_address: node2.address,
-      reason: "test: primary node-1 is stale (seed 500367)",
-      started_at: bumpedAt,
-      candidates,
-      phase_started: { locked: bumpedAt, epoch_bumped: bumpedAt, promote: bumpedAt },
-      lineage,
-    };
+    const plan = planOnto(active, scene, "node-2", bumpedAt, "test: primary node-1 is stale (seed 500367)");
     const e1 = online.epoch + 1;
     const planned: Topology = {
       ...online,

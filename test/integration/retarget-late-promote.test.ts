@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { PARKED_PORT } from "../../src/agent/primary-probe.ts";
 import { parseFailoverConfig } from "../../src/core/config.ts";
-import type { Command, FailoverState, Topology } from "../../src/core/model.ts";
+import type { Command, Topology } from "../../src/core/model.ts";
 import type { LocalCluster } from "../../src/dev/local-cluster.ts";
 import {
   CHAOS_CONFIG,
@@ -13,12 +13,11 @@ import {
   roleOf,
   startChaosCluster,
   WAIT_MS,
-  waitForFollowers,
-  waitForMembers,
   withClient,
   writeKeys,
 } from "../support/chaos-cluster.ts";
 import { cycleUntilFrozen, Gate, type TestController, testController } from "../support/frozen-controller.ts";
+import { hangPrimaryParkReplicas, planOnto } from "../support/hung-primary.ts";
 
 /**
  * Simulator seed 325407 (guarantee 3, liveness: a database parked for good), with real
@@ -61,8 +60,6 @@ const CONFIG = { ...CHAOS_CONFIG, failureTimeoutMs: 3000, fenceTimeoutMs: 2000 }
 const CONTROLLER_CONFIG = parseFailoverConfig({ ...CONFIG, lockLeaseMs: 60_000 });
 /** From the completion: node-1's probe sees node-3 superseding its lineage and follows it. */
 const FOLLOWS_WITHIN_MS = 30_000;
-/** No replication PINGs: offsets move with writes only. */
-const NO_PINGS = ["repl-ping-replica-period", "3600"] as const;
 
 let cluster: LocalCluster | undefined;
 const controllers: TestController[] = [];
@@ -87,58 +84,17 @@ describe("a retarget whose target continued the earlier target's late promotion 
   it("records the earlier target's link, so the old primary parked with an unacknowledged tail follows the new primary", {
     timeout: 300_000,
   }, async () => {
-    // Prepare: node-1 primary on L, every key acknowledged by node-2 and node-3.
+    // Prepare: node-1 primary on L, every key acknowledged by node-2 and node-3; node-1 hangs whole
+    // and the replicas' probes park them.
     cluster = await startChaosCluster({ config: CONFIG, readyTimeoutMs: 90_000 });
     const active = cluster;
-    const [node1, node2, node3] = ["node-1", "node-2", "node-3"].map((id) => active.node(id));
-    if (!node1 || !node2 || !node3) throw new Error("three nodes expected");
-    for (const node of active.redis) await withClient(node, (client) => client.config("SET", ...NO_PINGS));
-    await waitForFollowers(active, "node-1", ["node-2", "node-3"]);
-    await waitForMembers(active, "node-1", ["node-2", "node-3"]);
-    await writeKeys(node1, `${PREFIX}:acked`, KEYS, 2);
-    const x = (await replicationOf(node1)).offset;
-    await active.waitFor(
-      "node-2 and node-3 at node-1's offset",
-      async () => (await roleOf(node2)).offset === x && (await roleOf(node3)).offset === x,
-      WAIT_MS,
-    );
-    for (const controller of active.controllers) await controller.stop(3000);
-    const online = (await active.topology()) as Topology;
-    const lineageL = (await replicationOf(node1)).replId;
-
-    // node-1 hangs whole; the replicas' probes park them.
-    active.signalAgent("node-1", "SIGSTOP");
-    node1.signal("SIGSTOP");
-    await active.waitFor(
-      "node-2 and node-3 parked by their probes",
-      async () =>
-        (await roleOf(node2)).primaryPort === PARKED_PORT &&
-        (await roleOf(node3)).primaryPort === PARKED_PORT,
-      WAIT_MS,
-    );
+    const scene = await hangPrimaryParkReplicas(active, PREFIX, KEYS);
+    const { node1, node2, node3, x, online } = scene;
+    const lineageL = scene.lineage.repl_id;
 
     // The first plan: fail over to node-2 (epoch e+1, phase promote); node-3 follows its target.
-    const lineage = { node_id: "node-1", repl_id: lineageL, last_txn_id: x };
-    const candidates = ["node-2", "node-3"].map((id) => ({
-      node_id: id,
-      node_address: active.node(id).address,
-      last_txn_id: x,
-      priority: 100,
-      eligible: true,
-      reason: "test",
-    }));
     const firstAt = Date.now();
-    const first: FailoverState = {
-      kind: "failover",
-      old_primary_node_id: "node-1",
-      new_primary_node_id: "node-2",
-      new_primary_address: node2.address,
-      reason: "test: primary node-1 is stale (seed 325407)",
-      started_at: firstAt,
-      candidates,
-      phase_started: { locked: firstAt, epoch_bumped: firstAt, promote: firstAt },
-      lineage,
-    };
+    const first = planOnto(active, scene, "node-2", firstAt, "test: primary node-1 is stale (seed 325407)");
     const e1 = online.epoch + 1;
     const planned: Topology = {
       ...online,
@@ -216,7 +172,7 @@ describe("a retarget whose target continued the earlier target's late promotion 
         ...first,
         new_primary_node_id: "node-3",
         new_primary_address: node3.address,
-        candidates: candidates.filter((candidate) => candidate.node_id === "node-3"),
+        candidates: first.candidates.filter((candidate) => candidate.node_id === "node-3"),
         reason: "test: target node-2 did not confirm in time after PROMOTE; promoting node-3 instead",
         phase_started: { locked: replanAt, epoch_bumped: replanAt, promote: replanAt },
       },
