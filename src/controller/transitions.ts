@@ -192,9 +192,10 @@ export async function complete(run: Run): Promise<Outcome> {
  * out of its report. Without the link a replica on that lineage, parked, finds the new primary
  * neither continuing its data nor superseding it, and stays parked for good (simulator seed
  * 282286: n1 restarted from its RDB under 998b, holding afff to 17,952, brought online and
- * promoted to cb55; n2, parked on afff at 17,952, never followed it). * Else a peer's report of the link from the plan's lineage to the one the promoted database
- * continues (\`bridgingLink\`): a retarget's target caught up with the earlier target past its
- * PROMOTE (simulator seed 325407).
+ * promoted to cb55; n2, parked on afff at 17,952, never followed it). When the target's link is
+ * not that one, a peer's report of the link from the plan's lineage to the one the promoted
+ * database continues (\`bridgingLink\`): a retarget's target pointed at the earlier target
+ * continued onto the id the earlier target's late PROMOTE gave it (simulator seed 325407).
  */
 function ancestryAfter(
   run: Run,
@@ -207,7 +208,7 @@ function ancestryAfter(
   const before =
     state.target_link?.by === prior.repl_id
       ? state.target_link
-      : (bridgingLink(reports ?? [], state.lineage?.repl_id, prior.repl_id) ?? state.target_link);
+      : bridgingLink(reports ?? [], state.lineage?.repl_id, prior.repl_id);
   return promotionAncestry(run.topology.ancestry ?? [], before, {
     repl_id: prior.repl_id,
     until: prior.last_txn_id,

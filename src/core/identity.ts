@@ -244,10 +244,11 @@ export function reportedLink(heartbeat: Heartbeat | undefined): LineageLink | un
  * continues the plan's lineage \`planLineage\`, as any answering database's report shows it
  * (\`reportedLink\`; the highest offset shown: a replica that continued partially onto an id may
  * show a lower one), or undefined. Every process on one replication id shows the same earlier
- * lineage, so the link is a fact of Redis whoever reports it. A retarget's new target deposes the
- * earlier target past its PROMOTE and catches up with it (src/agent/depose.ts), so its own
- * promotion continues the earlier target's new id, not the plan's: the link from the plan's lineage
- * is in the earlier target's report only (its \`target_link\` at the replan named nothing).
+ * lineage, so the link is a fact of Redis whoever reports it. A retarget's new target that was
+ * pointed at the earlier target continues onto the id the earlier target's late PROMOTE gave it, so
+ * its own promotion continues that id, not the plan's: the link from the plan's lineage is in the
+ * earlier target's report (or its replicas'), not the new target's (its \`target_link\` at the
+ * replan named nothing).
  * Without it a database on the plan's lineage, parked, finds the final primary neither holding its
  * data nor superseding it and stays parked for good (simulator seed 325407).
  */

@@ -170,8 +170,8 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // end; no probe watches a master's primary (judgeRestartedPark, src/agent/topology-read.ts).
   { seed: 310493, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
   // 325407 (twenty-seventh session, found by the twenty-sixth's hours on 1c61628; liveness (d), 0
-  // lost): a retarget's target deposed the earlier target past its late PROMOTE and continued its
-  // new id; the completion recorded only the final promotion's link, so the old primary, parked on
+  // lost): a retarget's target, pointed at the earlier target, continued onto the id its late
+  // PROMOTE gave; the completion recorded only the final promotion's link, so the old primary, parked on
   // the plan's lineage with an unacknowledged tail, never found the new primary superseding it
   // (bridgingLink, src/core/identity.ts; src/controller/transitions.ts ancestryAfter).
   { seed: 325407, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
