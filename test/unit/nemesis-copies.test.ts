@@ -6,6 +6,7 @@ import {
   intactCopies,
   primaryRolledBack,
   type RoleRead,
+  soleCopies,
 } from "../../src/dev/nemesis/copies.ts";
 
 const master: RoleRead = { role: "master" };
@@ -158,5 +159,19 @@ describe("a primary this run restarted is no intact copy until the shard moves o
     ["a node never restarted", { epoch: 4, status: "offline", primary_node_id: "n1" }, false],
   ])("%s", (_, topology, expected) => {
     expect(primaryRolledBack(topology, restarted)).toBe(expected);
+  });
+});
+
+describe("sole copies: what destroying a node's dataset would destroy for good (the simulator's form)", () => {
+  const set = (...keys: string[]) => new Set(keys);
+  it.each<[string, Set<string>, string[], Set<string>[], string[]]>([
+    ["another copy holds every acknowledged write", set("a", "b"), ["a", "b"], [set("a", "b", "c")], []],
+    ["two copies hold them together", set("a", "b"), ["a", "b"], [set("a"), set("b")], []],
+    ["a write only the target holds", set("a", "b"), ["a", "b"], [set("a")], ["b"]],
+    ["no other copy counts (every replica's agent dead)", set("a", "b"), ["a", "b"], [], ["a", "b"]],
+    ["an acknowledged write the target lacks is not its to destroy", set("a"), ["a", "b"], [set("a")], []],
+    ["an unacknowledged write only the target holds", set("a", "x"), ["a"], [set("a")], []],
+  ])("%s", (_, target, acknowledged, others, expected) => {
+    expect(soleCopies(target, acknowledged, others)).toEqual(expected);
   });
 });

@@ -101,3 +101,21 @@ export function primaryRolledBack(
   if (at === undefined) return false;
   return at === topology.epoch || (topology.status !== "online" && topology.epoch >= at);
 }
+
+/**
+ * The same rule where every dataset can be read (the simulator, src/dev/sim/world.ts): the
+ * acknowledged writes `target` holds that no other copy holds. Destroying `target`'s copy while
+ * any is listed destroys the last copy of those writes: a second destroyed copy, beyond
+ * guarantee 1. `others` are the copies that count (`agentProtects` for a replica's), and only
+ * their datasets decide, not what the topology says of them.
+ */
+export function soleCopies<K>(
+  target: { has(key: K): boolean },
+  acknowledged: Iterable<K>,
+  others: ReadonlyArray<{ has(key: K): boolean }>,
+): K[] {
+  const sole: K[] = [];
+  for (const key of acknowledged)
+    if (target.has(key) && !others.some((copy) => copy.has(key))) sole.push(key);
+  return sole;
+}

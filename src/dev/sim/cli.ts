@@ -116,6 +116,7 @@ function summary(result: SimResult, mem: { heapMb: number; rssMb: number }) {
     cpuMs: result.cpuMs,
     speedup: Math.round(result.simulatedMs / Math.max(1, result.wallMs)),
     faults: result.faults,
+    faultsSkipped: result.faultsSkipped,
     writes: result.writes,
     timersFired: result.timersFired,
     violations: result.violations,
@@ -160,7 +161,7 @@ async function main(): Promise<void> {
             : "unknown";
     console.log(
       `seed ${seed}: ${verdict}, ${(result.simulatedMs / 60_000).toFixed(1)} simulated min in ${(result.wallMs / 1000).toFixed(1)} s (${line.speedup}x; CPU ${(result.cpuMs / 1000).toFixed(1)} s, ${Math.round(result.simulatedMs / Math.max(1, result.cpuMs))}x; heap ${mem.heapMb} MB, rss ${mem.rssMb} MB), ` +
-        `${result.faults} faults, ${line.stats.epochChanges} epoch changes, ${line.stats.ackedByReplica} replica-acked writes, ${line.lost} lost`,
+        `${result.faults} faults${result.faultsSkipped > 0 ? ` (${result.faultsSkipped} kills skipped: last copy)` : ""}, ${line.stats.epochChanges} epoch changes, ${line.stats.ackedByReplica} replica-acked writes, ${line.lost} lost`,
     );
     const bad = result.valid !== true || result.modelErrors.length > 0;
     if (bad || options.trace) {

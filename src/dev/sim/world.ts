@@ -18,6 +18,7 @@ import { topologySchema } from "../../core/model.ts";
 import type { Logger } from "../../core/observability.ts";
 import { keys } from "../../core/table.ts";
 import { type CheckResult, check, type FinalRead } from "../nemesis/checker.ts";
+import { agentProtects, soleCopies } from "../nemesis/copies.ts";
 import { cooldownFor, History } from "../nemesis/history.ts";
 import { availabilityLimitMs, FENCE_WINDOW_MS } from "../nemesis/runner.ts";
 import { type CallerFaults, DynamoTable, SimDynamoClient } from "./dynamo-model.ts";
@@ -81,6 +82,11 @@ export interface SimResult {
   readonly violations: readonly string[];
   readonly check: CheckResult;
   readonly faults: number;
+  /**
+   * Faults drawn but not injected: a kill of redis that would destroy the last copy of
+   * acknowledged writes (beyond guarantee 1: the copies rule, `#destroysLastCopy`).
+   */
+  readonly faultsSkipped: number;
   readonly timersFired: number;
   readonly writes: number;
   /** Broken invariants of the models themselves: the run says nothing about Shardguard while any. */
@@ -172,7 +178,7 @@ export class SimWorld {
   #stall: { from: string } | undefined;
   readonly #agents = new Map<
     string,
-    { host: string; handle: AgentHandle | undefined; incarnation: number }
+    { host: string; handle: AgentHandle | undefined; incarnation: number; startedAt?: number }
   >();
   #controllerHost = "ctl/controller#0";
   #controllerIncarnation = 0;
@@ -183,7 +189,10 @@ export class SimWorld {
   /** The run has returned its result: nothing more goes into the trace. */
   #ended = false;
   #faultIds = 0;
+  #faultsSkipped = 0;
   #writes = 0;
+  /** The keys of the writes a replica acknowledged (`WAIT` answered at least 1), for the copies rule. */
+  readonly #acknowledged: string[] = [];
 
   constructor(seed: number) {
     this.sched = new Scheduler(seed);
@@ -281,6 +290,7 @@ export class SimWorld {
     if (entry.host !== "") this.sched.kill(entry.host);
     entry.incarnation++;
     entry.host = `${node}/agent#${entry.incarnation}`;
+    entry.startedAt = this.sched.elapsed;
     this.#agents.set(node, entry);
     const host = entry.host;
     const stateDir = join(this.#stateRoot, node);
@@ -466,6 +476,7 @@ export class SimWorld {
     } catch {
       replicas = 0;
     }
+    if (replicas >= 1) this.#acknowledged.push(`k:${seq}`);
     this.history.append({
       process: "writer",
       type: "ok",
@@ -619,7 +630,9 @@ export class SimWorld {
     switch (kind) {
       case "kill-redis": {
         const mode = random.pick<RestartMode>(["empty", "rdb", "rdb", "replicaof"]);
-        if (random.chance(0.5)) server.save();
+        const saves = random.chance(0.5);
+        if (this.#destroysLastCopy(kind, node)) return undefined;
+        if (saves) server.save();
         server.crash();
         // The config files are the deployment's: n2 and n3 start as replicas of n1 (the first
         // primary), n1's has no `replicaof`, so it restarts from its RDB as a master (a restart of n1
@@ -807,6 +820,7 @@ export class SimWorld {
       }
       case "restart-redis-fast": {
         const mode = random.pick<RestartMode>(["empty", "rdb"]);
+        if (this.#destroysLastCopy(kind, node)) return undefined;
         server.crash();
         return fault([node], () => server.restart(mode), { mode }, random.int(100, 1500));
       }
@@ -823,6 +837,43 @@ export class SimWorld {
         );
       }
     }
+  }
+
+  /**
+   * Whether a kill of `node`'s redis now would destroy the last copy of acknowledged writes, and
+   * so is not injected (said in the trace): guarantee 1 keeps a write through the loss of one
+   * copy, and two destroyed copies lose what no failover system can keep. The nemesis's copies
+   * rule (src/dev/nemesis/copies.ts), read off the datasets themselves: simulator seed 510142
+   * restarted n1, n3 and then n2, the last holder, from RDBs behind 226 writes. What the node's
+   * own RDB holds does not count (a restart may come from it or not). Another node's copy counts
+   * while its process lives (hung or cut off too: it still holds the data); a replica's only while
+   * its agent protects it (`agentProtects`: running, not paused, up long enough to have watched
+   * its primary), for Redis resyncs a replica from its restarted primary otherwise (guarantee 1's
+   * assumption, docs/safety.md). n4, a replica no agent runs on, never counts.
+   */
+  #destroysLastCopy(kind: string, node: string): boolean {
+    const target = this.cluster.servers.get(node) as RedisServer;
+    if (!target.up) return false;
+    const others = NODES.filter((other) => other !== node).flatMap((other) => {
+      const server = this.cluster.servers.get(other) as RedisServer;
+      if (!server.up) return [];
+      if (server.role === "master") return [server.data];
+      const entry = this.#agents.get(other);
+      const running = entry !== undefined && entry.host !== "" && !this.sched.isDead(entry.host);
+      const protects = agentProtects({
+        running,
+        busy: running && this.sched.isPaused(entry.host),
+        upForMs: entry?.startedAt === undefined ? undefined : this.sched.elapsed - entry.startedAt,
+      });
+      return protects ? [server.data] : [];
+    });
+    const sole = soleCopies(target.data, this.#acknowledged, others);
+    if (sole.length === 0) return false;
+    this.#faultsSkipped++;
+    this.log(
+      `nemesis skips ${kind} ${node}: it holds the only copy of ${sole.length} acknowledged writes (${sole[0]} … ${sole[sole.length - 1]}); a second destroyed copy is beyond guarantee 1`,
+    );
+    return true;
   }
 
   #heal(fault: Fault): void {
@@ -958,7 +1009,8 @@ export class SimWorld {
         valid: violations.length > result.violations.length ? false : result.valid,
         violations,
         check: result,
-        faults: this.#faultIds,
+        faults: this.#faultIds - this.#faultsSkipped,
+        faultsSkipped: this.#faultsSkipped,
         timersFired: this.sched.fired,
         writes: this.#writes,
         modelErrors: this.cluster.modelErrors,
