@@ -180,6 +180,10 @@ const FOUND: { seed: number; minutes: number; faultKinds?: FaultKind[]; overlap?
   // before the retarget's read; its follower, on the restarted process's id, was "foreign", the
   // shard went offline and came back on the old primary (targetPromotion, src/core/decide/retarget.ts).
   { seed: 500367, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
+  // 510142 (twenty-eighth session; the simulator's, not the product's: 226 "lost"): n1, n3 and then
+  // n2, the last copy of 226 acknowledged writes, restarted from RDBs behind them. The copies rule
+  // (#destroysLastCopy, src/dev/sim/world.ts) now skips the third restart, as the nemesis's does.
+  { seed: 510142, minutes: 5, faultKinds: [...ALL_FAULT_KINDS] },
 ];
 
 describe("simulated seeds that found a hole", () => {
