@@ -289,7 +289,12 @@ export class RedisServer {
     this.up = false;
     this.sched.kill(this.host);
     this.#dropMasterLink();
-    for (const id of [...this.replicas.keys()]) this.removeReplica(id);
+    // The kernel closes the dead process's sockets: each replica hears the FIN and its link goes
+    // down at once (conformance "a replica's link goes down at once when its master is killed";
+    // the model kept it up until repl-timeout, 60 s, and an agent probing in between took the
+    // master's next process for the one it was linked to: simulator seed 7044 of sim:mutants'
+    // restarted-primary-open schedule, unpatched).
+    this.#disconnectSubReplicas();
     this.clientNames.clear();
     this.#pausedWrites.length = 0;
     this.pausedUntil = 0;
