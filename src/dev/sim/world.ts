@@ -178,7 +178,7 @@ export class SimWorld {
   #stall: { from: string } | undefined;
   readonly #agents = new Map<
     string,
-    { host: string; handle: AgentHandle | undefined; incarnation: number; startedAt?: number }
+    { host: string; handle: AgentHandle | undefined; incarnation: number; startedAt: number }
   >();
   #controllerHost = "ctl/controller#0";
   #controllerIncarnation = 0;
@@ -284,7 +284,7 @@ export class SimWorld {
   // ---- processes --------------------------------------------------------------------------
 
   async startAgent(node: string): Promise<void> {
-    const entry = this.#agents.get(node) ?? { host: "", handle: undefined, incarnation: 0 };
+    const entry = this.#agents.get(node) ?? { host: "", handle: undefined, incarnation: 0, startedAt: 0 };
     // One agent per machine, as its supervisor and its state dir's lock keep it: two faults on the
     // same agent overlapping heal twice, and the second start replaces the first process.
     if (entry.host !== "") this.sched.kill(entry.host);
@@ -859,11 +859,12 @@ export class SimWorld {
       if (!server.up) return [];
       if (server.role === "master") return [server.data];
       const entry = this.#agents.get(other);
-      const running = entry !== undefined && entry.host !== "" && !this.sched.isDead(entry.host);
+      // An entry is in the map only once its agent has a host and a start time (startAgent).
+      const running = entry !== undefined && !this.sched.isDead(entry.host);
       const protects = agentProtects({
         running,
         busy: running && this.sched.isPaused(entry.host),
-        upForMs: entry?.startedAt === undefined ? undefined : this.sched.elapsed - entry.startedAt,
+        upForMs: entry === undefined ? undefined : this.sched.elapsed - entry.startedAt,
       });
       return protects ? [server.data] : [];
     });
